@@ -3,4 +3,18 @@
 //! deferred sets, and their consumers; the queue scanner times out and un-defers messages.
 
 pub mod backend;
+pub mod channel;
 pub mod diskqueue;
+pub mod e2e;
+pub mod engine;
+pub mod message;
+pub mod options;
+pub mod scanner;
+pub mod topic;
+
+pub use backend::{BackendError, BackendQueue, DropSink};
+pub use channel::{Channel, ChannelStats, Consumer, FinishError, RequeueError, SubscribeError};
+pub use engine::{Engine, Hooks, NoHooks};
+pub use message::Message;
+pub use options::{Health, Options, ScanOptions};
+pub use topic::{Topic, TopicStats};

@@ -1,0 +1,150 @@
+//! The engine: the set of topics, how their backends are made, and the hooks through which the
+//! daemon hears about creations and deletions (lookupd registration, metadata writes).
+
+use std::sync::{Arc, Weak};
+
+use parking_lot::RwLock;
+use rustc_hash::FxHashMap;
+
+use crate::backend::{BackendError, BackendQueue, DropSink};
+use crate::channel::Channel;
+use crate::diskqueue::{DiskQueue, DiskQueueOptions};
+use crate::options::{Health, Options};
+use crate::topic::Topic;
+
+/// Notifications the daemon acts on. Called without engine, topic or channel locks held.
+pub trait Hooks: Send + Sync + 'static {
+    fn topic_created(&self, _topic: &str) {}
+    fn topic_deleted(&self, _topic: &str) {}
+    fn channel_created(&self, _topic: &str, _channel: &str) {}
+    fn channel_deleted(&self, _topic: &str, _channel: &str) {}
+}
+
+/// Hooks that do nothing (tests, tools).
+#[derive(Debug, Default)]
+pub struct NoHooks;
+impl Hooks for NoHooks {}
+
+/// All topics of one daemon.
+pub struct Engine {
+    opts: Arc<Options>,
+    health: Arc<Health>,
+    hooks: Arc<dyn Hooks>,
+    /// Read-mostly: every publish looks its topic up here; writes only on create/delete.
+    topics: RwLock<FxHashMap<String, Arc<Topic>>>,
+    me: Weak<Engine>,
+}
+
+impl Engine {
+    pub fn new(opts: Options, hooks: Arc<dyn Hooks>) -> Arc<Self> {
+        Arc::new_cyclic(|me| Engine {
+            opts: Arc::new(opts),
+            health: Arc::new(Health::default()),
+            hooks,
+            topics: RwLock::new(FxHashMap::default()),
+            me: me.clone(),
+        })
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    pub fn health(&self) -> &Health {
+        &self.health
+    }
+
+    pub(crate) fn hooks(&self) -> &dyn Hooks {
+        &*self.hooks
+    }
+
+    /// Opens the backend for a queue name (`topic` or `topic:channel`).
+    pub(crate) fn make_backend(&self, name: &str, durable: bool) -> Result<Arc<dyn BackendQueue>, BackendError> {
+        if !durable {
+            return Ok(Arc::new(DropSink));
+        }
+        let dq = DiskQueue::open(
+            name,
+            DiskQueueOptions {
+                data_path: self.opts.data_path.clone(),
+                max_bytes_per_file: self.opts.max_bytes_per_file,
+                min_msg_size: nsq_protocol::MESSAGE_HEADER_LEN as i32,
+                max_msg_size: (self.opts.max_msg_size + nsq_protocol::MESSAGE_HEADER_LEN as i64) as i32,
+                sync_every: self.opts.sync_every,
+                sync_timeout: self.opts.sync_timeout,
+            },
+        )?;
+        Ok(dq)
+    }
+
+    /// Gets or creates a topic; `true` when created by this call. Name validity is the
+    /// caller's job (it owns the error text).
+    pub fn get_or_create_topic(&self, name: &str) -> Result<(Arc<Topic>, bool), BackendError> {
+        if let Some(t) = self.topics.read().get(name) {
+            return Ok((t.clone(), false));
+        }
+        let topic = {
+            let mut topics = self.topics.write();
+            if let Some(t) = topics.get(name) {
+                return Ok((t.clone(), false));
+            }
+            let durable = !nsq_protocol::names::is_ephemeral(name);
+            let backend = self.make_backend(name, durable)?;
+            let t = Topic::new(name, self.me.clone(), self.opts.clone(), self.health.clone(), backend);
+            topics.insert(name.to_string(), t.clone());
+            t
+        };
+        self.hooks.topic_created(name);
+        Ok((topic, true))
+    }
+
+    pub fn get_topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.read().get(name).cloned()
+    }
+
+    /// All topics, sorted by name.
+    pub fn topics(&self) -> Vec<Arc<Topic>> {
+        let mut v: Vec<_> = self.topics.read().values().cloned().collect();
+        v.sort_by(|a, b| a.name().cmp(b.name()));
+        v
+    }
+
+    /// Every channel of every topic (the queue scanner's list).
+    pub fn channels(&self) -> Vec<Arc<Channel>> {
+        self.topics.read().values().flat_map(|t| t.channels()).collect()
+    }
+
+    /// Deletes a topic and its channels; `false` if unknown.
+    pub fn delete_topic(&self, name: &str) -> bool {
+        self.delete_topic_matching(name, None)
+    }
+
+    pub(crate) fn delete_topic_if(&self, name: &str, t: &Topic) {
+        self.delete_topic_matching(name, Some(t));
+    }
+
+    fn delete_topic_matching(&self, name: &str, only: Option<&Topic>) -> bool {
+        let topic = {
+            let mut topics = self.topics.write();
+            match topics.get(name) {
+                None => return false,
+                Some(t) if only.is_some_and(|o| !std::ptr::eq(Arc::as_ptr(t), o)) => return false,
+                Some(_) => {}
+            }
+            topics.remove(name).expect("checked above")
+        };
+        self.hooks.topic_deleted(name);
+        topic.delete();
+        true
+    }
+
+    /// Graceful shutdown: every topic flushes its queues (and its channels' memory, in-flight
+    /// and deferred messages) to disk and closes its backends.
+    pub fn close(&self) {
+        for t in self.topics() {
+            if let Err(e) = t.close() {
+                tracing::error!(topic = %t.name(), "failed to close topic - {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,466 @@
+//! A topic: accepts published messages and fans each one out to every channel.
+//!
+//! Fast path: when the topic has channels, is not paused and has no backlog, a publish hands
+//! its batch straight to every channel (a shared-`Bytes` clone per channel, no copy, no task).
+//! Otherwise messages queue in the topic (memory, then backend) and a pump task drains the
+//! backlog once there is somewhere to send it — the reference's "depth accumulates in the
+//! topic until a channel exists / the topic is unpaused".
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::backend::{BackendError, BackendQueue};
+use crate::channel::Channel;
+use crate::engine::Engine;
+use crate::message::{now_nanos, GuidFactory, Message};
+use crate::options::{Health, Options};
+
+/// Messages the pump moves per batch.
+const PUMP_BATCH: usize = 1024;
+
+struct State {
+    channels: BTreeMap<String, Arc<Channel>>,
+    /// Snapshot of `channels` for fan-out without holding the lock.
+    fanout: Arc<[Arc<Channel>]>,
+    mem: VecDeque<Message>,
+    /// The backend holds messages newer than `mem` (FIFO), see `Channel`.
+    spill: bool,
+    backend_writers: usize,
+    /// A pump task is draining the backlog; new publishes queue behind it.
+    pumping: bool,
+}
+
+/// Why a publish was refused (`E_PUB_FAILED PUB failed <reason>`).
+pub type PutError = BackendError;
+
+/// A point-in-time view of a topic for `/stats`.
+#[derive(Clone)]
+pub struct TopicStats {
+    pub name: String,
+    pub depth: i64,
+    pub backend_depth: i64,
+    pub message_count: u64,
+    pub message_bytes: u64,
+    pub paused: bool,
+    pub channels: Vec<Arc<Channel>>,
+}
+
+/// One topic.
+pub struct Topic {
+    name: String,
+    ephemeral: bool,
+    engine: Weak<Engine>,
+    opts: Arc<Options>,
+    health: Arc<Health>,
+    backend: Arc<dyn BackendQueue>,
+    state: Mutex<State>,
+    guid: Mutex<GuidFactory>,
+    message_count: AtomicU64,
+    message_bytes: AtomicU64,
+    paused: AtomicBool,
+    exiting: AtomicBool,
+    /// Held by the pump while a batch is out of the queues; close/delete take it so no batch
+    /// is in flight between topic and channels when the channels close.
+    pump_lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for Topic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Topic").field("name", &self.name).finish()
+    }
+}
+
+impl Topic {
+    pub(crate) fn new(
+        name: &str,
+        engine: Weak<Engine>,
+        opts: Arc<Options>,
+        health: Arc<Health>,
+        backend: Arc<dyn BackendQueue>,
+    ) -> Arc<Self> {
+        Arc::new(Topic {
+            name: name.to_string(),
+            ephemeral: nsq_protocol::names::is_ephemeral(name),
+            engine,
+            guid: Mutex::new(GuidFactory::new(opts.node_id)),
+            opts,
+            health,
+            backend,
+            state: Mutex::new(State {
+                channels: BTreeMap::new(),
+                fanout: Arc::from(Vec::new()),
+                mem: VecDeque::new(),
+                spill: false,
+                backend_writers: 0,
+                pumping: false,
+            }),
+            message_count: AtomicU64::new(0),
+            message_bytes: AtomicU64::new(0),
+            paused: AtomicBool::new(false),
+            exiting: AtomicBool::new(false),
+            pump_lock: Mutex::new(()),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn is_ephemeral(&self) -> bool {
+        self.ephemeral
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Acquire)
+    }
+
+    pub fn is_exiting(&self) -> bool {
+        self.exiting.load(Ordering::Acquire)
+    }
+
+    // ---- publishing ---------------------------------------------------------------------
+
+    /// Publishes one message (PUB, `/pub`); `defer` zero for an immediate one.
+    pub fn put(self: &Arc<Self>, body: Bytes, defer: Duration) -> Result<(), PutError> {
+        self.put_many(std::iter::once(body), defer)
+    }
+
+    /// Publishes a batch in order (MPUB, `/mpub`): each message gets its own ID and timestamp.
+    pub fn put_many(
+        self: &Arc<Self>,
+        bodies: impl IntoIterator<Item = Bytes>,
+        defer: Duration,
+    ) -> Result<(), PutError> {
+        if self.is_exiting() {
+            return Err(BackendError::Exiting);
+        }
+        let msgs: Vec<Message> = {
+            let mut g = self.guid.lock();
+            let ts = now_nanos();
+            bodies
+                .into_iter()
+                .map(|body| Message { id: g.new_id(), timestamp: ts, attempts: 0, body, defer })
+                .collect()
+        };
+        if msgs.is_empty() {
+            return Ok(());
+        }
+        let bytes: u64 = msgs.iter().map(|m| m.body.len() as u64).sum();
+
+        let mut st = self.state.lock();
+        if self.is_exiting() {
+            return Err(BackendError::Exiting);
+        }
+        if !self.is_paused() && !st.fanout.is_empty() && st.mem.is_empty() && !st.spill && !st.pumping {
+            let chans = st.fanout.clone();
+            drop(st);
+            self.count(msgs.len(), bytes);
+            fan_out(&chans, &msgs);
+            return Ok(());
+        }
+
+        // Queue in the topic: memory first (deferred and ephemeral ones always try memory).
+        let cap = self.opts.mem_queue_size;
+        let total = msgs.len();
+        let mut rest = Vec::new();
+        for m in msgs {
+            if !st.spill && st.mem.len() < cap {
+                st.mem.push_back(m);
+            } else {
+                rest.push(m);
+            }
+        }
+        let to_backend = !rest.is_empty() && !self.ephemeral;
+        if to_backend {
+            st.spill = true;
+            st.backend_writers += 1;
+        }
+        drop(st);
+        // Ephemeral topics silently drop overflow (success returned), as the reference.
+        let mut result = Ok(());
+        if to_backend {
+            result = self.backend.put_batch(rest.len(), &mut |i, out| rest[i].encode_into(out));
+            self.health.record(&result);
+            self.state.lock().backend_writers -= 1;
+        }
+        match &result {
+            Ok(()) => self.count(total, bytes),
+            Err(e) => {
+                // Counters include only what was accepted before the failure.
+                let lost: u64 = rest.iter().map(|m| m.body.len() as u64).sum();
+                self.count(total - rest.len(), bytes - lost);
+                tracing::error!(topic = %self.name, "failed to write message to backend - {e}");
+            }
+        }
+        self.ensure_pump();
+        result
+    }
+
+    fn count(&self, n: usize, bytes: u64) {
+        self.message_count.fetch_add(n as u64, Ordering::Relaxed);
+        self.message_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    // ---- the pump -----------------------------------------------------------------------
+
+    /// Starts the pump if there is a backlog and somewhere to send it.
+    fn ensure_pump(self: &Arc<Self>) {
+        let mut st = self.state.lock();
+        if st.pumping || self.is_paused() || self.is_exiting() || st.fanout.is_empty() {
+            return;
+        }
+        if st.mem.is_empty() && !st.spill {
+            return;
+        }
+        st.pumping = true;
+        drop(st);
+        let me = self.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(async move { me.pump().await });
+            }
+            Err(_) => {
+                // No runtime (a synchronous caller such as a unit test): drain inline.
+                while me.pump_batch() {}
+            }
+        }
+    }
+
+    async fn pump(self: Arc<Self>) {
+        while self.pump_batch() {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Moves one batch from the topic queues to every channel; false when the pump should stop
+    /// (in which case `pumping` has been cleared).
+    fn pump_batch(&self) -> bool {
+        let _guard = self.pump_lock.lock();
+        let mut st = self.state.lock();
+        if self.is_paused() || self.is_exiting() || st.fanout.is_empty() {
+            st.pumping = false;
+            return false;
+        }
+        let chans = st.fanout.clone();
+        let mut batch: Vec<Message> = Vec::new();
+        let n = st.mem.len().min(PUMP_BATCH);
+        batch.extend(st.mem.drain(..n));
+        if batch.is_empty() {
+            if !st.spill {
+                st.pumping = false;
+                return false;
+            }
+            drop(st);
+            let mut raw = Vec::with_capacity(PUMP_BATCH);
+            let got = self.backend.read_batch(PUMP_BATCH, &mut raw);
+            for payload in raw {
+                match Message::decode(payload) {
+                    Ok(m) => batch.push(m),
+                    Err(e) => tracing::error!(topic = %self.name, "failed to decode message - {e}"),
+                }
+            }
+            if got == 0 {
+                let mut st = self.state.lock();
+                if st.backend_writers == 0 && self.backend.depth() <= 0 {
+                    st.spill = false;
+                    if st.mem.is_empty() {
+                        st.pumping = false;
+                        return false;
+                    }
+                }
+                return true;
+            }
+        } else {
+            drop(st);
+        }
+        fan_out(&chans, &batch);
+        true
+    }
+
+    // ---- channels -----------------------------------------------------------------------
+
+    /// Gets or creates a channel; `true` when it was created by this call.
+    pub fn get_or_create_channel(self: &Arc<Self>, name: &str) -> Result<(Arc<Channel>, bool), BackendError> {
+        let mut st = self.state.lock();
+        if let Some(c) = st.channels.get(name) {
+            return Ok((c.clone(), false));
+        }
+        if self.is_exiting() {
+            return Err(BackendError::Exiting);
+        }
+        let engine = self.engine.upgrade().ok_or(BackendError::Exiting)?;
+        let queue_name = format!("{}:{}", self.name, name);
+        let durable = !nsq_protocol::names::is_ephemeral(name);
+        let backend = engine.make_backend(&queue_name, durable)?;
+        let ch = Channel::new(
+            Arc::downgrade(self),
+            &self.name,
+            name,
+            self.opts.clone(),
+            self.health.clone(),
+            backend,
+            durable,
+        );
+        st.channels.insert(name.to_string(), ch.clone());
+        st.fanout = st.channels.values().cloned().collect();
+        drop(st);
+        engine.hooks().channel_created(&self.name, name);
+        self.ensure_pump();
+        Ok((ch, true))
+    }
+
+    pub fn get_channel(&self, name: &str) -> Option<Arc<Channel>> {
+        self.state.lock().channels.get(name).cloned()
+    }
+
+    pub fn channels(&self) -> Vec<Arc<Channel>> {
+        self.state.lock().channels.values().cloned().collect()
+    }
+
+    /// Deletes a channel (closing its consumers and removing its files). `false` if unknown.
+    pub fn delete_channel(&self, name: &str) -> bool {
+        self.delete_channel_matching(name, None)
+    }
+
+    /// Ephemeral self-deletion: only if `name` still maps to this very channel.
+    pub(crate) fn delete_channel_if(&self, name: &str, ch: &Channel) {
+        self.delete_channel_matching(name, Some(ch));
+    }
+
+    fn delete_channel_matching(&self, name: &str, only: Option<&Channel>) -> bool {
+        let (ch, now_empty) = {
+            let mut st = self.state.lock();
+            match st.channels.get(name) {
+                None => return false,
+                Some(c) if only.is_some_and(|o| !std::ptr::eq(Arc::as_ptr(c), o)) => return false,
+                Some(_) => {}
+            }
+            let ch = st.channels.remove(name).expect("checked above");
+            st.fanout = st.channels.values().cloned().collect();
+            (ch, st.channels.is_empty())
+        };
+        ch.delete();
+        let engine = self.engine.upgrade();
+        if let Some(e) = &engine {
+            e.hooks().channel_deleted(&self.name, name);
+        }
+        if now_empty && self.ephemeral {
+            if let Some(e) = engine {
+                e.delete_topic_if(&self.name, self);
+            }
+        }
+        true
+    }
+
+    // ---- administration -----------------------------------------------------------------
+
+    pub fn pause(&self) {
+        self.paused.store(true, Ordering::Release);
+    }
+
+    pub fn unpause(self: &Arc<Self>) {
+        self.paused.store(false, Ordering::Release);
+        self.ensure_pump();
+    }
+
+    /// Discards the topic's own queue (channels keep theirs).
+    pub fn empty(&self) -> Result<(), BackendError> {
+        let _guard = self.pump_lock.lock();
+        {
+            let mut st = self.state.lock();
+            st.mem.clear();
+            st.spill = false;
+        }
+        self.backend.empty()
+    }
+
+    /// Deletion: refuse puts, delete every channel, discard the queue and its files.
+    pub(crate) fn delete(&self) {
+        self.exiting.store(true, Ordering::Release);
+        let _guard = self.pump_lock.lock();
+        let channels: Vec<Arc<Channel>> = {
+            let mut st = self.state.lock();
+            st.fanout = Arc::from(Vec::new());
+            std::mem::take(&mut st.channels).into_values().collect()
+        };
+        let engine = self.engine.upgrade();
+        for ch in channels {
+            ch.delete();
+            if let Some(e) = &engine {
+                e.hooks().channel_deleted(&self.name, ch.name());
+            }
+        }
+        {
+            let mut st = self.state.lock();
+            st.mem.clear();
+            st.spill = false;
+        }
+        if let Err(e) = self.backend.empty() {
+            tracing::error!(topic = %self.name, "failed to empty topic backend - {e}");
+        }
+        if let Err(e) = self.backend.delete() {
+            tracing::error!(topic = %self.name, "failed to delete topic backend - {e}");
+        }
+    }
+
+    /// Shutdown: close every channel (flushing them to disk), then flush the topic's memory
+    /// queue to its backend and close it.
+    pub(crate) fn close(&self) -> Result<(), BackendError> {
+        self.exiting.store(true, Ordering::Release);
+        let _guard = self.pump_lock.lock();
+        let (channels, msgs) = {
+            let mut st = self.state.lock();
+            let msgs: Vec<Message> = st.mem.drain(..).collect();
+            (st.channels.values().cloned().collect::<Vec<_>>(), msgs)
+        };
+        for ch in channels {
+            if let Err(e) = ch.close() {
+                tracing::error!(topic = %self.name, channel = %ch.name(), "failed to close channel - {e}");
+            }
+        }
+        let r = if msgs.is_empty() || self.ephemeral {
+            Ok(())
+        } else {
+            self.backend.put_batch(msgs.len(), &mut |i, out| msgs[i].encode_into(out))
+        };
+        self.backend.close()?;
+        r
+    }
+
+    // ---- stats --------------------------------------------------------------------------
+
+    pub fn depth(&self) -> i64 {
+        self.state.lock().mem.len() as i64 + self.backend.depth()
+    }
+
+    pub fn stats(&self) -> TopicStats {
+        let (mem, channels) = {
+            let st = self.state.lock();
+            (st.mem.len(), st.channels.values().cloned().collect())
+        };
+        let backend_depth = self.backend.depth();
+        TopicStats {
+            name: self.name.clone(),
+            depth: mem as i64 + backend_depth,
+            backend_depth,
+            message_count: self.message_count.load(Ordering::Relaxed),
+            message_bytes: self.message_bytes.load(Ordering::Relaxed),
+            paused: self.is_paused(),
+            channels,
+        }
+    }
+}
+
+/// Hands a batch to every channel; a failure loses the batch for that channel only (logged).
+fn fan_out(chans: &[Arc<Channel>], msgs: &[Message]) {
+    for ch in chans {
+        if let Err(e) = ch.receive(msgs) {
+            tracing::error!(topic = %ch.topic_name(), channel = %ch.name(), "failed to put message to channel - {e}");
+        }
+    }
+}
