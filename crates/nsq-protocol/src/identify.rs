@@ -333,6 +333,13 @@ pub(crate) fn decode_go_object(
     fields: &[(&'static str, GoType)],
     set: &mut dyn FnMut(usize, GoValue),
 ) -> Result<(), serde_json::Error> {
+    // Syntax pass: string contents are taken as bytes below (so that invalid UTF-8 and lone
+    // surrogates can be replaced like Go does), and that path does not reject raw control
+    // characters inside strings, which Go's scanner does.
+    let mut de = serde_json::Deserializer::from_slice(body);
+    <IgnoredAny as de::Deserialize>::deserialize(&mut de)?;
+    de.end()?;
+
     let mut de = serde_json::Deserializer::from_slice(body);
     ObjectSeed { fields, set }.deserialize(&mut de)?;
     de.end()

@@ -109,6 +109,9 @@ impl Default for LookupLimits {
     }
 }
 
+/// The gate hook of [`LookupDecoder::decode`], as a trait object.
+type LookupGate<'a> = dyn FnMut(&[u8], Option<LookupCommandKind>) -> Result<(), NsqError> + 'a;
+
 /// Incremental server-side decoder for one nsqlookupd connection (after the magic).
 #[derive(Debug)]
 pub struct LookupDecoder {
@@ -154,7 +157,7 @@ impl LookupDecoder {
     fn decode_inner(
         &mut self,
         buf: &mut BytesMut,
-        gate: &mut dyn FnMut(&[u8], Option<LookupCommandKind>) -> Result<(), NsqError>,
+        gate: &mut LookupGate<'_>,
     ) -> Result<Option<LookupCommand>, DecodeError> {
         if self.in_identify_body {
             let body = self.identify_body(buf)?;
