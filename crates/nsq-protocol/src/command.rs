@@ -830,3 +830,77 @@ fn id_line(buf: &mut BytesMut, prefix: &[u8], id: &MessageId) {
     buf.put_slice(id.as_bytes());
     buf.put_u8(b'\n');
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base10() {
+        assert_eq!(parse_base10(b""), Some(0));
+        assert_eq!(parse_base10(b"0042"), Some(42));
+        assert_eq!(parse_base10(b"-1"), None);
+        assert_eq!(parse_base10(b"+1"), None);
+        assert_eq!(parse_base10(b"1 "), None);
+        assert_eq!(parse_base10(b"0x10"), None);
+        assert_eq!(parse_base10(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_base10(b"18446744073709551616"), Some(0));
+    }
+
+    #[test]
+    fn encoded_bytes() {
+        let mut b = BytesMut::new();
+        let bodies = vec![Bytes::from_static(b"m1"), Bytes::from_static(b"m22")];
+        encode_command(
+            &mut b,
+            &Command::Mpub {
+                topic: "t".into(),
+                bodies,
+            },
+        );
+        let mut want = b"MPUB t\n".to_vec();
+        want.extend_from_slice(&[0, 0, 0, 17, 0, 0, 0, 2, 0, 0, 0, 2, b'm', b'1']);
+        want.extend_from_slice(&[0, 0, 0, 3, b'm', b'2', b'2']);
+        assert_eq!(&b[..], &want[..]);
+
+        let id = MessageId(*b"18acd669e6269000");
+        let mut b = BytesMut::new();
+        encode_command(&mut b, &Command::Req { id, timeout_ms: 5 });
+        encode_command(
+            &mut b,
+            &Command::Dpub {
+                topic: "t".into(),
+                defer_ms: 7,
+                body: Bytes::from_static(b"x"),
+            },
+        );
+        encode_command(
+            &mut b,
+            &Command::Sub {
+                topic: "t".into(),
+                channel: "c".into(),
+            },
+        );
+        encode_command(&mut b, &Command::Rdy { count: 3 });
+        encode_command(
+            &mut b,
+            &Command::Identify {
+                body: Bytes::from_static(b"{}"),
+            },
+        );
+        assert_eq!(
+            &b[..],
+            &b"REQ 18acd669e6269000 5\nDPUB t 7\n\0\0\0\x01xSUB t c\nRDY 3\nIDENTIFY\n\0\0\0\x02{}"
+                [..]
+        );
+    }
+
+    #[test]
+    fn clamp() {
+        assert_eq!(clamp_req_timeout(i64::MAX, 3_600_000), Duration::ZERO); // wraps negative in Go
+        assert_eq!(
+            clamp_req_timeout(3_600_001, 3_600_000),
+            Duration::from_secs(3600)
+        );
+    }
+}

@@ -63,7 +63,13 @@ pub fn put_message_header(
 }
 
 /// Appends a whole message frame.
-pub fn put_message(buf: &mut impl BufMut, timestamp_ns: i64, attempts: u16, id: &MessageId, body: &[u8]) {
+pub fn put_message(
+    buf: &mut impl BufMut,
+    timestamp_ns: i64,
+    attempts: u16,
+    id: &MessageId,
+    body: &[u8],
+) {
     put_message_header(buf, timestamp_ns, attempts, id, body.len());
     buf.put_slice(body);
 }
@@ -131,7 +137,10 @@ mod tests {
         let f = take_frame(&mut b).unwrap().unwrap();
         assert_eq!(f.frame_type, 2);
         let m = crate::message::decode(f.data).unwrap();
-        assert_eq!((m.timestamp_ns, m.attempts, m.id, &m.body[..]), (7, 1, id, &b"m1"[..]));
+        assert_eq!(
+            (m.timestamp_ns, m.attempts, m.id, &m.body[..]),
+            (7, 1, id, &b"m1"[..])
+        );
         assert!(b.is_empty());
     }
 }

@@ -17,6 +17,7 @@ pub mod message;
 pub mod names;
 pub mod quote;
 
+pub use command::{Command, CommandKind, DecodeError, Decoder, Limits};
 pub use error::{ErrorCode, NsqError};
 pub use message::{MessageId, MESSAGE_HEADER_LEN};
 

@@ -58,7 +58,13 @@ pub fn put_header(buf: &mut impl BufMut, timestamp_ns: i64, attempts: u16, id: &
 }
 
 /// Encodes a whole message payload (header + body) into `buf`.
-pub fn encode(buf: &mut impl BufMut, timestamp_ns: i64, attempts: u16, id: &MessageId, body: &[u8]) {
+pub fn encode(
+    buf: &mut impl BufMut,
+    timestamp_ns: i64,
+    attempts: u16,
+    id: &MessageId,
+    body: &[u8],
+) {
     put_header(buf, timestamp_ns, attempts, id);
     buf.put_slice(body);
 }
@@ -93,7 +99,12 @@ pub fn decode(payload: Bytes) -> Result<DecodedMessage, InvalidMessage> {
     let attempts = u16::from_be_bytes([payload[8], payload[9]]);
     let id = MessageId(payload[10..26].try_into().expect("16 bytes"));
     let body = payload.slice(MESSAGE_HEADER_LEN..);
-    Ok(DecodedMessage { timestamp_ns, attempts, id, body })
+    Ok(DecodedMessage {
+        timestamp_ns,
+        attempts,
+        id,
+        body,
+    })
 }
 
 #[cfg(test)]
@@ -102,7 +113,10 @@ mod tests {
 
     #[test]
     fn id_hex_is_big_endian_lowercase() {
-        assert_eq!(MessageId::from_u64(0x18acd669e6269000).as_bytes(), b"18acd669e6269000");
+        assert_eq!(
+            MessageId::from_u64(0x18acd669e6269000).as_bytes(),
+            b"18acd669e6269000"
+        );
         assert_eq!(MessageId::from_u64(0).as_bytes(), b"0000000000000000");
     }
 
@@ -121,6 +135,11 @@ mod tests {
 
     #[test]
     fn short_payload_is_rejected() {
-        assert_eq!(decode(Bytes::from_static(&[0; 25])).unwrap_err().to_string(), "invalid message buffer size (25)");
+        assert_eq!(
+            decode(Bytes::from_static(&[0; 25]))
+                .unwrap_err()
+                .to_string(),
+            "invalid message buffer size (25)"
+        );
     }
 }
