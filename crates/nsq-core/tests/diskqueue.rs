@@ -426,6 +426,32 @@ fn startup_check_skips_writer_past_unsynced_records() {
 }
 
 #[test]
+fn startup_check_also_skips_files_written_after_a_lost_rotation_sync() {
+    // Crash after a rotation whose metadata sync never happened: the metadata still points
+    // into file 0, but file 1 holds records too. Neither may be overwritten.
+    let dir = tempfile::tempdir().unwrap();
+    let payloads: Vec<Vec<u8>> = (0..3).map(p32).collect();
+    fs::write(
+        data_file(dir.path(), "l", 0),
+        [record(&payloads[0]), record(&payloads[1])].concat(),
+    )
+    .unwrap();
+    fs::write(data_file(dir.path(), "l", 1), record(&payloads[2])).unwrap();
+    fs::write(meta_file(dir.path(), "l"), b"1\n0,0\n0,36\n").unwrap();
+    let q = DiskQueue::open("l", opts(dir.path(), 100)).unwrap();
+    q.put(&p32(3)).unwrap();
+    assert_eq!(
+        fs::metadata(data_file(dir.path(), "l", 1)).unwrap().len(),
+        36
+    );
+    assert!(data_file(dir.path(), "l", 2).exists());
+    let mut want = payloads.clone();
+    want.push(p32(3));
+    assert_payloads(&read_all(&q), &want);
+    q.close().unwrap();
+}
+
+#[test]
 fn startup_without_metadata_does_not_overwrite_existing_data() {
     // Crash before the first metadata sync: data file 0 exists, no metadata.
     let dir = tempfile::tempdir().unwrap();

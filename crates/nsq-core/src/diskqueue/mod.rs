@@ -146,7 +146,18 @@ impl ReadSide {
             .as_ref()
             .ok_or_else(|| io::Error::other("read file not open"))?;
         let old = self.buf.len();
-        self.buf.reserve(want.max(READ_CHUNK));
+        let spare = self.buf.capacity() - old;
+        // Use up the current allocation before starting a new one.
+        let want = if spare >= missing && spare >= 4096 {
+            want.min(spare)
+        } else {
+            want
+        };
+        if spare < want {
+            // Grow by whole chunks: small tail reads then reuse the spare capacity instead of
+            // each pinning a fresh allocation (records handed out share the buffer).
+            self.buf.reserve(want.max(READ_CHUNK));
+        }
         self.buf.resize(old + want, 0);
         if let Err(e) = file.read_exact_at(&mut self.buf[old..], end as u64) {
             self.buf.truncate(old);
