@@ -217,6 +217,8 @@ impl Channel {
         durable: bool,
     ) -> Arc<Self> {
         let e2e = E2eLatency::new(&opts.e2e_percentiles, opts.e2e_window);
+        // A backlog left on disk by a previous run is older than anything new: read it first.
+        let spill = durable && backend.depth() > 0;
         Arc::new(Channel {
             topic_name: topic_name.to_string(),
             name: name.to_string(),
@@ -228,7 +230,7 @@ impl Channel {
             backend,
             state: Mutex::new(State {
                 mem: VecDeque::new(),
-                spill: false,
+                spill,
                 backend_writers: 0,
                 in_flight: FxHashMap::default(),
                 in_flight_pq: BinaryHeap::new(),

@@ -1,6 +1,7 @@
 //! The engine: the set of topics, how their backends are made, and the hooks through which the
 //! daemon hears about creations and deletions (lookupd registration, metadata writes).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::RwLock;
@@ -32,6 +33,9 @@ pub struct Engine {
     hooks: Arc<dyn Hooks>,
     /// Read-mostly: every publish looks its topic up here; writes only on create/delete.
     topics: RwLock<FxHashMap<String, Arc<Topic>>>,
+    /// Bumped on every channel creation/deletion so the queue scanner picks up new channels at
+    /// its next tick instead of waiting for its periodic refresh.
+    channels_generation: AtomicU64,
     me: Weak<Engine>,
 }
 
@@ -42,6 +46,7 @@ impl Engine {
             health: Arc::new(Health::default()),
             hooks,
             topics: RwLock::new(FxHashMap::default()),
+            channels_generation: AtomicU64::new(0),
             me: me.clone(),
         })
     }
@@ -56,6 +61,15 @@ impl Engine {
 
     pub(crate) fn hooks(&self) -> &dyn Hooks {
         &*self.hooks
+    }
+
+    /// Changes whenever a channel is created or deleted anywhere.
+    pub fn channels_generation(&self) -> u64 {
+        self.channels_generation.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn channels_changed(&self) {
+        self.channels_generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Opens the backend for a queue name (`topic` or `topic:channel`).

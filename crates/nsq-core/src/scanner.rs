@@ -4,7 +4,7 @@
 //! Every `interval` pick up to `selection_count` random channels, process them on a worker
 //! pool (`clamp(channels / 4, 1, worker_pool_max)` tasks), and loop again at once while more
 //! than `dirty_percent` of them had work. The channel list is refreshed every
-//! `refresh_interval` (so a brand-new channel waits for the next refresh, as in the reference).
+//! `refresh_interval`, and at once when channels were created or deleted since the last look.
 
 use std::sync::Arc;
 
@@ -88,6 +88,7 @@ async fn run(engine: Arc<Engine>, opts: ScanOptions, stop: Arc<Notify>) {
     let (done_tx, mut done_rx) = mpsc::channel(opts.selection_count.max(1));
     let mut pool = Pool { work_tx, work_rx: Arc::new(Mutex::new(work_rx)), done_tx, workers: 0 };
 
+    let mut generation = engine.channels_generation();
     let mut channels = engine.channels();
     pool.resize(channels.len(), opts.worker_pool_max);
     let mut work_tick = interval(opts.interval);
@@ -100,11 +101,21 @@ async fn run(engine: Arc<Engine>, opts: ScanOptions, stop: Arc<Notify>) {
         tokio::select! {
             _ = stop.notified() => break,
             _ = refresh_tick.tick() => {
+                generation = engine.channels_generation();
                 channels = engine.channels();
                 pool.resize(channels.len(), opts.worker_pool_max);
                 continue;
             }
-            _ = work_tick.tick() => {}
+            _ = work_tick.tick() => {
+                // Unlike the reference (which waits for the next refresh), pick up new
+                // channels at once so their timeouts are not late by up to 5 s.
+                let g = engine.channels_generation();
+                if g != generation {
+                    generation = g;
+                    channels = engine.channels();
+                    pool.resize(channels.len(), opts.worker_pool_max);
+                }
+            }
         }
         if channels.is_empty() {
             continue;

