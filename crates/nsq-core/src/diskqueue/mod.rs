@@ -2,7 +2,7 @@
 //! (`spec/diskqueue.md`), behind [`BackendQueue`].
 //!
 //! Files: `<name>.diskqueue.%06d.dat` data files of `[int32 BE size][payload]` records and the
-//! text metadata `<name>.diskqueue.meta.dat` (see [`meta`]). Unlike the reference there is no
+//! text metadata `<name>.diskqueue.meta.dat` (see `meta.rs`). Unlike the reference there is no
 //! I/O goroutine and no read-ahead: callers do their own I/O under short locks.
 //!
 //! Locks, always taken in this order (each is optional):
@@ -10,7 +10,7 @@
 //! 2. `reader` — the read file and its buffer; held across read I/O so the state lock is not;
 //! 3. `state` — positions, depth, the write file. A writer holds it across its single
 //!    `pwrite` so published positions always describe written bytes;
-//! 4. `pending` — the job waiting for the background [`syncer`].
+//! 4. `pending` — the job waiting for the background syncer (`syncer.rs`).
 
 mod meta;
 mod syncer;
