@@ -22,7 +22,10 @@ impl std::fmt::Display for BackendError {
         match self {
             BackendError::Exiting => f.write_str("exiting"),
             BackendError::InvalidSize { size, min, max } => {
-                write!(f, "invalid message write size ({size}) minMsgSize={min} maxMsgSize={max}")
+                write!(
+                    f,
+                    "invalid message write size ({size}) minMsgSize={min} maxMsgSize={max}"
+                )
             }
             BackendError::Io(e) => write!(f, "{e}"),
         }
@@ -52,7 +55,11 @@ pub trait BackendQueue: Send + Sync + 'static {
     /// Appends `count` records in order. `encode(i, out)` appends record `i`'s payload to
     /// `out` (the backend adds the length prefix). The whole batch costs one `write` syscall.
     /// On error nothing of the batch is counted as written.
-    fn put_batch(&self, count: usize, encode: &mut dyn FnMut(usize, &mut Vec<u8>)) -> Result<(), BackendError>;
+    fn put_batch(
+        &self,
+        count: usize,
+        encode: &mut dyn FnMut(usize, &mut Vec<u8>),
+    ) -> Result<(), BackendError>;
 
     /// Appends one record.
     fn put(&self, payload: &[u8]) -> Result<(), BackendError> {
@@ -82,7 +89,11 @@ pub trait BackendQueue: Send + Sync + 'static {
 pub struct DropSink;
 
 impl BackendQueue for DropSink {
-    fn put_batch(&self, _count: usize, _encode: &mut dyn FnMut(usize, &mut Vec<u8>)) -> Result<(), BackendError> {
+    fn put_batch(
+        &self,
+        _count: usize,
+        _encode: &mut dyn FnMut(usize, &mut Vec<u8>),
+    ) -> Result<(), BackendError> {
         Ok(())
     }
     fn read_batch(&self, _max: usize, _out: &mut Vec<Bytes>) -> usize {

@@ -130,7 +130,12 @@ impl State {
         let id = msg.id;
         // Like the reference, a duplicate ID keeps the first entry and delivery proceeds.
         if let std::collections::hash_map::Entry::Vacant(e) = self.in_flight.entry(id) {
-            e.insert(InFlight { msg, client_id, delivered_at: now, deadline });
+            e.insert(InFlight {
+                msg,
+                client_id,
+                delivered_at: now,
+                deadline,
+            });
             self.in_flight_pq.push(Reverse((deadline, id)));
         }
     }
@@ -148,7 +153,11 @@ impl State {
 
     fn compact_in_flight(&mut self) {
         if self.in_flight_pq.len() > 2 * self.in_flight.len() + 1024 {
-            let live: Vec<_> = self.in_flight.iter().map(|(id, f)| Reverse((f.deadline, *id))).collect();
+            let live: Vec<_> = self
+                .in_flight
+                .iter()
+                .map(|(id, f)| Reverse((f.deadline, *id)))
+                .collect();
             self.in_flight_pq = BinaryHeap::from(live);
         }
     }
@@ -202,7 +211,10 @@ pub struct Channel {
 
 impl std::fmt::Debug for Channel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Channel").field("topic", &self.topic_name).field("name", &self.name).finish()
+        f.debug_struct("Channel")
+            .field("topic", &self.topic_name)
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -283,7 +295,9 @@ impl Channel {
     /// Messages fanned out by the topic: counted in `message_count`; deferred ones go straight
     /// to the deferred set (the defer clock starts now), the rest are [`Channel::put`].
     pub(crate) fn receive(&self, msgs: &[Message]) -> Result<(), BackendError> {
-        self.counters.message_count.fetch_add(msgs.len() as u64, Ordering::Relaxed);
+        self.counters
+            .message_count
+            .fetch_add(msgs.len() as u64, Ordering::Relaxed);
         if msgs.iter().all(|m| m.defer.is_zero()) {
             return self.put(msgs.iter().cloned());
         }
@@ -363,7 +377,9 @@ impl Channel {
     }
 
     fn write_backend(&self, rest: Vec<Message>) -> Result<(), BackendError> {
-        let r = self.backend.put_batch(rest.len(), &mut |i, out| rest[i].encode_into(out));
+        let r = self
+            .backend
+            .put_batch(rest.len(), &mut |i, out| rest[i].encode_into(out));
         if self.durable {
             self.health.record(&r);
         }
@@ -401,7 +417,9 @@ impl Channel {
         let mut n = 0;
         let mut st = self.state.lock();
         while n < max {
-            let Some(mut m) = st.mem.pop_front() else { break };
+            let Some(mut m) = st.mem.pop_front() else {
+                break;
+            };
             if !keep(&m) {
                 continue;
             }
@@ -448,7 +466,12 @@ impl Channel {
     }
 
     /// REQ: back to the queue now (`delay` zero) or into the deferred set.
-    pub fn requeue(&self, client_id: u64, id: &MessageId, delay: Duration) -> Result<(), RequeueError> {
+    pub fn requeue(
+        &self,
+        client_id: u64,
+        id: &MessageId,
+        delay: Duration,
+    ) -> Result<(), RequeueError> {
         let mut st = self.state.lock();
         let f = st.remove_owned(client_id, id)?;
         if self.is_exiting() {
@@ -471,7 +494,12 @@ impl Channel {
     }
 
     /// TOUCH: pushes the deadline to now + `msg_timeout`, capped at delivery + max-msg-timeout.
-    pub fn touch(&self, client_id: u64, id: &MessageId, msg_timeout: Duration) -> Result<(), FinishError> {
+    pub fn touch(
+        &self,
+        client_id: u64,
+        id: &MessageId,
+        msg_timeout: Duration,
+    ) -> Result<(), FinishError> {
         let mut st = self.state.lock();
         let f = match st.in_flight.get_mut(id) {
             None => return Err(FinishError::NotInFlight),
@@ -509,7 +537,9 @@ impl Channel {
         if timed_out.is_empty() {
             return false;
         }
-        self.counters.timeout_count.fetch_add(timed_out.len() as u64, Ordering::Relaxed);
+        self.counters
+            .timeout_count
+            .fetch_add(timed_out.len() as u64, Ordering::Relaxed);
         let consumers: Vec<_> = owners
             .iter()
             .filter_map(|id| st.consumers.iter().find(|c| c.id() == *id).cloned())
@@ -654,7 +684,8 @@ impl Channel {
         let r = if msgs.is_empty() {
             Ok(())
         } else {
-            self.backend.put_batch(msgs.len(), &mut |i, out| msgs[i].encode_into(out))
+            self.backend
+                .put_batch(msgs.len(), &mut |i, out| msgs[i].encode_into(out))
         };
         if let Err(e) = &r {
             tracing::error!(channel = %self.name, "failed to flush channel to backend - {e}");
@@ -672,7 +703,12 @@ impl Channel {
     pub fn stats(&self) -> ChannelStats {
         let (mem, in_flight, deferred, consumers) = {
             let st = self.state.lock();
-            (st.mem.len(), st.in_flight.len(), st.deferred.len(), st.consumers.clone())
+            (
+                st.mem.len(),
+                st.in_flight.len(),
+                st.deferred.len(),
+                st.consumers.clone(),
+            )
         };
         let backend_depth = self.backend.depth();
         ChannelStats {
@@ -701,6 +737,11 @@ impl Channel {
 
     #[doc(hidden)]
     pub fn peek_bodies(&self) -> Vec<Bytes> {
-        self.state.lock().mem.iter().map(|m| m.body.clone()).collect()
+        self.state
+            .lock()
+            .mem
+            .iter()
+            .map(|m| m.body.clone())
+            .collect()
     }
 }

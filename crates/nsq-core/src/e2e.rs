@@ -21,7 +21,10 @@ struct Stream {
 
 impl Stream {
     fn new() -> Self {
-        Stream { samples: Vec::new(), seen: 0 }
+        Stream {
+            samples: Vec::new(),
+            seen: 0,
+        }
     }
 
     fn insert(&mut self, v: i64) {
@@ -71,7 +74,11 @@ impl E2eLatency {
                 last_switch: Instant::now(),
             })
         });
-        E2eLatency { percentiles: percentiles.to_vec(), half_window: window / 2, inner }
+        E2eLatency {
+            percentiles: percentiles.to_vec(),
+            half_window: window / 2,
+            inner,
+        }
     }
 
     pub fn enabled(&self) -> bool {
@@ -152,7 +159,10 @@ mod tests {
     #[tokio::test]
     async fn quantiles_are_samples_and_ordered() {
         let e = E2eLatency::new(&[1.0, 0.99, 0.5], Duration::from_secs(600));
-        assert_eq!(e.snapshot().unwrap().percentiles, vec![(1.0, 0.0), (0.99, 0.0), (0.5, 0.0)]);
+        assert_eq!(
+            e.snapshot().unwrap().percentiles,
+            vec![(1.0, 0.0), (0.99, 0.0), (0.5, 0.0)]
+        );
         for v in 1..=100 {
             e.record(v);
         }
@@ -168,6 +178,10 @@ mod tests {
         tokio::time::advance(Duration::from_secs(6)).await;
         assert_eq!(e.snapshot().unwrap().count, 1, "still within the window");
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert_eq!(e.snapshot().unwrap().count, 0, "aged out after a full window");
+        assert_eq!(
+            e.snapshot().unwrap().count,
+            0,
+            "aged out after a full window"
+        );
     }
 }

@@ -73,7 +73,11 @@ impl Engine {
     }
 
     /// Opens the backend for a queue name (`topic` or `topic:channel`).
-    pub(crate) fn make_backend(&self, name: &str, durable: bool) -> Result<Arc<dyn BackendQueue>, BackendError> {
+    pub(crate) fn make_backend(
+        &self,
+        name: &str,
+        durable: bool,
+    ) -> Result<Arc<dyn BackendQueue>, BackendError> {
         if !durable {
             return Ok(Arc::new(DropSink));
         }
@@ -83,7 +87,8 @@ impl Engine {
                 data_path: self.opts.data_path.clone(),
                 max_bytes_per_file: self.opts.max_bytes_per_file,
                 min_msg_size: nsq_protocol::MESSAGE_HEADER_LEN as i32,
-                max_msg_size: (self.opts.max_msg_size + nsq_protocol::MESSAGE_HEADER_LEN as i64) as i32,
+                max_msg_size: (self.opts.max_msg_size + nsq_protocol::MESSAGE_HEADER_LEN as i64)
+                    as i32,
                 sync_every: self.opts.sync_every,
                 sync_timeout: self.opts.sync_timeout,
             },
@@ -104,7 +109,13 @@ impl Engine {
             }
             let durable = !nsq_protocol::names::is_ephemeral(name);
             let backend = self.make_backend(name, durable)?;
-            let t = Topic::new(name, self.me.clone(), self.opts.clone(), self.health.clone(), backend);
+            let t = Topic::new(
+                name,
+                self.me.clone(),
+                self.opts.clone(),
+                self.health.clone(),
+                backend,
+            );
             topics.insert(name.to_string(), t.clone());
             t
         };
@@ -125,7 +136,11 @@ impl Engine {
 
     /// Every channel of every topic (the queue scanner's list).
     pub fn channels(&self) -> Vec<Arc<Channel>> {
-        self.topics.read().values().flat_map(|t| t.channels()).collect()
+        self.topics
+            .read()
+            .values()
+            .flat_map(|t| t.channels())
+            .collect()
     }
 
     /// Deletes a topic and its channels; `false` if unknown.

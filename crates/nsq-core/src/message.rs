@@ -25,7 +25,13 @@ pub struct Message {
 
 impl Message {
     pub fn new(id: MessageId, body: Bytes) -> Self {
-        Message { id, timestamp: now_nanos(), attempts: 0, body, defer: Duration::ZERO }
+        Message {
+            id,
+            timestamp: now_nanos(),
+            attempts: 0,
+            body,
+            defer: Duration::ZERO,
+        }
     }
 
     /// Length of the encoded payload (header + body).
@@ -40,14 +46,28 @@ impl Message {
 
     /// Decodes a payload read back from a backend.
     pub fn decode(payload: Bytes) -> Result<Self, InvalidMessage> {
-        let DecodedMessage { timestamp_ns, attempts, id, body } = message::decode(payload)?;
-        Ok(Message { id, timestamp: timestamp_ns, attempts, body, defer: Duration::ZERO })
+        let DecodedMessage {
+            timestamp_ns,
+            attempts,
+            id,
+            body,
+        } = message::decode(payload)?;
+        Ok(Message {
+            id,
+            timestamp: timestamp_ns,
+            attempts,
+            body,
+            defer: Duration::ZERO,
+        })
     }
 }
 
 /// Wall-clock nanoseconds since the Unix epoch.
 pub fn now_nanos() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }
 
 /// Twitter-snowflake-like epoch of the reference's GUIDs (ms-ish units of 2^20 ns).
@@ -68,7 +88,12 @@ pub struct GuidFactory {
 
 impl GuidFactory {
     pub fn new(node_id: i64) -> Self {
-        GuidFactory { node_id: node_id & ((1 << NODE_ID_BITS) - 1), sequence: 0, last_ts: -1, last_id: 0 }
+        GuidFactory {
+            node_id: node_id & ((1 << NODE_ID_BITS) - 1),
+            sequence: 0,
+            last_ts: -1,
+            last_id: 0,
+        }
     }
 
     /// Tries to make one ID at wall time `now_ns`; `None` when the clock went backwards or the
@@ -145,8 +170,14 @@ mod tests {
             assert!(id > last);
             last = id;
         }
-        assert!(g.try_new_id(now).is_none(), "4097th id in one unit must wait");
-        assert!(g.try_new_id(now - (1 << 20)).is_none(), "clock going backwards must wait");
+        assert!(
+            g.try_new_id(now).is_none(),
+            "4097th id in one unit must wait"
+        );
+        assert!(
+            g.try_new_id(now - (1 << 20)).is_none(),
+            "clock going backwards must wait"
+        );
         assert!(g.try_new_id(now + (1 << 20)).is_some());
     }
 

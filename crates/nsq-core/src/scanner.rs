@@ -86,7 +86,12 @@ impl Pool {
 async fn run(engine: Arc<Engine>, opts: ScanOptions, stop: Arc<Notify>) {
     let (work_tx, work_rx) = mpsc::channel(opts.selection_count.max(1));
     let (done_tx, mut done_rx) = mpsc::channel(opts.selection_count.max(1));
-    let mut pool = Pool { work_tx, work_rx: Arc::new(Mutex::new(work_rx)), done_tx, workers: 0 };
+    let mut pool = Pool {
+        work_tx,
+        work_rx: Arc::new(Mutex::new(work_rx)),
+        done_tx,
+        workers: 0,
+    };
 
     let mut generation = engine.channels_generation();
     let mut channels = engine.channels();

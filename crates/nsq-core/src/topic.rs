@@ -146,7 +146,13 @@ impl Topic {
             let ts = now_nanos();
             bodies
                 .into_iter()
-                .map(|body| Message { id: g.new_id(), timestamp: ts, attempts: 0, body, defer })
+                .map(|body| Message {
+                    id: g.new_id(),
+                    timestamp: ts,
+                    attempts: 0,
+                    body,
+                    defer,
+                })
                 .collect()
         };
         if msgs.is_empty() {
@@ -158,7 +164,12 @@ impl Topic {
         if self.is_exiting() {
             return Err(BackendError::Exiting);
         }
-        if !self.is_paused() && !st.fanout.is_empty() && st.mem.is_empty() && !st.spill && !st.pumping {
+        if !self.is_paused()
+            && !st.fanout.is_empty()
+            && st.mem.is_empty()
+            && !st.spill
+            && !st.pumping
+        {
             let chans = st.fanout.clone();
             drop(st);
             self.count(msgs.len(), bytes);
@@ -186,7 +197,9 @@ impl Topic {
         // Ephemeral topics silently drop overflow (success returned), as the reference.
         let mut result = Ok(());
         if to_backend {
-            result = self.backend.put_batch(rest.len(), &mut |i, out| rest[i].encode_into(out));
+            result = self
+                .backend
+                .put_batch(rest.len(), &mut |i, out| rest[i].encode_into(out));
             self.health.record(&result);
             self.state.lock().backend_writers -= 1;
         }
@@ -287,7 +300,10 @@ impl Topic {
     // ---- channels -----------------------------------------------------------------------
 
     /// Gets or creates a channel; `true` when it was created by this call.
-    pub fn get_or_create_channel(self: &Arc<Self>, name: &str) -> Result<(Arc<Channel>, bool), BackendError> {
+    pub fn get_or_create_channel(
+        self: &Arc<Self>,
+        name: &str,
+    ) -> Result<(Arc<Channel>, bool), BackendError> {
         let mut st = self.state.lock();
         if let Some(c) = st.channels.get(name) {
             return Ok((c.clone(), false));
@@ -430,7 +446,8 @@ impl Topic {
         let r = if msgs.is_empty() || self.ephemeral {
             Ok(())
         } else {
-            self.backend.put_batch(msgs.len(), &mut |i, out| msgs[i].encode_into(out))
+            self.backend
+                .put_batch(msgs.len(), &mut |i, out| msgs[i].encode_into(out))
         };
         self.backend.close()?;
         r

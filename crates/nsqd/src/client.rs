@@ -1,0 +1,264 @@
+//! One TCP client connection's shared state: identity, counters for `/stats`, the RDY window,
+//! and the wake-ups between its reader task, its writer (delivery) task and the channel.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use bytes::BytesMut;
+use nsq_core::{Channel, Consumer};
+use nsq_protocol::identify::ClientSettings;
+use parking_lot::Mutex;
+use tokio::sync::{watch, Notify};
+
+/// Connection states as `/stats` reports them.
+pub const STATE_INIT: u8 = 0;
+pub const STATE_SUBSCRIBED: u8 = 3;
+pub const STATE_CLOSING: u8 = 4;
+
+/// What IDENTIFY (and later AUTH/TLS) tell us about the client; read by `/stats`.
+#[derive(Debug, Clone, Default)]
+pub struct ClientMeta {
+    pub client_id: String,
+    pub hostname: String,
+    pub user_agent: String,
+    pub deflate: bool,
+    pub snappy: bool,
+    pub tls: bool,
+    pub tls_version: String,
+    pub tls_cipher_suite: String,
+    pub authed: bool,
+    pub auth_identity: String,
+    pub auth_identity_url: String,
+}
+
+/// A snapshot of one client for `/stats`.
+#[derive(Debug, Clone)]
+pub struct ClientStats {
+    pub meta: ClientMeta,
+    pub remote_address: String,
+    pub state: u8,
+    pub ready_count: i64,
+    pub in_flight_count: i64,
+    pub message_count: u64,
+    pub finish_count: u64,
+    pub requeue_count: u64,
+    pub connect_ts: i64,
+    pub sample_rate: i32,
+    /// Messages published per topic by this connection (PUB/MPUB/DPUB).
+    pub pub_counts: BTreeMap<String, u64>,
+}
+
+/// Shared state of one connection. The reader task owns command handling, the writer task
+/// owns the socket's write half; they meet here.
+pub struct Client {
+    pub id: u64,
+    pub remote_addr: SocketAddr,
+    pub connect_ts: i64,
+    pub meta: Mutex<ClientMeta>,
+    /// Per-connection settings (IDENTIFY); the writer reads them at each wake-up.
+    pub settings: Mutex<ClientSettings>,
+    state: AtomicU8,
+    ready_count: AtomicI64,
+    in_flight_count: AtomicI64,
+    message_count: AtomicU64,
+    finish_count: AtomicU64,
+    requeue_count: AtomicU64,
+    pub pub_counts: Mutex<BTreeMap<String, u64>>,
+    /// The channel after a successful SUB.
+    pub channel: OnceLock<Arc<Channel>>,
+    /// Frames the reader produced (responses, errors) for the writer to send, in order.
+    pub out: Mutex<BytesMut>,
+    /// Close the connection once `out` is flushed (fatal error, CLS finished, shutdown).
+    close_after_flush: AtomicBool,
+    /// Wakes the writer: responses queued, RDY / in-flight changed, settings changed, close.
+    pub wake: Notify,
+    /// Flips to true when the connection must end now; the reader selects on it.
+    closed_tx: watch::Sender<bool>,
+}
+
+impl Client {
+    pub fn new(id: u64, remote_addr: SocketAddr, settings: ClientSettings) -> Arc<Self> {
+        let ip = remote_addr.ip().to_string();
+        Arc::new(Client {
+            id,
+            remote_addr,
+            connect_ts: unix_secs(),
+            meta: Mutex::new(ClientMeta {
+                client_id: ip.clone(),
+                hostname: ip,
+                ..Default::default()
+            }),
+            settings: Mutex::new(settings),
+            state: AtomicU8::new(STATE_INIT),
+            ready_count: AtomicI64::new(0),
+            in_flight_count: AtomicI64::new(0),
+            message_count: AtomicU64::new(0),
+            finish_count: AtomicU64::new(0),
+            requeue_count: AtomicU64::new(0),
+            pub_counts: Mutex::new(BTreeMap::new()),
+            channel: OnceLock::new(),
+            out: Mutex::new(BytesMut::new()),
+            close_after_flush: AtomicBool::new(false),
+            wake: Notify::new(),
+            closed_tx: watch::channel(false).0,
+        })
+    }
+
+    pub fn state(&self) -> u8 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    pub fn set_state(&self, s: u8) {
+        self.state.store(s, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    pub fn ready_count(&self) -> i64 {
+        self.ready_count.load(Ordering::Acquire)
+    }
+
+    pub fn set_ready_count(&self, n: i64) {
+        self.ready_count.store(n, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    pub fn in_flight(&self) -> i64 {
+        self.in_flight_count.load(Ordering::Acquire)
+    }
+
+    /// The writer delivered `n` messages.
+    pub fn delivered(&self, n: usize) {
+        self.in_flight_count.fetch_add(n as i64, Ordering::AcqRel);
+        self.message_count.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// FIN succeeded.
+    pub fn finished(&self) {
+        self.finish_count.fetch_add(1, Ordering::Relaxed);
+        self.dec_in_flight();
+    }
+
+    /// REQ succeeded.
+    pub fn requeued(&self) {
+        self.requeue_count.fetch_add(1, Ordering::Relaxed);
+        self.dec_in_flight();
+    }
+
+    fn dec_in_flight(&self) {
+        // Never below zero (an empty() may have reset it meanwhile).
+        let _ = self
+            .in_flight_count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                Some((v - 1).max(0))
+            });
+        self.wake.notify_one();
+    }
+
+    /// How many more messages this connection may receive now (the RDY window), or 0.
+    pub fn window(&self) -> usize {
+        if self.state() != STATE_SUBSCRIBED {
+            return 0;
+        }
+        let rdy = self.ready_count();
+        let inf = self.in_flight();
+        if rdy <= 0 || inf >= rdy {
+            0
+        } else {
+            (rdy - inf) as usize
+        }
+    }
+
+    /// Queues a frame for the writer and wakes it.
+    pub fn send_frame(&self, f: impl FnOnce(&mut BytesMut)) {
+        f(&mut self.out.lock());
+        self.wake.notify_one();
+    }
+
+    /// Asks the writer to flush what is queued and then close the connection.
+    pub fn close_after_flush(&self) {
+        self.close_after_flush.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    pub fn closing_after_flush(&self) -> bool {
+        self.close_after_flush.load(Ordering::Acquire)
+    }
+
+    /// Ends the connection now (no further frames): channel deleted, daemon shutting down.
+    pub fn close_now(&self) {
+        self.closed_tx.send_replace(true);
+        self.close_after_flush();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        *self.closed_tx.borrow()
+    }
+
+    pub fn closed_rx(&self) -> watch::Receiver<bool> {
+        self.closed_tx.subscribe()
+    }
+
+    pub fn add_pub_count(&self, topic: &str, n: u64) {
+        let mut pc = self.pub_counts.lock();
+        match pc.get_mut(topic) {
+            Some(c) => *c += n,
+            None => {
+                pc.insert(topic.to_string(), n);
+            }
+        }
+    }
+
+    pub fn is_producer(&self) -> bool {
+        !self.pub_counts.lock().is_empty()
+    }
+
+    pub fn stats(&self) -> ClientStats {
+        ClientStats {
+            meta: self.meta.lock().clone(),
+            remote_address: self.remote_addr.to_string(),
+            state: self.state(),
+            ready_count: self.ready_count(),
+            in_flight_count: self.in_flight(),
+            message_count: self.message_count.load(Ordering::Relaxed),
+            finish_count: self.finish_count.load(Ordering::Relaxed),
+            requeue_count: self.requeue_count.load(Ordering::Relaxed),
+            connect_ts: self.connect_ts,
+            sample_rate: self.settings.lock().sample_rate,
+            pub_counts: self.pub_counts.lock().clone(),
+        }
+    }
+}
+
+impl Consumer for Client {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn on_timeout(&self) {
+        self.dec_in_flight();
+    }
+
+    fn on_empty(&self) {
+        self.in_flight_count.store(0, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    fn close(&self) {
+        self.close_now();
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Unix time in seconds.
+pub fn unix_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

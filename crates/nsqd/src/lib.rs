@@ -1,0 +1,13 @@
+//! The nsqd daemon as a library: the V2 TCP protocol ([`tcp`]), the HTTP API ([`http`]),
+//! `nsqd.dat` ([`metadata`]) and startup/shutdown ([`server`]). `apps/nsqd` only parses flags
+//! and calls [`server::start`].
+
+pub mod client;
+pub mod http;
+pub mod logging;
+pub mod metadata;
+pub mod options;
+pub mod server;
+pub mod tcp;
+
+pub use server::{start, Nsqd, NsqdHandle};

@@ -1,0 +1,452 @@
+//! The V2 TCP protocol: one reader task (commands) and one writer task (responses, message
+//! delivery, heartbeats) per connection, meeting in [`Client`].
+//!
+//! The writer batches: every wake-up it takes as many messages as the RDY window allows (up to
+//! a flush threshold) from the channel under one lock, encodes them with any queued responses
+//! into one buffer and writes it with one syscall.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use nsq_core::{FinishError, Message, SubscribeError};
+use nsq_protocol::command::{
+    clamp_req_timeout, Command, CommandKind, DecodeError, DecodeHooks, Decoder, Verdict,
+};
+use nsq_protocol::error::NsqError;
+use nsq_protocol::frame;
+use nsq_protocol::identify::{negotiate, parse_identify, IdentifyResponse};
+use nsq_protocol::names::is_ephemeral;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::time::{timeout, Instant};
+
+use crate::client::{Client, STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED};
+use crate::server::Nsqd;
+
+/// Stop taking messages into one write once this many bytes are buffered.
+const FLUSH_BYTES: usize = 256 * 1024;
+/// Messages taken from the channel per lock acquisition.
+const TAKE_CHUNK: usize = 512;
+
+/// Serves one accepted TCP connection to the end.
+pub(crate) async fn serve(nsqd: Arc<Nsqd>, mut stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let mut magic = [0u8; 4];
+    if stream.read_exact(&mut magic).await.is_err() {
+        return;
+    }
+    if &magic != nsq_protocol::MAGIC_V2 {
+        let mut b = BytesMut::new();
+        frame::put_error(&mut b, b"E_BAD_PROTOCOL");
+        let _ = stream.write_all(&b).await;
+        let _ = stream.shutdown().await;
+        return;
+    }
+    let client = nsqd.new_client(peer);
+    let (rd, wr) = stream.into_split();
+    let writer = tokio::spawn(write_loop(nsqd.clone(), client.clone(), wr));
+    read_loop(&nsqd, &client, rd).await;
+    client.close_after_flush();
+    let _ = writer.await;
+    if let Some(ch) = client.channel.get() {
+        ch.remove_consumer(client.id);
+    }
+    nsqd.remove_client(client.id);
+}
+
+/// The per-command state checks of the reference, run before any parameter validation.
+struct Gate<'a> {
+    nsqd: &'a Nsqd,
+    client: &'a Client,
+}
+
+impl DecodeHooks for Gate<'_> {
+    fn gate(&mut self, raw_name: &[u8], kind: Option<CommandKind>) -> Result<Verdict, NsqError> {
+        if self.nsqd.tcp.tls_required
+            && kind != Some(CommandKind::Identify)
+            && !self.client.meta.lock().tls
+        {
+            return Err(NsqError::tls_required(raw_name));
+        }
+        let state = self.client.state();
+        let Some(kind) = kind else {
+            return Ok(Verdict::Proceed);
+        };
+        let ok = match kind {
+            CommandKind::Identify | CommandKind::Auth => state == STATE_INIT,
+            CommandKind::Sub => {
+                if state != STATE_INIT {
+                    false
+                } else if self.client.settings.lock().heartbeat.is_none() {
+                    return Err(NsqError::sub_heartbeats_disabled());
+                } else {
+                    true
+                }
+            }
+            CommandKind::Rdy => {
+                if state == STATE_CLOSING {
+                    return Ok(Verdict::Ignore);
+                }
+                state == STATE_SUBSCRIBED
+            }
+            CommandKind::Fin | CommandKind::Req | CommandKind::Touch => {
+                state == STATE_SUBSCRIBED || state == STATE_CLOSING
+            }
+            CommandKind::Cls => state == STATE_SUBSCRIBED,
+            CommandKind::Pub | CommandKind::Mpub | CommandKind::Dpub | CommandKind::Nop => true,
+        };
+        if ok {
+            Ok(Verdict::Proceed)
+        } else {
+            Err(NsqError::cannot_in_current_state(kind.name()))
+        }
+    }
+
+    fn mpub_topic(&mut self, topic: &str) -> Result<(), NsqError> {
+        // The reference creates the topic before reading the MPUB body.
+        self.nsqd
+            .engine
+            .get_or_create_topic(topic)
+            .map(|_| ())
+            .map_err(|e| NsqError::mpub_failed(&e.to_string()))
+    }
+}
+
+async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: OwnedReadHalf) {
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let mut decoder = Decoder::new(nsqd.tcp.limits);
+    let mut closed = client.closed_rx();
+    loop {
+        loop {
+            let decoded = decoder.decode_with(&mut buf, &mut Gate { nsqd, client });
+            match decoded {
+                Ok(Some(cmd)) => {
+                    if let Err(e) = exec(nsqd, client, cmd).await {
+                        let fatal = e.fatal();
+                        send_error(client, &e);
+                        if fatal {
+                            client.close_after_flush();
+                            return;
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(DecodeError::LineTooLong) => {
+                    client.close_now();
+                    return;
+                }
+                Err(DecodeError::Fatal(e)) => {
+                    send_error(client, &e);
+                    client.close_after_flush();
+                    return;
+                }
+            }
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(16 * 1024);
+        }
+        let deadline = client.settings.lock().heartbeat.map(|h| h * 2);
+        let read = async {
+            match deadline {
+                Some(d) => timeout(d, rd.read_buf(&mut buf)).await.ok(),
+                None => Some(rd.read_buf(&mut buf).await),
+            }
+        };
+        tokio::select! {
+            r = read => match r {
+                // Read deadline passed: close without an error frame.
+                None => { client.close_now(); return; }
+                Some(Ok(0)) | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            },
+            _ = closed.wait_for(|c| *c) => return,
+        }
+    }
+}
+
+fn send_error(client: &Client, e: &NsqError) {
+    let data = e.to_frame_data();
+    client.send_frame(|b| frame::put_error(b, &data));
+}
+
+fn send_response(client: &Client, data: &[u8]) {
+    client.send_frame(|b| frame::put_response(b, data));
+}
+
+/// Runs one decoded command. `Err` is the error frame to send (fatal or not, per its code).
+async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<(), NsqError> {
+    match cmd {
+        Command::Nop => Ok(()),
+        Command::Fin { id } => {
+            let ch = client.channel.get().expect("FIN allowed only after SUB");
+            match ch.finish(client.id, &id) {
+                Ok(()) => {
+                    client.finished();
+                    Ok(())
+                }
+                Err(e) => Err(NsqError::fin_failed(&id, &e.to_string())),
+            }
+        }
+        Command::Rdy { count } => {
+            client.set_ready_count(count);
+            Ok(())
+        }
+        Command::Req { id, timeout_ms } => {
+            let ch = client.channel.get().expect("REQ allowed only after SUB");
+            let delay = clamp_req_timeout(timeout_ms, nsqd.tcp.limits.max_req_timeout_ms);
+            match ch.requeue(client.id, &id, delay) {
+                Ok(()) => {
+                    client.requeued();
+                    Ok(())
+                }
+                Err(e) => Err(NsqError::req_failed(&id, &e.to_string())),
+            }
+        }
+        Command::Touch { id } => {
+            let ch = client.channel.get().expect("TOUCH allowed only after SUB");
+            let msg_timeout = client.settings.lock().msg_timeout;
+            ch.touch(client.id, &id, msg_timeout)
+                .map_err(|e: FinishError| NsqError::touch_failed(&id, &e.to_string()))
+        }
+        Command::Pub { topic, body } => {
+            let t = nsqd
+                .topic(&topic)
+                .await
+                .map_err(|e| NsqError::pub_failed(&e.to_string()))?;
+            t.put(body, Duration::ZERO)
+                .map_err(|e| NsqError::pub_failed(&e.to_string()))?;
+            client.add_pub_count(&topic, 1);
+            send_response(client, frame::OK);
+            Ok(())
+        }
+        Command::Mpub { topic, bodies } => {
+            let n = bodies.len() as u64;
+            let t = nsqd
+                .topic(&topic)
+                .await
+                .map_err(|e| NsqError::mpub_failed(&e.to_string()))?;
+            t.put_many(bodies, Duration::ZERO)
+                .map_err(|e| NsqError::mpub_failed(&e.to_string()))?;
+            client.add_pub_count(&topic, n);
+            send_response(client, frame::OK);
+            Ok(())
+        }
+        Command::Dpub {
+            topic,
+            defer_ms,
+            body,
+        } => {
+            let t = nsqd
+                .topic(&topic)
+                .await
+                .map_err(|e| NsqError::dpub_failed(&e.to_string()))?;
+            let defer = Duration::from_millis(defer_ms.max(0) as u64);
+            t.put(body, defer)
+                .map_err(|e| NsqError::dpub_failed(&e.to_string()))?;
+            client.add_pub_count(&topic, 1);
+            send_response(client, frame::OK);
+            Ok(())
+        }
+        Command::Sub { topic, channel } => sub(nsqd, client, &topic, &channel).await,
+        Command::Cls => {
+            client.set_ready_count(0);
+            client.set_state(STATE_CLOSING);
+            send_response(client, frame::CLOSE_WAIT);
+            Ok(())
+        }
+        Command::Identify { body } => identify(nsqd, client, &body),
+        Command::Auth { .. } => {
+            if client.meta.lock().authed {
+                return Err(NsqError::auth_already_set());
+            }
+            Err(NsqError::auth_disabled())
+        }
+    }
+}
+
+fn identify(nsqd: &Nsqd, client: &Client, body: &[u8]) -> Result<(), NsqError> {
+    let req = parse_identify(body)?;
+    {
+        let mut meta = client.meta.lock();
+        meta.client_id = req.client_id.clone();
+        meta.hostname = req.hostname.clone();
+        meta.user_agent = req.user_agent.clone();
+    }
+    let settings = req.validate(&nsqd.tcp.identify_limits)?;
+    *client.settings.lock() = settings;
+    client.wake.notify_one();
+    if !req.feature_negotiation {
+        send_response(client, frame::OK);
+        return Ok(());
+    }
+    let negotiated = negotiate(&req, &nsqd.tcp.features)?;
+    let resp = IdentifyResponse::new(
+        nsqd.tcp.limits.max_rdy_count,
+        nsqd.tcp.identify_limits.max_msg_timeout_ms,
+        &settings,
+        &negotiated,
+        nsqd.tcp.features.max_deflate_level,
+        nsqd.tcp.auth_required,
+    );
+    send_response(client, &resp.to_json());
+    Ok(())
+}
+
+async fn sub(
+    nsqd: &Arc<Nsqd>,
+    client: &Arc<Client>,
+    topic: &str,
+    channel: &str,
+) -> Result<(), NsqError> {
+    let ephemeral = is_ephemeral(topic) || is_ephemeral(channel);
+    for attempt in 0..2 {
+        let t = nsqd
+            .topic(topic)
+            .await
+            .map_err(|_| NsqError::sub_failed_exiting())?;
+        let ch = match t.get_or_create_channel(channel) {
+            Ok((ch, _)) => ch,
+            Err(_) if ephemeral && attempt == 0 => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            Err(_) if ephemeral => return Err(NsqError::sub_failed_deleted()),
+            Err(_) => return Err(NsqError::sub_failed_exiting()),
+        };
+        match ch.add_consumer(client.clone()) {
+            Ok(()) => {
+                let _ = client.channel.set(ch);
+                client.set_state(STATE_SUBSCRIBED);
+                send_response(client, frame::OK);
+                return Ok(());
+            }
+            Err(SubscribeError::TooManyConsumers(n)) => {
+                return Err(NsqError::sub_consumer_limit(topic, channel, n as i64));
+            }
+            Err(SubscribeError::Exiting) if ephemeral && attempt == 0 => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(SubscribeError::Exiting) if ephemeral => return Err(NsqError::sub_failed_deleted()),
+            Err(SubscribeError::Exiting) => return Err(NsqError::sub_failed_exiting()),
+        }
+    }
+    Err(NsqError::sub_failed_deleted())
+}
+
+async fn write_loop(nsqd: Arc<Nsqd>, client: Arc<Client>, mut wr: OwnedWriteHalf) {
+    let _ = nsqd;
+    let mut out = BytesMut::with_capacity(64 * 1024);
+    let mut msgs: Vec<Message> = Vec::with_capacity(TAKE_CHUNK);
+    let mut hb_every = client.settings.lock().heartbeat;
+    let mut hb_next = hb_every.map(|h| Instant::now() + h);
+    loop {
+        let chan = client.channel.get().cloned();
+        let mut chan_wait = chan.as_ref().map(|c| Box::pin(c.notified()));
+        if let Some(w) = chan_wait.as_mut() {
+            w.as_mut().enable();
+        }
+
+        // Responses the reader queued, in order.
+        {
+            let mut o = client.out.lock();
+            if !o.is_empty() {
+                if out.is_empty() {
+                    std::mem::swap(&mut out, &mut *o);
+                } else {
+                    out.extend_from_slice(&o);
+                    o.clear();
+                }
+            }
+        }
+        let closing = client.closing_after_flush();
+
+        // Messages, as many as the RDY window allows.
+        let mut full = false;
+        if let (Some(ch), false) = (&chan, closing) {
+            let (msg_timeout, sample_rate) = {
+                let s = client.settings.lock();
+                (s.msg_timeout, s.sample_rate)
+            };
+            loop {
+                let window = client.window();
+                if window == 0 {
+                    break;
+                }
+                if out.len() >= FLUSH_BYTES {
+                    full = true;
+                    break;
+                }
+                msgs.clear();
+                let n = ch.take(
+                    client.id,
+                    window.min(TAKE_CHUNK),
+                    msg_timeout,
+                    sample_rate,
+                    &mut msgs,
+                );
+                if n == 0 {
+                    break;
+                }
+                client.delivered(n);
+                for m in &msgs {
+                    frame::put_message(&mut out, m.timestamp, m.attempts, &m.id, &m.body);
+                }
+            }
+            msgs.clear();
+        }
+
+        if !out.is_empty() {
+            let write = wr.write_all(&out);
+            let ok = match hb_every {
+                Some(h) => matches!(timeout(h, write).await, Ok(Ok(()))),
+                None => write.await.is_ok(),
+            };
+            if !ok {
+                break;
+            }
+            out.clear();
+            if out.capacity() > 4 * FLUSH_BYTES {
+                out = BytesMut::with_capacity(64 * 1024);
+            }
+        }
+        if closing || client.is_closed() {
+            break;
+        }
+        if full {
+            continue;
+        }
+
+        // Heartbeat settings may have changed (IDENTIFY).
+        let hb_now = client.settings.lock().heartbeat;
+        if hb_now != hb_every {
+            hb_every = hb_now;
+            hb_next = hb_every.map(|h| Instant::now() + h);
+        }
+        let eligible = client.window() > 0;
+        let hb_sleep = async {
+            match hb_next {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let chan_ready = async {
+            match (chan_wait.as_mut(), eligible) {
+                (Some(w), true) => w.await,
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = client.wake.notified() => {}
+            _ = chan_ready => {}
+            _ = hb_sleep => {
+                frame::put_response(&mut out, frame::HEARTBEAT);
+                hb_next = hb_every.map(|h| Instant::now() + h);
+            }
+        }
+    }
+    let _ = wr.shutdown().await;
+    client.close_now();
+}

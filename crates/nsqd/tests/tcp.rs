@@ -1,0 +1,489 @@
+//! In-process V2 protocol tests: the daemon on 127.0.0.1:0, raw bytes in, exact bytes out.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use nsq_protocol::frame::{take_frame, Frame};
+use nsqd::options::{parse_args, ParseOutcome};
+use nsqd::NsqdHandle;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn start_with(extra: &[&str]) -> (NsqdHandle, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "nsqd".to_string(),
+        "--tcp-address=127.0.0.1:0".to_string(),
+        "--http-address=127.0.0.1:0".to_string(),
+        format!("--data-path={}", dir.path().display()),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let ParseOutcome::Run(opts) = parse_args(args).unwrap() else {
+        panic!("not a run")
+    };
+    let h = nsqd::start(opts).await.unwrap();
+    (h, dir)
+}
+
+async fn start() -> (NsqdHandle, tempfile::TempDir) {
+    start_with(&[]).await
+}
+
+struct Conn {
+    s: TcpStream,
+    buf: BytesMut,
+}
+
+impl Conn {
+    async fn open(h: &NsqdHandle) -> Conn {
+        let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
+        s.write_all(b"  V2").await.unwrap();
+        Conn {
+            s,
+            buf: BytesMut::new(),
+        }
+    }
+
+    async fn send(&mut self, b: &[u8]) {
+        self.s.write_all(b).await.unwrap();
+    }
+
+    /// Next frame that is not a heartbeat; None if the connection closed.
+    async fn frame(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(f) = take_frame(&mut self.buf).unwrap() {
+                if f.frame_type == 0 && &f.data[..] == b"_heartbeat_" {
+                    continue;
+                }
+                return Some(f);
+            }
+            let n = tokio::time::timeout(Duration::from_secs(10), self.s.read_buf(&mut self.buf))
+                .await
+                .expect("frame within 10s")
+                .unwrap_or(0);
+            if n == 0 {
+                return None;
+            }
+        }
+    }
+
+    async fn expect_response(&mut self, data: &[u8]) {
+        let f = self.frame().await.expect("a frame");
+        assert_eq!(
+            (f.frame_type, String::from_utf8_lossy(&f.data).to_string()),
+            (0, String::from_utf8_lossy(data).to_string())
+        );
+    }
+
+    async fn expect_error(&mut self, text: &str) {
+        let f = self.frame().await.expect("an error frame");
+        assert_eq!(
+            (f.frame_type, String::from_utf8_lossy(&f.data).to_string()),
+            (1, text.to_string())
+        );
+    }
+
+    /// Fatal errors close the connection after the frame.
+    async fn expect_fatal(&mut self, text: &str) {
+        self.expect_error(text).await;
+        assert!(
+            self.frame().await.is_none(),
+            "connection must close after {text}"
+        );
+    }
+
+    async fn expect_closed(&mut self) {
+        assert!(self.frame().await.is_none(), "connection must be closed");
+    }
+
+    async fn message(&mut self) -> nsq_protocol::message::DecodedMessage {
+        let f = self.frame().await.expect("a message frame");
+        assert_eq!(f.frame_type, 2, "expected message, got {:?}", f);
+        nsq_protocol::message::decode(f.data).unwrap()
+    }
+}
+
+fn pub_cmd(topic: &str, body: &[u8]) -> Vec<u8> {
+    let mut v = format!("PUB {topic}\n").into_bytes();
+    v.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+fn sized(cmd: &str, body: &[u8]) -> Vec<u8> {
+    let mut v = cmd.as_bytes().to_vec();
+    v.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+#[tokio::test]
+async fn bad_magic_gets_e_bad_protocol_bytes() {
+    let (h, _d) = start().await;
+    let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
+    s.write_all(b"  V1").await.unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"\x00\x00\x00\x12\x00\x00\x00\x01E_BAD_PROTOCOL");
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn pub_ok_exact_bytes() {
+    let (h, _d) = start().await;
+    let mut c = Conn::open(&h).await;
+    c.send(b"PUB t\n\0\0\0\x05hello").await;
+    let mut got = [0u8; 10];
+    c.s.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"\x00\x00\x00\x06\x00\x00\x00\x00OK");
+    assert_eq!(h.nsqd.engine.get_topic("t").unwrap().depth(), 1);
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn invalid_commands_are_fatal() {
+    let (h, _d) = start().await;
+    for (line, err) in [
+        (&b"FOO\n"[..], "E_INVALID invalid command FOO"),
+        (b"pub t\n", "E_INVALID invalid command pub"),
+        (b"\n", "E_INVALID invalid command "),
+        (b"PUB  t\n", "E_BAD_TOPIC PUB topic name \"\" is not valid"),
+        (b"PUB\n", "E_INVALID PUB insufficient number of parameters"),
+        (b"RDY 1\n", "E_INVALID cannot RDY in current state"),
+        (
+            b"FIN 0123456789abcdef\n",
+            "E_INVALID cannot FIN in current state",
+        ),
+        (b"CLS\n", "E_INVALID cannot CLS in current state"),
+        (
+            b"SUB t\n",
+            "E_INVALID SUB insufficient number of parameters",
+        ),
+        (
+            b"SUB t a#b\n",
+            "E_BAD_CHANNEL SUB channel name \"a#b\" is not valid",
+        ),
+        (
+            b"DPUB t 3600001\n",
+            "E_INVALID DPUB timeout 3600001 out of range 0-3600000",
+        ),
+        (b"DPUB t -1\n", "E_INVALID DPUB could not parse timeout -1"),
+    ] {
+        let mut c = Conn::open(&h).await;
+        c.send(line).await;
+        c.expect_fatal(err).await;
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn body_size_errors() {
+    let (h, _d) = start().await;
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (
+            b"PUB t\n\0\0\0\0".to_vec(),
+            "E_BAD_MESSAGE PUB invalid message body size 0",
+        ),
+        (
+            b"PUB t\n\xff\xff\xff\xff".to_vec(),
+            "E_BAD_MESSAGE PUB invalid message body size -1",
+        ),
+        (
+            b"PUB t\n\x00\x10\x00\x01".to_vec(),
+            "E_BAD_MESSAGE PUB message too big 1048577 > 1048576",
+        ),
+        (
+            b"MPUB t\n\0\0\0\x04\0\0\0\0".to_vec(),
+            "E_BAD_BODY MPUB invalid message count 0",
+        ),
+        (
+            b"MPUB t\n\x00\x50\x00\x01".to_vec(),
+            "E_BAD_BODY MPUB body too big 5242881 > 5242880",
+        ),
+        (
+            b"MPUB a/b\n".to_vec(),
+            "E_BAD_TOPIC E_BAD_TOPIC MPUB topic name \"a/b\" is not valid",
+        ),
+        (
+            b"IDENTIFY\n\0\0\0\0".to_vec(),
+            "E_BAD_BODY IDENTIFY invalid body size 0",
+        ),
+        (
+            sized("IDENTIFY\n", b"not json"),
+            "E_BAD_BODY IDENTIFY failed to decode JSON body",
+        ),
+        (
+            sized("IDENTIFY\n", br#"{"heartbeat_interval":999}"#),
+            "E_BAD_BODY IDENTIFY heartbeat interval (999) is invalid",
+        ),
+        (
+            sized("IDENTIFY\n", br#"{"sample_rate":100}"#),
+            "E_BAD_BODY IDENTIFY sample rate (100) is invalid",
+        ),
+        (sized("AUTH\n", b"secret"), "E_AUTH_DISABLED AUTH disabled"),
+    ];
+    for (bytes, err) in cases {
+        let mut c = Conn::open(&h).await;
+        c.send(&bytes).await;
+        c.expect_fatal(err).await;
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn line_too_long_closes_without_frame() {
+    let (h, _d) = start().await;
+    let mut c = Conn::open(&h).await;
+    let mut line = vec![b'N'; 16385];
+    line[16384] = b'\n';
+    c.send(&line).await;
+    c.expect_closed().await;
+    // 16384 bytes including the newline is still a line: an unknown command.
+    let mut c = Conn::open(&h).await;
+    let mut line = vec![b'N'; 16384];
+    line[16383] = b'\n';
+    c.send(&line).await;
+    let f = c.frame().await.unwrap();
+    assert_eq!(f.frame_type, 1);
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn identify_feature_negotiation_json() {
+    let (h, _d) = start().await;
+    let mut c = Conn::open(&h).await;
+    c.send(&sized(
+        "IDENTIFY\n",
+        br#"{"feature_negotiation":true,"client_id":"x","unknown_key":1}"#,
+    ))
+    .await;
+    c.expect_response(br#"{"max_rdy_count":2500,"version":"1.3.0","max_msg_timeout":900000,"msg_timeout":60000,"tls_v1":false,"deflate":false,"deflate_level":6,"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,"output_buffer_size":16384,"output_buffer_timeout":250}"#).await;
+    c.send(&sized("IDENTIFY\n", br#"{}"#)).await;
+    c.expect_response(b"OK").await;
+    c.send(b"SUB t c\n").await;
+    c.expect_response(b"OK").await;
+    c.send(&sized("IDENTIFY\n", br#"{}"#)).await;
+    c.expect_fatal("E_INVALID cannot IDENTIFY in current state")
+        .await;
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn rdy_window_fin_req_touch() {
+    let (h, _d) = start().await;
+    let mut p = Conn::open(&h).await;
+    let mut sub = Conn::open(&h).await;
+    sub.send(b"SUB t c\n").await;
+    sub.expect_response(b"OK").await;
+    for i in 0..5 {
+        p.send(&pub_cmd("t", format!("m{i}").as_bytes())).await;
+        p.expect_response(b"OK").await;
+    }
+    sub.send(b"RDY 3\n").await;
+    let m1 = sub.message().await;
+    let m2 = sub.message().await;
+    let m3 = sub.message().await;
+    assert_eq!((m1.attempts, &m1.body[..]), (1, &b"m0"[..]));
+    assert_eq!(&m2.body[..], b"m1");
+    assert_eq!(&m3.body[..], b"m2");
+    let ch = h
+        .nsqd
+        .engine
+        .get_topic("t")
+        .unwrap()
+        .get_channel("c")
+        .unwrap();
+    assert_eq!(ch.stats().in_flight_count, 3);
+
+    // Lower the window; FINs below it deliver nothing until in-flight < RDY.
+    sub.send(b"RDY 1\n").await;
+    sub.send(format!("FIN {}\nFIN {}\n", m1.id, m2.id).as_bytes())
+        .await;
+    sub.send(format!("TOUCH {}\n", m3.id).as_bytes()).await;
+    // Unknown ID: non-fatal error, connection stays.
+    sub.send(b"FIN 0000000000000000\n").await;
+    sub.expect_error("E_FIN_FAILED FIN 0000000000000000 failed ID not in flight")
+        .await;
+    // REQ 0 puts it at the tail: m3 and m4 come first, then it again with attempts 2.
+    sub.send(format!("REQ {} 0\n", m3.id).as_bytes()).await;
+    let m4 = sub.message().await;
+    assert_eq!((&m4.body[..], m4.attempts), (&b"m3"[..], 1));
+    sub.send(format!("FIN {}\nFIN {}\n", m4.id, m4.id).as_bytes())
+        .await;
+    // The error and the next message race (separate reader and delivery loops).
+    let (a, b) = (sub.frame().await.unwrap(), sub.frame().await.unwrap());
+    let (err, msg) = if a.frame_type == 1 { (a, b) } else { (b, a) };
+    assert_eq!(
+        String::from_utf8_lossy(&err.data),
+        format!("E_FIN_FAILED FIN {} failed ID not in flight", m4.id)
+    );
+    let m5 = nsq_protocol::message::decode(msg.data).unwrap();
+    assert_eq!(&m5.body[..], b"m4");
+    sub.send(format!("FIN {}\n", m5.id).as_bytes()).await;
+    let again = sub.message().await;
+    assert_eq!(
+        (again.id, again.attempts, &again.body[..]),
+        (m3.id, 2, &b"m2"[..])
+    );
+    let m5 = again;
+
+    // Another connection cannot FIN it.
+    let mut other = Conn::open(&h).await;
+    other.send(b"SUB t c\n").await;
+    other.expect_response(b"OK").await;
+    other.send(format!("FIN {}\n", m5.id).as_bytes()).await;
+    other
+        .expect_error(&format!(
+            "E_FIN_FAILED FIN {} failed client does not own message",
+            m5.id
+        ))
+        .await;
+    other.send(format!("REQ {} 0\n", m5.id).as_bytes()).await;
+    other
+        .expect_error(&format!(
+            "E_REQ_FAILED REQ {} failed client does not own message",
+            m5.id
+        ))
+        .await;
+    other.send(format!("TOUCH {}\n", m5.id).as_bytes()).await;
+    other
+        .expect_error(&format!(
+            "E_TOUCH_FAILED TOUCH {} failed client does not own message",
+            m5.id
+        ))
+        .await;
+
+    // Bad ID length and RDY range are fatal.
+    sub.send(b"RDY 2501\n").await;
+    sub.expect_fatal("E_INVALID RDY count 2501 out of range 0-2500")
+        .await;
+    other.send(b"FIN 123\n").await;
+    other.expect_fatal("E_INVALID invalid message ID").await;
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn cls_then_closing_state_rules() {
+    let (h, _d) = start().await;
+    let mut c = Conn::open(&h).await;
+    c.send(b"SUB t c\nCLS\n").await;
+    c.expect_response(b"OK").await;
+    c.expect_response(b"CLOSE_WAIT").await;
+    // RDY is silently ignored in CLOSING, PUB still works.
+    c.send(b"RDY 10\n").await;
+    c.send(&pub_cmd("t", b"x")).await;
+    c.expect_response(b"OK").await;
+    c.send(b"CLS\n").await;
+    c.expect_fatal("E_INVALID cannot CLS in current state")
+        .await;
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn mpub_parses_by_count_and_dpub_defers() {
+    let (h, _d) = start().await;
+    let mut c = Conn::open(&h).await;
+    // Declared total 100 but only 14 real bytes, followed by a PUB: two OKs.
+    let mut b = b"MPUB t\n\x00\x00\x00\x64\x00\x00\x00\x01\x00\x00\x00\x06hello1".to_vec();
+    b.extend(pub_cmd("t", b"after"));
+    c.send(&b).await;
+    c.expect_response(b"OK").await;
+    c.expect_response(b"OK").await;
+    assert_eq!(h.nsqd.engine.get_topic("t").unwrap().depth(), 2);
+    let mut sub = Conn::open(&h).await;
+    sub.send(b"SUB d c\n").await;
+    sub.expect_response(b"OK").await;
+    c.send(&sized("DPUB d 60000\n", b"later")).await;
+    c.expect_response(b"OK").await;
+    let ch = h
+        .nsqd
+        .engine
+        .get_topic("d")
+        .unwrap()
+        .get_channel("c")
+        .unwrap();
+    assert_eq!(ch.stats().deferred_count, 1);
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn sub_consumer_limit() {
+    let (h, _d) = start_with(&["--max-channel-consumers=1"]).await;
+    let mut a = Conn::open(&h).await;
+    a.send(b"SUB t c\n").await;
+    a.expect_response(b"OK").await;
+    let mut b = Conn::open(&h).await;
+    b.send(b"SUB t c\n").await;
+    b.expect_fatal("E_SUB_FAILED SUB failed consumers for t:c exceeds limit of 1")
+        .await;
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn heartbeat_then_close_when_silent() {
+    let (h, _d) = start().await;
+    let mut c = Conn::open(&h).await;
+    c.send(&sized("IDENTIFY\n", br#"{"heartbeat_interval":1000}"#))
+        .await;
+    c.expect_response(b"OK").await;
+    let start = std::time::Instant::now();
+    // Raw read: the first frame after ~1 s is a heartbeat.
+    let mut buf = BytesMut::new();
+    let f = loop {
+        if let Some(f) = take_frame(&mut buf).unwrap() {
+            break f;
+        }
+        assert!(c.s.read_buf(&mut buf).await.unwrap() > 0);
+    };
+    assert_eq!(&f.data[..], b"_heartbeat_");
+    // Never answering: the server closes after ~2 heartbeats.
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), c.s.read_to_end(&mut rest))
+        .await
+        .expect("closed");
+    assert!(start.elapsed() >= Duration::from_millis(1500));
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn msg_timeout_requeues() {
+    let (h, _d) = start().await;
+    let mut p = Conn::open(&h).await;
+    let mut c = Conn::open(&h).await;
+    c.send(&sized("IDENTIFY\n", br#"{"msg_timeout":1000}"#))
+        .await;
+    c.expect_response(b"OK").await;
+    c.send(b"SUB t c\nRDY 1\n").await;
+    c.expect_response(b"OK").await;
+    p.send(&pub_cmd("t", b"x")).await;
+    p.expect_response(b"OK").await;
+    let m = c.message().await;
+    assert_eq!(m.attempts, 1);
+    let again = c.message().await;
+    assert_eq!((again.id, again.attempts), (m.id, 2));
+    let ch = h
+        .nsqd
+        .engine
+        .get_topic("t")
+        .unwrap()
+        .get_channel("c")
+        .unwrap();
+    assert_eq!(ch.stats().timeout_count, 1);
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn fatal_error_does_not_disturb_other_clients() {
+    let (h, _d) = start().await;
+    let mut sub = Conn::open(&h).await;
+    sub.send(b"SUB t c\nRDY 100\n").await;
+    sub.expect_response(b"OK").await;
+    let mut bad = Conn::open(&h).await;
+    bad.send(b"\xff\xfe garbage\n").await;
+    assert_eq!(bad.frame().await.unwrap().frame_type, 1);
+    let mut p = Conn::open(&h).await;
+    p.send(&pub_cmd("t", b"still")).await;
+    p.expect_response(b"OK").await;
+    assert_eq!(&sub.message().await.body[..], b"still");
+    h.shutdown().await;
+}
