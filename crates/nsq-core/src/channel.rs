@@ -587,13 +587,14 @@ impl Channel {
         if self.is_exiting() {
             return Err(SubscribeError::Exiting);
         }
+        if st.consumers.iter().any(|x| x.id() == c.id()) {
+            return Ok(());
+        }
         let max = self.opts.max_channel_consumers;
         if max > 0 && st.consumers.len() >= max {
             return Err(SubscribeError::TooManyConsumers(max));
         }
-        if !st.consumers.iter().any(|x| x.id() == c.id()) {
-            st.consumers.push(c);
-        }
+        st.consumers.push(c);
         Ok(())
     }
 

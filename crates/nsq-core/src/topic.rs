@@ -12,7 +12,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use crate::backend::{BackendError, BackendQueue};
 use crate::channel::Channel;
@@ -64,9 +64,10 @@ pub struct Topic {
     message_bytes: AtomicU64,
     paused: AtomicBool,
     exiting: AtomicBool,
-    /// Held by the pump while a batch is out of the queues; close/delete take it so no batch
-    /// is in flight between topic and channels when the channels close.
-    pump_lock: Mutex<()>,
+    /// Read-held by the pump and by direct fan-out while a batch is between the topic and its
+    /// channels; close/delete/empty write-lock it, so no acknowledged batch is half delivered
+    /// when the channels close.
+    pump_lock: RwLock<()>,
 }
 
 impl std::fmt::Debug for Topic {
@@ -105,7 +106,7 @@ impl Topic {
             message_bytes: AtomicU64::new(0),
             paused: AtomicBool::new(false),
             exiting: AtomicBool::new(false),
-            pump_lock: Mutex::new(()),
+            pump_lock: RwLock::new(()),
         })
     }
 
@@ -160,6 +161,7 @@ impl Topic {
         }
         let bytes: u64 = msgs.iter().map(|m| m.body.len() as u64).sum();
 
+        let _fanout_guard = self.pump_lock.read();
         let mut st = self.state.lock();
         if self.is_exiting() {
             return Err(BackendError::Exiting);
@@ -194,6 +196,7 @@ impl Topic {
             st.backend_writers += 1;
         }
         drop(st);
+        drop(_fanout_guard);
         // Ephemeral topics silently drop overflow (success returned), as the reference.
         let mut result = Ok(());
         if to_backend {
@@ -255,7 +258,7 @@ impl Topic {
     /// Moves one batch from the topic queues to every channel; false when the pump should stop
     /// (in which case `pumping` has been cleared).
     fn pump_batch(&self) -> bool {
-        let _guard = self.pump_lock.lock();
+        let _guard = self.pump_lock.read();
         let mut st = self.state.lock();
         if self.is_paused() || self.is_exiting() || st.fanout.is_empty() {
             st.pumping = false;
@@ -390,7 +393,7 @@ impl Topic {
 
     /// Discards the topic's own queue (channels keep theirs).
     pub fn empty(&self) -> Result<(), BackendError> {
-        let _guard = self.pump_lock.lock();
+        let _guard = self.pump_lock.write();
         {
             let mut st = self.state.lock();
             st.mem.clear();
@@ -402,7 +405,7 @@ impl Topic {
     /// Deletion: refuse puts, delete every channel, discard the queue and its files.
     pub(crate) fn delete(&self) {
         self.exiting.store(true, Ordering::Release);
-        let _guard = self.pump_lock.lock();
+        let _guard = self.pump_lock.write();
         let channels: Vec<Arc<Channel>> = {
             let mut st = self.state.lock();
             st.fanout = Arc::from(Vec::new());
@@ -432,7 +435,7 @@ impl Topic {
     /// queue to its backend and close it.
     pub(crate) fn close(&self) -> Result<(), BackendError> {
         self.exiting.store(true, Ordering::Release);
-        let _guard = self.pump_lock.lock();
+        let _guard = self.pump_lock.write();
         let (channels, msgs) = {
             let mut st = self.state.lock();
             let msgs: Vec<Message> = st.mem.drain(..).collect();
