@@ -1,0 +1,582 @@
+//! `GET /stats`: the reference's `GetStats` snapshot (topic/channel filters, clients,
+//! producers, the single-entry `pub_counts` quirk), its JSON shape (field order, `null` vs
+//! `[]`, omitted fields) and the `printStats` text layout, plus Go's duration notation.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use nsq_core::e2e::{quantiles, E2eSnapshot};
+use nsq_core::{Channel, Topic};
+use serde::Serialize;
+
+use crate::client::{Client, ClientStats};
+use crate::server::Nsqd;
+
+/// What the query string asks for.
+pub(crate) struct StatsQuery<'a> {
+    /// `""` = every topic.
+    pub(crate) topic: &'a str,
+    /// `""` = every channel.
+    pub(crate) channel: &'a str,
+    pub(crate) include_clients: bool,
+    pub(crate) include_mem: bool,
+}
+
+/// The top-level `/stats?format=json` object.
+#[derive(Serialize)]
+pub(crate) struct StatsJson {
+    version: &'static str,
+    health: String,
+    start_time: i64,
+    /// `null` when the `topic` filter names an unknown topic.
+    topics: Option<Vec<TopicJson>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory: Option<MemStats>,
+    /// `null` when there are no producers or clients are excluded.
+    producers: Option<Vec<ClientJson>>,
+}
+
+#[derive(Serialize)]
+struct TopicJson {
+    topic_name: String,
+    channels: Vec<ChannelJson>,
+    depth: i64,
+    backend_depth: i64,
+    message_count: u64,
+    message_bytes: u64,
+    paused: bool,
+    e2e_processing_latency: E2eJson,
+}
+
+#[derive(Serialize)]
+struct ChannelJson {
+    channel_name: String,
+    depth: i64,
+    backend_depth: i64,
+    in_flight_count: usize,
+    deferred_count: usize,
+    message_count: u64,
+    requeue_count: u64,
+    timeout_count: u64,
+    client_count: usize,
+    /// `null` when clients are excluded.
+    clients: Option<Vec<ClientJson>>,
+    paused: bool,
+    e2e_processing_latency: E2eJson,
+}
+
+#[derive(Serialize)]
+struct E2eJson {
+    count: u64,
+    percentiles: Option<Vec<QuantileJson>>,
+}
+
+#[derive(Serialize)]
+struct QuantileJson {
+    quantile: f64,
+    value: f64,
+}
+
+#[derive(Serialize)]
+struct ClientJson {
+    client_id: String,
+    hostname: String,
+    version: &'static str,
+    remote_address: String,
+    state: u8,
+    ready_count: i64,
+    in_flight_count: i64,
+    message_count: u64,
+    finish_count: u64,
+    requeue_count: u64,
+    connect_ts: i64,
+    sample_rate: i32,
+    deflate: bool,
+    snappy: bool,
+    user_agent: String,
+    #[serde(skip_serializing_if = "is_false")]
+    authed: bool,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    auth_identity: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    auth_identity_url: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub_counts: Vec<PubCountJson>,
+    tls: bool,
+    tls_cipher_suite: String,
+    tls_version: String,
+    tls_negotiated_protocol: String,
+    tls_negotiated_protocol_is_mutual: bool,
+}
+
+#[derive(Serialize)]
+struct PubCountJson {
+    topic: String,
+    count: u64,
+}
+
+/// Go's `runtime.MemStats` subset; we have no GC, so see [`mem_stats`] for what is filled.
+#[derive(Serialize, Default)]
+struct MemStats {
+    heap_objects: u64,
+    heap_idle_bytes: u64,
+    heap_in_use_bytes: u64,
+    heap_released_bytes: u64,
+    gc_pause_usec_100: u64,
+    gc_pause_usec_99: u64,
+    gc_pause_usec_95: u64,
+    next_gc_bytes: u64,
+    gc_total_runs: u32,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Takes the snapshot the reference's `doStats` builds.
+pub(crate) fn collect(nsqd: &Nsqd, q: &StatsQuery<'_>) -> StatsJson {
+    let mut out = StatsJson {
+        version: nsq_protocol::VERSION,
+        health: nsqd.health(),
+        start_time: nsqd.start_time,
+        topics: None,
+        memory: q.include_mem.then(mem_stats),
+        producers: None,
+    };
+    let topics: Vec<Arc<Topic>> = if q.topic.is_empty() {
+        nsqd.engine.topics()
+    } else {
+        match nsqd.engine.get_topic(q.topic) {
+            Some(t) => vec![t],
+            // The reference returns its zero `Stats`: no topics and no producers.
+            None => return out,
+        }
+    };
+    let percentiles = &nsqd.engine.options().e2e_percentiles;
+
+    let mut topics_json = Vec::with_capacity(topics.len());
+    for t in topics {
+        let ts = t.stats();
+        let channels: Vec<Arc<Channel>> = if q.channel.is_empty() {
+            ts.channels.clone()
+        } else {
+            match ts.channels.iter().find(|c| c.name() == q.channel) {
+                Some(c) => vec![c.clone()],
+                None => continue,
+            }
+        };
+        let channels_json = channels.iter().map(|c| channel_json(c, q)).collect();
+        topics_json.push(TopicJson {
+            topic_name: ts.name,
+            channels: channels_json,
+            depth: ts.depth,
+            backend_depth: ts.backend_depth,
+            message_count: ts.message_count,
+            message_bytes: ts.message_bytes,
+            paused: ts.paused,
+            // Merged over all of the topic's channels, whatever the channel filter.
+            e2e_processing_latency: topic_e2e(&ts.channels, percentiles),
+        });
+    }
+    out.topics = Some(topics_json);
+
+    if q.include_clients {
+        let mut producers: Vec<Arc<Client>> = nsqd
+            .clients()
+            .into_iter()
+            .filter(|c| c.is_producer())
+            .collect();
+        producers.sort_by_key(|c| c.id);
+        if !producers.is_empty() {
+            out.producers = Some(
+                producers
+                    .iter()
+                    .map(|c| client_json(c.stats(), q.topic))
+                    .collect(),
+            );
+        }
+    }
+    out
+}
+
+fn channel_json(c: &Channel, q: &StatsQuery<'_>) -> ChannelJson {
+    let cs = c.stats();
+    let clients = q.include_clients.then(|| {
+        cs.consumers
+            .iter()
+            .filter_map(|cons| {
+                cons.as_any()
+                    .downcast_ref::<Client>()
+                    .map(|cl| client_json(cl.stats(), q.topic))
+            })
+            .collect()
+    });
+    ChannelJson {
+        channel_name: cs.name,
+        depth: cs.depth,
+        backend_depth: cs.backend_depth,
+        in_flight_count: cs.in_flight_count,
+        deferred_count: cs.deferred_count,
+        message_count: cs.message_count,
+        requeue_count: cs.requeue_count,
+        timeout_count: cs.timeout_count,
+        client_count: cs.consumers.len(),
+        clients,
+        paused: cs.paused,
+        e2e_processing_latency: e2e_json(c.e2e().snapshot()),
+    }
+}
+
+fn e2e_json(s: Option<E2eSnapshot>) -> E2eJson {
+    match s {
+        None => E2eJson {
+            count: 0,
+            percentiles: None,
+        },
+        Some(s) => E2eJson {
+            count: s.count,
+            percentiles: Some(
+                s.percentiles
+                    .into_iter()
+                    .map(|(quantile, value)| QuantileJson { quantile, value })
+                    .collect(),
+            ),
+        },
+    }
+}
+
+/// The topic's view: all channels' samples merged; `{"count":0,"percentiles":null}` without
+/// channels or without configured percentiles.
+fn topic_e2e(channels: &[Arc<Channel>], percentiles: &[f64]) -> E2eJson {
+    let enabled: Vec<&Arc<Channel>> = channels.iter().filter(|c| c.e2e().enabled()).collect();
+    if enabled.is_empty() || percentiles.is_empty() {
+        return E2eJson {
+            count: 0,
+            percentiles: None,
+        };
+    }
+    let mut samples = Vec::new();
+    let count = enabled.iter().map(|c| c.e2e().collect(&mut samples)).sum();
+    e2e_json(Some(quantiles(percentiles, count, samples)))
+}
+
+fn client_json(s: ClientStats, topic_filter: &str) -> ClientJson {
+    // The reference reports at most one pub_counts entry: the filtered topic's, or (without a
+    // filter) one of the topics the connection published to.
+    let pub_counts = if topic_filter.is_empty() {
+        s.pub_counts
+            .iter()
+            .next()
+            .map(|(t, n)| PubCountJson {
+                topic: t.clone(),
+                count: *n,
+            })
+            .into_iter()
+            .collect()
+    } else {
+        s.pub_counts
+            .get(topic_filter)
+            .map(|n| PubCountJson {
+                topic: topic_filter.to_string(),
+                count: *n,
+            })
+            .into_iter()
+            .collect()
+    };
+    let m = s.meta;
+    ClientJson {
+        client_id: m.client_id,
+        hostname: m.hostname,
+        version: "V2",
+        remote_address: s.remote_address,
+        state: s.state,
+        ready_count: s.ready_count,
+        in_flight_count: s.in_flight_count,
+        message_count: s.message_count,
+        finish_count: s.finish_count,
+        requeue_count: s.requeue_count,
+        connect_ts: s.connect_ts,
+        sample_rate: s.sample_rate,
+        deflate: m.deflate,
+        snappy: m.snappy,
+        user_agent: m.user_agent,
+        authed: m.authed,
+        auth_identity: m.auth_identity,
+        auth_identity_url: m.auth_identity_url,
+        pub_counts,
+        tls: m.tls,
+        tls_cipher_suite: m.tls_cipher_suite,
+        tls_version: m.tls_version,
+        tls_negotiated_protocol: String::new(),
+        tls_negotiated_protocol_is_mutual: m.tls,
+    }
+}
+
+/// The closest numbers we have to Go's heap statistics: the resident set size stands in for
+/// `heap_in_use_bytes`; there is no GC, so the GC fields and the rest are 0.
+fn mem_stats() -> MemStats {
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0);
+    MemStats {
+        heap_in_use_bytes: rss,
+        ..MemStats::default()
+    }
+}
+
+// ---- text format --------------------------------------------------------------------------
+
+/// The reference's `printStats`, byte for byte (except the toolchain in line 1).
+pub(crate) fn render_text(s: &StatsJson) -> String {
+    use std::fmt::Write as _;
+    let now_ns = unix_nanos();
+    let mut w = String::with_capacity(1024);
+    let _ = writeln!(w, "{}", crate::options::version_string());
+    let _ = writeln!(w, "start_time {}", rfc3339_utc(s.start_time));
+    let uptime = now_ns.saturating_sub(i128::from(s.start_time) * 1_000_000_000);
+    let _ = writeln!(w, "uptime {}", go_duration(uptime));
+    let _ = write!(w, "\nHealth: {}\n", s.health);
+
+    if let Some(m) = &s.memory {
+        w.push_str("\nMemory:\n");
+        let rows: [(&str, u64); 9] = [
+            ("heap_objects", m.heap_objects),
+            ("heap_idle_bytes", m.heap_idle_bytes),
+            ("heap_in_use_bytes", m.heap_in_use_bytes),
+            ("heap_released_bytes", m.heap_released_bytes),
+            ("gc_pause_usec_100", m.gc_pause_usec_100),
+            ("gc_pause_usec_99", m.gc_pause_usec_99),
+            ("gc_pause_usec_95", m.gc_pause_usec_95),
+            ("next_gc_bytes", m.next_gc_bytes),
+            ("gc_total_runs", u64::from(m.gc_total_runs)),
+        ];
+        for (k, v) in rows {
+            let _ = writeln!(w, "   {k:<25}\t{v}");
+        }
+    }
+
+    let topics = s.topics.as_deref().unwrap_or(&[]);
+    if topics.is_empty() {
+        w.push_str("\nTopics: None\n");
+    } else {
+        w.push_str("\nTopics:");
+    }
+    let now_s = now_ns.div_euclid(1_000_000_000);
+    for t in topics {
+        let prefix = if t.paused { "*P " } else { "   " };
+        let _ = writeln!(
+            w,
+            "\n{prefix}[{:<15}] depth: {:<5} be-depth: {:<5} msgs: {:<8} e2e%: {}",
+            t.topic_name,
+            t.depth,
+            t.backend_depth,
+            t.message_count,
+            e2e_text(&t.e2e_processing_latency)
+        );
+        for c in &t.channels {
+            let prefix = if c.paused { "   *P " } else { "      " };
+            let _ = writeln!(
+                w,
+                "{prefix}[{:<25}] depth: {:<5} be-depth: {:<5} inflt: {:<4} def: {:<4} re-q: {:<5} timeout: {:<5} msgs: {:<8} e2e%: {}",
+                c.channel_name,
+                c.depth,
+                c.backend_depth,
+                c.in_flight_count,
+                c.deferred_count,
+                c.requeue_count,
+                c.timeout_count,
+                c.message_count,
+                e2e_text(&c.e2e_processing_latency)
+            );
+            for cl in c.clients.as_deref().unwrap_or(&[]) {
+                let _ = writeln!(w, "        {}", client_text(cl, now_s));
+            }
+        }
+    }
+
+    match s.producers.as_deref() {
+        None | Some([]) => w.push_str("\nProducers: None\n"),
+        Some(ps) => {
+            w.push_str("\nProducers:\n");
+            for p in ps {
+                let _ = writeln!(w, "   {}", client_text(p, now_s));
+            }
+        }
+    }
+    w
+}
+
+/// `quantile.Result.String()`: each value through `NanoSecondToHuman`, joined by `, `.
+fn e2e_text(e: &E2eJson) -> String {
+    let Some(ps) = &e.percentiles else {
+        return String::new();
+    };
+    ps.iter()
+        .map(|p| nanos_to_human(p.value))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn nanos_to_human(v: f64) -> String {
+    let (v, suffix) = if v > 1e9 {
+        (v / 1e9, "s")
+    } else if v > 1e6 {
+        (v / 1e6, "ms")
+    } else if v > 1e3 {
+        (v / 1e3, "us")
+    } else {
+        (v, "ns")
+    };
+    format!("{v:.1}{suffix}")
+}
+
+/// `ClientStats.String()`: the producer form when the (filtered) `pub_counts` is non-empty,
+/// else the consumer form.
+fn client_text(c: &ClientJson, now_s: i128) -> String {
+    let connected = go_duration((now_s - i128::from(c.connect_ts)) * 1_000_000_000);
+    let port = c
+        .remote_address
+        .rsplit_once(':')
+        .map(|(_, p)| p)
+        .unwrap_or("");
+    let id = format!("{}:{} {}", c.hostname, port, c.user_agent);
+    if !c.pub_counts.is_empty() {
+        let total: u64 = c.pub_counts.iter().map(|p| p.count).sum();
+        let topics: Vec<String> = c
+            .pub_counts
+            .iter()
+            .map(|p| format!("{}={}", p.topic, p.count))
+            .collect();
+        return format!(
+            "[{} {:<21}] msgs: {:<8} topics: {} connected: {}",
+            c.version,
+            id,
+            total,
+            topics.join(","),
+            connected
+        );
+    }
+    format!(
+        "[{} {:<21}] state: {} inflt: {:<4} rdy: {:<4} fin: {:<8} re-q: {:<8} msgs: {:<8} connected: {}",
+        c.version, id, c.state, c.in_flight_count, c.ready_count, c.finish_count, c.requeue_count, c.message_count, connected
+    )
+}
+
+fn unix_nanos() -> i128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0)
+}
+
+/// RFC 3339 at second precision. We render in UTC (`Z`); the reference uses the server's
+/// local zone, which is UTC on the usual container deployments.
+fn rfc3339_utc(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Go's `time.Duration.String()` for a nanosecond count (`1h2m3.5s`, `1.5ms`, `0s`).
+pub(crate) fn go_duration(ns: i128) -> String {
+    let neg = ns < 0;
+    let mut u = ns.unsigned_abs();
+    let mut out = String::new();
+    if u < 1_000_000_000 {
+        let (prec, unit) = match u {
+            0 => return "0s".to_string(),
+            1..=999 => (0, "ns"),
+            1_000..=999_999 => (3, "µs"),
+            _ => (6, "ms"),
+        };
+        let frac = frac_str(&mut u, prec);
+        out.push_str(&format!("{u}{frac}{unit}"));
+    } else {
+        let frac = frac_str(&mut u, 9);
+        let secs = u % 60;
+        let mins = u / 60;
+        if mins > 0 {
+            let hours = mins / 60;
+            if hours > 0 {
+                out.push_str(&format!("{hours}h"));
+            }
+            out.push_str(&format!("{}m", mins % 60));
+        }
+        out.push_str(&format!("{secs}{frac}s"));
+    }
+    if neg {
+        out.insert(0, '-');
+    }
+    out
+}
+
+/// Go's `fmtFrac`: splits `prec` decimal digits off `*v` and renders them as `.ddd` without
+/// trailing zeros (empty when they are all zero).
+fn frac_str(v: &mut u128, prec: u32) -> String {
+    let p = 10u128.pow(prec);
+    let frac = *v % p;
+    *v /= p;
+    if frac == 0 {
+        return String::new();
+    }
+    let s = format!("{frac:0width$}", width = prec as usize);
+    format!(".{}", s.trim_end_matches('0'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(go_duration(0), "0s");
+        assert_eq!(go_duration(58_575_750_838), "58.575750838s");
+        assert_eq!(go_duration(84_219_939_907), "1m24.219939907s");
+        assert_eq!(go_duration(7_384_500_000_000), "2h3m4.5s");
+        assert_eq!(go_duration(1_500), "1.5µs");
+        assert_eq!(go_duration(2_000_000), "2ms");
+        assert_eq!(go_duration(999), "999ns");
+        assert_eq!(go_duration(3_600_000_000_000), "1h0m0s");
+        assert_eq!(go_duration(-1_000_000_000), "-1s");
+    }
+
+    #[test]
+    fn human_nanos() {
+        assert_eq!(nanos_to_human(307_376_716.0), "307.4ms");
+        assert_eq!(nanos_to_human(0.0), "0.0ns");
+        assert_eq!(nanos_to_human(2.5e9), "2.5s");
+        assert_eq!(nanos_to_human(1500.0), "1.5us");
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_utc(1_795_949_307), "2026-11-29T10:48:27Z");
+    }
+}

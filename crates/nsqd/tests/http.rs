@@ -1,0 +1,1261 @@
+//! HTTP API tests: the daemon in-process on 127.0.0.1:0 and a tiny raw HTTP/1.1 client, so
+//! status lines, headers and bodies are asserted exactly (nsqd-http-api.md).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use nsqd::options::{parse_args, ParseOutcome};
+use nsqd::NsqdHandle;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+struct Daemon {
+    h: NsqdHandle,
+    dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    async fn start(extra: &[&str]) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = vec![
+            "nsqd".to_string(),
+            "--tcp-address=127.0.0.1:0".to_string(),
+            "--http-address=127.0.0.1:0".to_string(),
+            format!("--data-path={}", dir.path().display()),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let ParseOutcome::Run(opts) = parse_args(args).unwrap() else {
+            panic!("not a run")
+        };
+        let h = nsqd::start(opts).await.unwrap();
+        Daemon { h, dir }
+    }
+
+    fn http(&self) -> SocketAddr {
+        self.h.http_addr().unwrap()
+    }
+
+    async fn req(&self, method: &str, target: &str, body: &[u8]) -> Resp {
+        request(self.http(), method, target, &[], body).await
+    }
+
+    async fn get(&self, target: &str) -> Resp {
+        self.req("GET", target, b"").await
+    }
+
+    async fn post(&self, target: &str, body: &[u8]) -> Resp {
+        self.req("POST", target, body).await
+    }
+
+    async fn stats(&self, query: &str) -> Value {
+        let r = self.get(&format!("/stats?format=json{query}")).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        serde_json::from_slice(&r.body).unwrap()
+    }
+
+    fn nsqd_dat(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("nsqd.dat")).unwrap_or_default()
+    }
+}
+
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// A "v1" error: status, JSON headers, `{"message":…}`.
+    #[track_caller]
+    fn assert_err(&self, status: u16, msg: &str) {
+        assert_eq!(
+            (self.status, self.text()),
+            (status, format!("{{\"message\":\"{msg}\"}}"))
+        );
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/json; charset=utf-8")
+        );
+        assert_eq!(self.header("x-nsq-content-type"), Some("nsq; version=1.0"));
+    }
+
+    /// A "v1" success with no result.
+    #[track_caller]
+    fn assert_empty_ok(&self) {
+        assert_eq!((self.status, self.text()), (200, String::new()));
+        assert_eq!(self.header("content-length"), Some("0"));
+        assert_eq!(self.header("content-type"), None);
+        assert_eq!(self.header("x-nsq-content-type"), Some("nsq; version=1.0"));
+    }
+
+    /// A "v1" text success (`OK`).
+    #[track_caller]
+    fn assert_text_ok(&self, text: &str) {
+        assert_eq!((self.status, self.text()), (200, text.to_string()));
+        assert_eq!(
+            self.header("content-type"),
+            Some("text/plain; charset=utf-8")
+        );
+        assert_eq!(self.header("x-nsq-content-type"), Some("nsq; version=1.0"));
+    }
+}
+
+/// Sends one request (`Connection: close`) and reads the whole response.
+async fn request(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Resp {
+    let mut head =
+        format!("{method} {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && *v == "chunked");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !chunked
+        && !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+    {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    if chunked {
+        for c in body.chunks(7) {
+            s.write_all(format!("{:x}\r\n", c.len()).as_bytes())
+                .await
+                .unwrap();
+            s.write_all(c).await.unwrap();
+            s.write_all(b"\r\n").await.unwrap();
+        }
+        s.write_all(b"0\r\n\r\n").await.unwrap();
+    } else {
+        s.write_all(body).await.unwrap();
+    }
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut raw))
+        .await
+        .expect("response within 10s")
+        .ok();
+    parse_response(&raw, method == "HEAD")
+}
+
+fn parse_response(raw: &[u8], head: bool) -> Resp {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("end of headers");
+    let head_text = String::from_utf8(raw[..end].to_vec()).unwrap();
+    let mut lines = head_text.split("\r\n");
+    let status_line = lines.next().unwrap();
+    let status: u16 = status_line.split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .map(|l| {
+            let (k, v) = l.split_once(':').unwrap();
+            (k.trim().to_string(), v.trim().to_string())
+        })
+        .collect();
+    let rest = &raw[end + 4..];
+    let mut resp = Resp {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    if head {
+        return resp;
+    }
+    if resp.header("transfer-encoding") == Some("chunked") {
+        let mut rest = rest;
+        loop {
+            let nl = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+            let n = usize::from_str_radix(std::str::from_utf8(&rest[..nl]).unwrap(), 16).unwrap();
+            rest = &rest[nl + 2..];
+            if n == 0 {
+                break;
+            }
+            resp.body.extend_from_slice(&rest[..n]);
+            rest = &rest[n + 2..];
+        }
+    } else if let Some(cl) = resp.header("content-length") {
+        let n: usize = cl.parse().unwrap();
+        resp.body = rest[..n].to_vec();
+    } else {
+        resp.body = rest.to_vec();
+    }
+    resp
+}
+
+/// A V2 TCP connection for producer/consumer entries in `/stats`.
+struct Tcp(TcpStream);
+
+impl Tcp {
+    async fn open(d: &Daemon) -> Tcp {
+        let mut s = TcpStream::connect(d.h.tcp_addr()).await.unwrap();
+        s.write_all(b"  V2").await.unwrap();
+        Tcp(s)
+    }
+
+    async fn cmd(&mut self, line: &str, body: Option<&[u8]>) {
+        self.0.write_all(line.as_bytes()).await.unwrap();
+        self.0.write_all(b"\n").await.unwrap();
+        if let Some(b) = body {
+            self.0
+                .write_all(&(b.len() as u32).to_be_bytes())
+                .await
+                .unwrap();
+            self.0.write_all(b).await.unwrap();
+        }
+    }
+
+    /// Reads one frame: (type, data).
+    async fn frame(&mut self) -> (u32, Vec<u8>) {
+        let mut len = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(10), self.0.read_exact(&mut len))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut data = vec![0u8; u32::from_be_bytes(len) as usize];
+        self.0.read_exact(&mut data).await.unwrap();
+        let ty = u32::from_be_bytes([data[0], data[1], data[2], data[3]]);
+        (ty, data[4..].to_vec())
+    }
+}
+
+fn topic<'a>(stats: &'a Value, name: &str) -> &'a Value {
+    stats["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["topic_name"] == name)
+        .unwrap()
+}
+
+fn channel<'a>(stats: &'a Value, t: &str, c: &str) -> &'a Value {
+    topic(stats, t)["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["channel_name"] == c)
+        .unwrap()
+}
+
+/// Messages handed to channels may take a moment (topic pump); poll briefly.
+async fn eventually(mut f: impl AsyncFnMut() -> bool) {
+    for _ in 0..100 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("condition not reached");
+}
+
+// ---- health, info ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn ping_and_info() {
+    let d = Daemon::start(&[]).await;
+    let r = d.get("/ping").await;
+    assert_eq!((r.status, r.text()), (200, "OK".to_string()));
+    assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+    assert_eq!(r.header("x-nsq-content-type"), None);
+
+    let r = d.get("/info").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/json; charset=utf-8")
+    );
+    assert_eq!(r.header("x-nsq-content-type"), Some("nsq; version=1.0"));
+    let text = r.text();
+    let keys = [
+        "version",
+        "broadcast_address",
+        "hostname",
+        "http_port",
+        "tcp_port",
+        "start_time",
+        "max_heartbeat_interval",
+        "max_output_buffer_size",
+        "max_output_buffer_timeout",
+        "max_deflate_level",
+    ];
+    let mut last = 0;
+    for k in keys {
+        let at = text
+            .find(&format!("\"{k}\":"))
+            .unwrap_or_else(|| panic!("{k} missing in {text}"));
+        assert!(at >= last, "{k} out of order in {text}");
+        last = at;
+    }
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["version"], "1.3.0");
+    assert_eq!(v["tcp_port"], d.h.tcp_addr().port());
+    assert_eq!(v["http_port"], d.http().port());
+    assert_eq!(v["max_heartbeat_interval"], 60_000_000_000i64);
+    assert_eq!(v["max_output_buffer_size"], 65536);
+    assert_eq!(v["max_output_buffer_timeout"], 30_000_000_000i64);
+    assert_eq!(v["max_deflate_level"], 6);
+    assert!(!text.ends_with('\n'));
+    // The Accept header of old clients changes nothing.
+    let r2 = request(
+        d.http(),
+        "GET",
+        "/info",
+        &[("Accept", "application/vnd.nsq; version=1.0")],
+        b"",
+    )
+    .await;
+    assert_eq!(r2.status, 200);
+    d.h.shutdown().await;
+}
+
+// ---- routing --------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn routing_404_405_options() {
+    let d = Daemon::start(&[]).await;
+    for legacy in [
+        "/put",
+        "/mput",
+        "/create_topic",
+        "/delete_channel",
+        "/nope",
+        "/",
+    ] {
+        d.post(legacy, b"").await.assert_err(404, "NOT_FOUND");
+    }
+    d.get("/nope").await.assert_err(404, "NOT_FOUND");
+
+    let r = d.get("/topic/create?topic=x").await;
+    r.assert_err(405, "METHOD_NOT_ALLOWED");
+    assert_eq!(r.header("allow"), Some("OPTIONS, POST"));
+    let r = d.post("/ping", b"").await;
+    r.assert_err(405, "METHOD_NOT_ALLOWED");
+    assert_eq!(r.header("allow"), Some("GET, OPTIONS"));
+    let r = d.req("DELETE", "/config/log_level", b"").await;
+    r.assert_err(405, "METHOD_NOT_ALLOWED");
+    assert_eq!(r.header("allow"), Some("GET, OPTIONS, PUT"));
+    let r = d.req("HEAD", "/ping", b"").await;
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("allow"), Some("GET, OPTIONS"));
+    // The topic was not created by the GET.
+    assert_eq!(d.stats("").await["topics"], serde_json::json!([]));
+
+    let r = d.req("OPTIONS", "/ping", b"").await;
+    assert_eq!((r.status, r.text()), (200, String::new()));
+    assert_eq!(r.header("allow"), Some("GET, OPTIONS"));
+    assert_eq!(r.header("content-length"), Some("0"));
+    assert_eq!(r.header("content-type"), None);
+    assert_eq!(r.header("x-nsq-content-type"), None);
+    let r = d.req("OPTIONS", "/debug/pprof/symbol", b"").await;
+    assert_eq!(r.header("allow"), Some("GET, OPTIONS, POST"));
+    d.req("OPTIONS", "/nope", b"")
+        .await
+        .assert_err(404, "NOT_FOUND");
+    d.h.shutdown().await;
+}
+
+#[tokio::test]
+async fn routing_redirects() {
+    let d = Daemon::start(&[]).await;
+    let r = d.get("/ping/").await;
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("/ping"));
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(r.text(), "<a href=\"/ping\">Moved Permanently</a>.\n\n");
+    assert_eq!(r.body.len(), 40);
+
+    let r = d.get("/debug/pprof").await;
+    assert_eq!(
+        (r.status, r.header("location")),
+        (301, Some("/debug/pprof/"))
+    );
+
+    let r = d.post("/pub/?topic=x", b"m").await;
+    assert_eq!(
+        (r.status, r.header("location")),
+        (307, Some("/pub?topic=x"))
+    );
+    assert_eq!(r.header("content-length"), Some("0"));
+    assert_eq!(r.header("content-type"), None);
+    assert!(r.body.is_empty());
+
+    let r = d.get("/PING").await;
+    assert_eq!((r.status, r.header("location")), (301, Some("/ping")));
+    let r = d.get("/Stats/?a=1&b=2").await;
+    assert_eq!(
+        (r.status, r.header("location")),
+        (301, Some("/stats?a=1&b=2"))
+    );
+    assert_eq!(
+        r.text(),
+        "<a href=\"/stats?a=1&amp;b=2\">Moved Permanently</a>.\n\n"
+    );
+    let r = d.get("//ping").await;
+    assert_eq!((r.status, r.header("location")), (301, Some("/ping")));
+    let r = d.get("/config/log_level/").await;
+    assert_eq!(
+        (r.status, r.header("location")),
+        (301, Some("/config/log_level"))
+    );
+    let r = d.req("PUT", "/CONFIG/log_level", b"debug").await;
+    assert_eq!(
+        (r.status, r.header("location")),
+        (307, Some("/config/log_level"))
+    );
+    // Only the request method's own routes redirect.
+    d.post("/PING", b"").await.assert_err(404, "NOT_FOUND");
+    d.req("HEAD", "/ping/", b"").await;
+    d.get("/config/").await.assert_err(404, "NOT_FOUND");
+    d.h.shutdown().await;
+}
+
+// ---- publishing -----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn pub_checks_and_query_quirks() {
+    let d = Daemon::start(&["--max-msg-size=10"]).await;
+    d.post("/pub?topic=t", b"hello").await.assert_text_ok("OK");
+    d.post("/pub?topic=t", b"")
+        .await
+        .assert_err(400, "MSG_EMPTY");
+    d.post("/pub", b"").await.assert_err(400, "MSG_EMPTY");
+    d.post("/pub?topic=t", b"0123456789a")
+        .await
+        .assert_err(413, "MSG_TOO_BIG");
+    d.post("/pub?topic=t", b"0123456789")
+        .await
+        .assert_text_ok("OK");
+    // Without Content-Length (chunked), the read limit decides.
+    let r = request(
+        d.http(),
+        "POST",
+        "/pub?topic=t",
+        &[("Transfer-Encoding", "chunked")],
+        b"0123456789abc",
+    )
+    .await;
+    r.assert_err(413, "MSG_TOO_BIG");
+    let r = request(
+        d.http(),
+        "POST",
+        "/pub?topic=t",
+        &[("Transfer-Encoding", "chunked")],
+        b"chunked",
+    )
+    .await;
+    r.assert_text_ok("OK");
+    d.post("/pub?topic=h1;x=1", b"m")
+        .await
+        .assert_err(400, "INVALID_REQUEST");
+    d.post("/pub?topic=%zz", b"m")
+        .await
+        .assert_err(400, "INVALID_REQUEST");
+    d.post("/pub", b"m")
+        .await
+        .assert_err(400, "MISSING_ARG_TOPIC");
+    d.post("/pub?topic=", b"m")
+        .await
+        .assert_err(400, "INVALID_TOPIC");
+    d.post("/pub?topic=a/b", b"m")
+        .await
+        .assert_err(400, "INVALID_TOPIC");
+    d.post("/pub?topic=h1&topic=h2", b"m")
+        .await
+        .assert_text_ok("OK");
+    d.post("/pub?topic=e%23ephemeral", b"m")
+        .await
+        .assert_text_ok("OK");
+
+    let s = d.stats("").await;
+    assert_eq!(topic(&s, "t")["depth"], 3);
+    assert_eq!(topic(&s, "t")["message_count"], 3);
+    assert_eq!(topic(&s, "t")["message_bytes"], 5 + 10 + 7);
+    assert_eq!(topic(&s, "h1")["depth"], 1);
+    assert_eq!(topic(&s, "e#ephemeral")["depth"], 1);
+    assert!(s["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["topic_name"] != "h2"));
+    d.h.shutdown().await;
+}
+
+#[tokio::test]
+async fn pub_defer() {
+    let d = Daemon::start(&[]).await;
+    d.post("/channel/create?topic=t&channel=c", b"")
+        .await
+        .assert_err(404, "TOPIC_NOT_FOUND");
+    d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+    d.post("/channel/create?topic=t&channel=c", b"")
+        .await
+        .assert_empty_ok();
+    d.post("/pub?topic=t&defer=60000", b"later")
+        .await
+        .assert_text_ok("OK");
+    d.post("/pub?topic=t&defer=%2B5000", b"later")
+        .await
+        .assert_text_ok("OK");
+    d.post("/pub?topic=t&defer=0", b"now")
+        .await
+        .assert_text_ok("OK");
+    for bad in [
+        "abc",
+        "-1",
+        "3600001",
+        "",
+        "1.5",
+        "99999999999999999999",
+        "9223372036854775807",
+    ] {
+        d.post(&format!("/pub?topic=t&defer={bad}"), b"x")
+            .await
+            .assert_err(400, "INVALID_DEFER");
+    }
+    // The topic is created before the defer check fails.
+    d.post("/pub?topic=fresh&defer=abc", b"x")
+        .await
+        .assert_err(400, "INVALID_DEFER");
+    eventually(async || {
+        let s = d.stats("").await;
+        let c = channel(&s, "t", "c");
+        c["deferred_count"] == 2 && c["depth"] == 1 && c["message_count"] == 3
+    })
+    .await;
+    let s = d.stats("").await;
+    assert_eq!(topic(&s, "fresh")["depth"], 0);
+    d.h.shutdown().await;
+}
+
+#[tokio::test]
+async fn mpub_text_mode() {
+    let d = Daemon::start(&["--max-msg-size=5", "--max-body-size=40"]).await;
+    d.post("/mpub?topic=t", b"a\nb\n\nc")
+        .await
+        .assert_text_ok("OK");
+    assert_eq!(topic(&d.stats("").await, "t")["message_count"], 3);
+    d.post("/mpub?topic=r", b"ab\r\ncd\r\n")
+        .await
+        .assert_text_ok("OK");
+    let s = d.stats("").await;
+    assert_eq!(
+        (
+            topic(&s, "r")["message_count"].clone(),
+            topic(&s, "r")["message_bytes"].clone()
+        ),
+        (2.into(), 6.into())
+    );
+    // Nothing to publish is fine; the topic exists now.
+    d.post("/mpub?topic=empty", b"\n\n")
+        .await
+        .assert_text_ok("OK");
+    d.post("/mpub?topic=empty", b"").await.assert_text_ok("OK");
+    assert_eq!(topic(&d.stats("").await, "empty")["message_count"], 0);
+    d.post("/mpub?topic=t&binary=false", b"x\ny")
+        .await
+        .assert_text_ok("OK");
+    d.post("/mpub?topic=t&binary=0", b"x\ny")
+        .await
+        .assert_text_ok("OK");
+    d.post("/mpub?topic=t&defer=1000", b"x\ny")
+        .await
+        .assert_text_ok("OK");
+    assert_eq!(topic(&d.stats("").await, "t")["message_count"], 9);
+
+    d.post("/mpub?topic=t", b"abc\nabcdef\n")
+        .await
+        .assert_err(413, "MSG_TOO_BIG");
+    d.post("/mpub?topic=t", &[b'a'; 41])
+        .await
+        .assert_err(413, "BODY_TOO_BIG");
+    let big = b"abcd\n".repeat(9);
+    let r = request(
+        d.http(),
+        "POST",
+        "/mpub?topic=t",
+        &[("Transfer-Encoding", "chunked")],
+        &big,
+    )
+    .await;
+    r.assert_err(413, "BODY_TOO_BIG");
+    let r = request(
+        d.http(),
+        "POST",
+        "/mpub?topic=t",
+        &[("Transfer-Encoding", "chunked")],
+        b"ab\ncd",
+    )
+    .await;
+    r.assert_text_ok("OK");
+    assert_eq!(topic(&d.stats("").await, "t")["message_count"], 11);
+
+    d.post("/mpub", b"a")
+        .await
+        .assert_err(400, "MISSING_ARG_TOPIC");
+    d.post("/mpub?topic=a;b", b"a")
+        .await
+        .assert_err(400, "INVALID_REQUEST");
+    d.post("/mpub?topic=a*", b"a")
+        .await
+        .assert_err(400, "INVALID_TOPIC");
+    d.h.shutdown().await;
+}
+
+fn mpub_body(msgs: &[&[u8]]) -> Vec<u8> {
+    let mut b = (msgs.len() as u32).to_be_bytes().to_vec();
+    for m in msgs {
+        b.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        b.extend_from_slice(m);
+    }
+    b
+}
+
+#[tokio::test]
+async fn mpub_binary_mode() {
+    let d = Daemon::start(&["--max-msg-size=5", "--max-body-size=100"]).await;
+    let ok = mpub_body(&[b"a\nb", b"c", b"hello"]);
+    d.post("/mpub?topic=t&binary=true", &ok)
+        .await
+        .assert_text_ok("OK");
+    assert_eq!(topic(&d.stats("").await, "t")["message_count"], 3);
+    // Any unparsable value means binary; trailing bytes are ignored.
+    let mut trailing = mpub_body(&[b"x"]);
+    trailing.extend_from_slice(b"junk");
+    d.post("/mpub?topic=t&binary=yes", &trailing)
+        .await
+        .assert_text_ok("OK");
+    d.post("/mpub?topic=t&binary=", &mpub_body(&[b"y"]))
+        .await
+        .assert_text_ok("OK");
+    let r = request(
+        d.http(),
+        "POST",
+        "/mpub?topic=t&binary=1",
+        &[("Transfer-Encoding", "chunked")],
+        &ok,
+    )
+    .await;
+    r.assert_text_ok("OK");
+    assert_eq!(topic(&d.stats("").await, "t")["message_count"], 8);
+
+    d.post("/mpub?topic=t&binary=1", b"")
+        .await
+        .assert_err(413, "BAD_BODY");
+    d.post("/mpub?topic=t&binary=1", b"\0\0")
+        .await
+        .assert_err(413, "BAD_BODY");
+    d.post("/mpub?topic=t&binary=1", &0u32.to_be_bytes())
+        .await
+        .assert_err(413, "BAD_BODY");
+    d.post("/mpub?topic=t&binary=1", &(-1i32).to_be_bytes())
+        .await
+        .assert_err(413, "BAD_BODY");
+    // (100 - 4) / 5 = 19 messages at most.
+    d.post("/mpub?topic=t&binary=1", &20u32.to_be_bytes())
+        .await
+        .assert_err(413, "BAD_BODY");
+    d.post("/mpub?topic=t&binary=1", &mpub_body(&[b"toolong"]))
+        .await
+        .assert_err(413, "BAD_MESSAGE");
+    d.post("/mpub?topic=t&binary=1", &mpub_body(&[b""]))
+        .await
+        .assert_err(413, "BAD_MESSAGE");
+    let mut truncated = mpub_body(&[b"abc", b"def"]);
+    truncated.truncate(truncated.len() - 1);
+    d.post("/mpub?topic=t&binary=1", &truncated)
+        .await
+        .assert_err(413, "BAD_MESSAGE");
+    let mut short_size = 2u32.to_be_bytes().to_vec();
+    short_size.extend_from_slice(&[0, 0, 0, 1, b'a', 0, 0]);
+    d.post("/mpub?topic=t&binary=1", &short_size)
+        .await
+        .assert_err(413, "BAD_MESSAGE");
+    d.post("/mpub?topic=t&binary=1", &[0u8; 101])
+        .await
+        .assert_err(413, "BODY_TOO_BIG");
+    assert_eq!(topic(&d.stats("").await, "t")["message_count"], 8);
+    d.h.shutdown().await;
+}
+
+// ---- topic and channel administration -------------------------------------------------------
+
+#[tokio::test]
+async fn topic_admin() {
+    let d = Daemon::start(&[]).await;
+    d.post("/topic/create", b"")
+        .await
+        .assert_err(400, "MISSING_ARG_TOPIC");
+    d.post("/topic/create", b"topic=x")
+        .await
+        .assert_err(400, "MISSING_ARG_TOPIC");
+    d.post("/topic/create?topic=a;b", b"")
+        .await
+        .assert_err(400, "INVALID_REQUEST");
+    d.post("/topic/create?topic=a/b", b"")
+        .await
+        .assert_err(400, "INVALID_TOPIC");
+    d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+    d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+
+    d.post("/pub?topic=t", b"m1").await.assert_text_ok("OK");
+    d.post("/pub?topic=t", b"m2").await.assert_text_ok("OK");
+    assert_eq!(topic(&d.stats("").await, "t")["depth"], 2);
+    d.post("/topic/empty?topic=nope", b"")
+        .await
+        .assert_err(404, "TOPIC_NOT_FOUND");
+    d.post("/topic/empty?topic=a/b", b"")
+        .await
+        .assert_err(400, "INVALID_TOPIC");
+    d.post("/topic/empty", b"")
+        .await
+        .assert_err(400, "MISSING_ARG_TOPIC");
+    d.post("/topic/empty?topic=t", b"").await.assert_empty_ok();
+    let s = d.stats("").await;
+    assert_eq!(
+        (
+            topic(&s, "t")["depth"].clone(),
+            topic(&s, "t")["message_count"].clone()
+        ),
+        (0.into(), 2.into())
+    );
+
+    d.post("/topic/pause?topic=nope", b"")
+        .await
+        .assert_err(404, "TOPIC_NOT_FOUND");
+    d.post("/topic/pause?topic=a/b", b"")
+        .await
+        .assert_err(404, "TOPIC_NOT_FOUND");
+    d.post("/topic/pause", b"")
+        .await
+        .assert_err(400, "MISSING_ARG_TOPIC");
+    d.post("/topic/pause?topic=t", b"").await.assert_empty_ok();
+    assert_eq!(topic(&d.stats("").await, "t")["paused"], true);
+    assert!(d.nsqd_dat().contains("\"paused\":true"), "{}", d.nsqd_dat());
+    let text = d.get("/stats").await.text();
+    assert!(text.contains("\n*P [t              ] depth: 0"), "{text}");
+    d.post("/topic/unpause?topic=t", b"")
+        .await
+        .assert_empty_ok();
+    assert_eq!(topic(&d.stats("").await, "t")["paused"], false);
+    assert!(
+        !d.nsqd_dat().contains("\"paused\":true"),
+        "{}",
+        d.nsqd_dat()
+    );
+
+    d.post("/topic/delete?topic=a/b", b"")
+        .await
+        .assert_err(404, "TOPIC_NOT_FOUND");
+    d.post("/topic/delete?topic=nope", b"")
+        .await
+        .assert_err(404, "TOPIC_NOT_FOUND");
+    d.post("/topic/delete?topic=a;b", b"")
+        .await
+        .assert_err(400, "INVALID_REQUEST");
+    d.post("/topic/delete", b"")
+        .await
+        .assert_err(400, "MISSING_ARG_TOPIC");
+    d.post("/topic/delete?topic=t", b"").await.assert_empty_ok();
+    assert_eq!(d.stats("").await["topics"], serde_json::json!([]));
+    d.post("/topic/delete?topic=t", b"")
+        .await
+        .assert_err(404, "TOPIC_NOT_FOUND");
+    d.h.shutdown().await;
+}
+
+#[tokio::test]
+async fn channel_admin() {
+    let d = Daemon::start(&[]).await;
+    for ep in ["create", "delete", "empty", "pause", "unpause"] {
+        let p = format!("/channel/{ep}");
+        d.post(&format!("{p}?topic=t;"), b"")
+            .await
+            .assert_err(400, "INVALID_REQUEST");
+        d.post(&p, b"").await.assert_err(400, "MISSING_ARG_TOPIC");
+        d.post(&format!("{p}?topic=a/b&channel=c"), b"")
+            .await
+            .assert_err(400, "INVALID_ARG_TOPIC");
+        d.post(&format!("{p}?topic=t"), b"")
+            .await
+            .assert_err(400, "MISSING_ARG_CHANNEL");
+        d.post(&format!("{p}?topic=t&channel=a/b"), b"")
+            .await
+            .assert_err(400, "INVALID_ARG_CHANNEL");
+        d.post(&format!("{p}?topic=t&channel=c"), b"")
+            .await
+            .assert_err(404, "TOPIC_NOT_FOUND");
+    }
+    d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+    for ep in ["delete", "empty", "pause", "unpause"] {
+        d.post(&format!("/channel/{ep}?topic=t&channel=c"), b"")
+            .await
+            .assert_err(404, "CHANNEL_NOT_FOUND");
+    }
+    d.post("/channel/create?topic=t&channel=c", b"")
+        .await
+        .assert_empty_ok();
+    d.post("/channel/create?topic=t&channel=c", b"")
+        .await
+        .assert_empty_ok();
+    d.post("/channel/create?topic=t&channel=d%23ephemeral", b"")
+        .await
+        .assert_empty_ok();
+    let s = d.stats("").await;
+    let chans: Vec<&str> = topic(&s, "t")["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["channel_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(chans, ["c", "d#ephemeral"]);
+
+    d.post("/pub?topic=t", b"m").await.assert_text_ok("OK");
+    eventually(async || channel(&d.stats("").await, "t", "c")["depth"] == 1).await;
+    d.post("/channel/empty?topic=t&channel=c", b"")
+        .await
+        .assert_empty_ok();
+    assert_eq!(channel(&d.stats("").await, "t", "c")["depth"], 0);
+
+    d.post("/channel/pause?topic=t&channel=c", b"")
+        .await
+        .assert_empty_ok();
+    assert_eq!(channel(&d.stats("").await, "t", "c")["paused"], true);
+    assert!(d.nsqd_dat().contains("\"paused\":true"), "{}", d.nsqd_dat());
+    let text = d.get("/stats").await.text();
+    assert!(
+        text.contains("\n   *P [c                        ] depth: 0"),
+        "{text}"
+    );
+    d.post("/channel/unpause?topic=t&channel=c", b"")
+        .await
+        .assert_empty_ok();
+    assert_eq!(channel(&d.stats("").await, "t", "c")["paused"], false);
+    assert!(
+        !d.nsqd_dat().contains("\"paused\":true"),
+        "{}",
+        d.nsqd_dat()
+    );
+
+    d.post("/channel/delete?topic=t&channel=c", b"")
+        .await
+        .assert_empty_ok();
+    d.post("/channel/delete?topic=t&channel=c", b"")
+        .await
+        .assert_err(404, "CHANNEL_NOT_FOUND");
+    let s = d.stats("").await;
+    assert_eq!(topic(&s, "t")["channels"].as_array().unwrap().len(), 1);
+    d.h.shutdown().await;
+}
+
+// ---- /stats ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn stats_json_shape_and_filters() {
+    let d = Daemon::start(&[]).await;
+    let r = d.get("/stats?format=json").await;
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/json; charset=utf-8")
+    );
+    assert_eq!(r.header("x-nsq-content-type"), Some("nsq; version=1.0"));
+    let text = r.text();
+    assert!(
+        text.starts_with("{\"version\":\"1.3.0\",\"health\":\"OK\",\"start_time\":"),
+        "{text}"
+    );
+    assert!(
+        text.contains(",\"topics\":[],\"memory\":{\"heap_objects\":"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(",\"gc_total_runs\":0},\"producers\":null}"),
+        "{text}"
+    );
+
+    d.post("/topic/create?topic=a", b"").await.assert_empty_ok();
+    d.post("/topic/create?topic=b", b"").await.assert_empty_ok();
+    d.post("/channel/create?topic=b&channel=c1", b"")
+        .await
+        .assert_empty_ok();
+    d.post("/channel/create?topic=b&channel=c2", b"")
+        .await
+        .assert_empty_ok();
+    let r = d.get("/stats?format=json&include_mem=0").await;
+    let text = r.text();
+    let start = text.find("\"start_time\":").unwrap();
+    let tail = &text[text[start..].find(',').unwrap() + start..];
+    assert_eq!(
+        tail,
+        ",\"topics\":[\
+         {\"topic_name\":\"a\",\"channels\":[],\"depth\":0,\"backend_depth\":0,\"message_count\":0,\"message_bytes\":0,\"paused\":false,\"e2e_processing_latency\":{\"count\":0,\"percentiles\":null}},\
+         {\"topic_name\":\"b\",\"channels\":[\
+         {\"channel_name\":\"c1\",\"depth\":0,\"backend_depth\":0,\"in_flight_count\":0,\"deferred_count\":0,\"message_count\":0,\"requeue_count\":0,\"timeout_count\":0,\"client_count\":0,\"clients\":[],\"paused\":false,\"e2e_processing_latency\":{\"count\":0,\"percentiles\":null}},\
+         {\"channel_name\":\"c2\",\"depth\":0,\"backend_depth\":0,\"in_flight_count\":0,\"deferred_count\":0,\"message_count\":0,\"requeue_count\":0,\"timeout_count\":0,\"client_count\":0,\"clients\":[],\"paused\":false,\"e2e_processing_latency\":{\"count\":0,\"percentiles\":null}}],\
+         \"depth\":0,\"backend_depth\":0,\"message_count\":0,\"message_bytes\":0,\"paused\":false,\"e2e_processing_latency\":{\"count\":0,\"percentiles\":null}}],\
+         \"producers\":null}"
+    );
+
+    let s = d.stats("&topic=b").await;
+    assert_eq!(s["topics"].as_array().unwrap().len(), 1);
+    let s = d.stats("&topic=nope&include_mem=0").await;
+    assert_eq!(
+        s,
+        serde_json::json!({"version":"1.3.0","health":"OK","start_time":s["start_time"],"topics":null,"producers":null})
+    );
+    let s = d.stats("&channel=c2").await;
+    assert_eq!(s["topics"].as_array().unwrap().len(), 1);
+    assert_eq!(topic(&s, "b")["channels"].as_array().unwrap().len(), 1);
+    let s = d.stats("&channel=zz").await;
+    assert_eq!(s["topics"], serde_json::json!([]));
+    let s = d.stats("&include_clients=false").await;
+    assert_eq!(channel(&s, "b", "c1")["clients"], Value::Null);
+    assert_eq!(channel(&s, "b", "c1")["client_count"], 0);
+    let s = d.stats("&include_clients=yes&include_mem=whatever").await;
+    assert_eq!(channel(&s, "b", "c1")["clients"], serde_json::json!([]));
+    assert!(s.get("memory").is_some());
+    assert!(d.stats("&include_mem=false").await.get("memory").is_none());
+    d.get("/stats?format=json;")
+        .await
+        .assert_err(400, "INVALID_REQUEST");
+    d.h.shutdown().await;
+}
+
+#[tokio::test]
+async fn stats_text_format() {
+    let d = Daemon::start(&[]).await;
+    let r = d.get("/stats").await;
+    assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+    assert_eq!(r.header("x-nsq-content-type"), Some("nsq; version=1.0"));
+    let text = r.text();
+    let lines: Vec<&str> = text.split('\n').collect();
+    assert!(lines[0].starts_with("nsqd v1.3.0 (built w/"), "{text}");
+    assert!(
+        lines[1].starts_with("start_time ")
+            && lines[1].len() == "start_time 2026-11-29T10:48:27Z".len(),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("uptime ") && lines[2].ends_with('s'),
+        "{text}"
+    );
+    assert_eq!(lines[3..6], ["", "Health: OK", ""]);
+    assert_eq!(lines[6], "Memory:");
+    assert!(
+        lines[7].starts_with("   heap_objects             \t"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("\nTopics: None\n\nProducers: None\n"),
+        "{text}"
+    );
+
+    d.post("/channel/create?topic=t_prod&channel=ch", b"").await;
+    d.post("/topic/create?topic=t_prod", b"")
+        .await
+        .assert_empty_ok();
+    d.post("/channel/create?topic=t_prod&channel=ch", b"")
+        .await
+        .assert_empty_ok();
+    d.post("/pub?topic=t_prod", b"hi")
+        .await
+        .assert_text_ok("OK");
+    eventually(async || channel(&d.stats("").await, "t_prod", "ch")["depth"] == 1).await;
+    let text = d.get("/stats?format=text&include_mem=0").await.text();
+    let body = &text[text.find("\nHealth").unwrap()..];
+    assert_eq!(
+        body,
+        "\nHealth: OK\n\
+         \nTopics:\
+         \n   [t_prod         ] depth: 0     be-depth: 0     msgs: 1        e2e%: \n\
+         \x20     [ch                       ] depth: 1     be-depth: 0     inflt: 0    def: 0    re-q: 0     timeout: 0     msgs: 1        e2e%: \n\
+         \nProducers: None\n"
+    );
+    d.h.shutdown().await;
+}
+
+#[tokio::test]
+async fn stats_clients_producers_and_e2e() {
+    let d = Daemon::start(&["--e2e-processing-latency-percentile=1.0,0.99"]).await;
+    let mut producer = Tcp::open(&d).await;
+    producer.cmd("PUB t_prod", Some(b"m1")).await;
+    assert_eq!(producer.frame().await, (0, b"OK".to_vec()));
+    producer.cmd("PUB t_prod2", Some(b"m2")).await;
+    assert_eq!(producer.frame().await, (0, b"OK".to_vec()));
+
+    let mut consumer = Tcp::open(&d).await;
+    consumer.cmd("SUB t_prod ch", None).await;
+    assert_eq!(consumer.frame().await, (0, b"OK".to_vec()));
+    consumer.cmd("RDY 3", None).await;
+    let (ty, msg) = consumer.frame().await;
+    assert_eq!(ty, 2);
+    let id = std::str::from_utf8(&msg[10..26]).unwrap().to_string();
+    consumer.cmd(&format!("FIN {id}"), None).await;
+    eventually(async || {
+        channel(&d.stats("").await, "t_prod", "ch")["clients"][0]["finish_count"] == 1
+    })
+    .await;
+
+    let s = d.stats("").await;
+    let producers = s["producers"].as_array().unwrap();
+    assert_eq!(producers.len(), 1);
+    let p = &producers[0];
+    assert_eq!(p["client_id"], "127.0.0.1");
+    assert_eq!(p["version"], "V2");
+    assert_eq!(p["pub_counts"].as_array().unwrap().len(), 1, "{p}");
+    assert!(p.get("authed").is_none() && p.get("auth_identity").is_none());
+    let keys: Vec<&String> = p.as_object().unwrap().keys().collect();
+    assert!(keys.contains(&&"tls_negotiated_protocol_is_mutual".to_string()));
+    let filtered = d.stats("&topic=t_prod2").await;
+    assert_eq!(
+        filtered["producers"][0]["pub_counts"],
+        serde_json::json!([{"topic":"t_prod2","count":1}])
+    );
+
+    let c = channel(&s, "t_prod", "ch");
+    assert_eq!(c["client_count"], 1);
+    let cl = &c["clients"][0];
+    assert_eq!(
+        (
+            cl["state"].clone(),
+            cl["ready_count"].clone(),
+            cl["message_count"].clone()
+        ),
+        (3.into(), 3.into(), 1.into())
+    );
+    assert!(cl.get("pub_counts").is_none());
+    assert_eq!(c["e2e_processing_latency"]["count"], 1);
+    let pct = c["e2e_processing_latency"]["percentiles"]
+        .as_array()
+        .unwrap();
+    assert_eq!(pct.len(), 2);
+    assert_eq!(pct[0]["quantile"], 1.0);
+    assert_eq!(pct[1]["quantile"], 0.99);
+    assert_eq!(topic(&s, "t_prod")["e2e_processing_latency"]["count"], 1);
+    assert_eq!(
+        topic(&s, "t_prod2")["e2e_processing_latency"],
+        serde_json::json!({"count":0,"percentiles":null})
+    );
+    // Quantiles print without a trailing `.0`.
+    let raw = d.get("/stats?format=json&topic=t_prod").await.text();
+    assert!(raw.contains("{\"quantile\":1,\"value\":"), "{raw}");
+
+    let text = d.get("/stats").await.text();
+    let prod_line = text
+        .lines()
+        .skip_while(|l| *l != "Producers:")
+        .nth(1)
+        .unwrap()
+        .to_string();
+    assert!(prod_line.starts_with("   [V2 127.0.0.1:"), "{text}");
+    assert!(
+        prod_line.contains("] msgs: 1        topics: t_prod"),
+        "{prod_line}"
+    );
+    assert!(
+        prod_line.ends_with(" connected: 0s") || prod_line.ends_with(" connected: 1s"),
+        "{prod_line}"
+    );
+    let consumer_line = text
+        .lines()
+        .find(|l| l.starts_with("        [V2 "))
+        .unwrap();
+    assert!(consumer_line.contains("] state: 3 inflt: 0    rdy: 3    fin: 1        re-q: 0        msgs: 1        connected: "), "{consumer_line}");
+    let ch_line = text.lines().find(|l| l.starts_with("      [ch ")).unwrap();
+    assert!(
+        ch_line.contains(" e2e%: ") && ch_line.matches("s, ").count() == 1,
+        "{ch_line}"
+    );
+
+    let s = d.stats("&include_clients=0").await;
+    assert_eq!(s["producers"], Value::Null);
+    assert_eq!(channel(&s, "t_prod", "ch")["clients"], Value::Null);
+    assert_eq!(channel(&s, "t_prod", "ch")["client_count"], 1);
+    drop(producer);
+    drop(consumer);
+    d.h.shutdown().await;
+}
+
+// ---- /config --------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn config_get_and_put() {
+    let d = Daemon::start(&["--e2e-processing-latency-percentile=1.0,0.99"]).await;
+    let r = d.get("/config/log_level").await;
+    assert_eq!((r.status, r.text()), (200, "2".to_string()));
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/json; charset=utf-8")
+    );
+    d.get("/config/log_prefix").await.assert_text_ok("[nsqd] ");
+    d.get("/config/tls_cert").await.assert_empty_ok();
+    assert_eq!(d.get("/config/msg_timeout").await.text(), "60000000000");
+    assert_eq!(d.get("/config/max_msg_size").await.text(), "1048576");
+    assert_eq!(d.get("/config/deflate").await.text(), "true");
+    assert_eq!(d.get("/config/nsqlookupd_tcp_addresses").await.text(), "[]");
+    assert_eq!(
+        d.get("/config/e2e_processing_latency_percentiles")
+            .await
+            .text(),
+        "[1,0.99]"
+    );
+    assert_eq!(
+        d.get("/config/broadcast_tcp_port").await.text(),
+        d.h.tcp_addr().port().to_string()
+    );
+    for bad in [
+        "node_id",
+        "queue_scan_interval",
+        "client_timeout",
+        "verbose",
+        "nope",
+    ] {
+        d.get(&format!("/config/{bad}"))
+            .await
+            .assert_err(400, "INVALID_OPTION");
+    }
+
+    let r = d.req("PUT", "/config/log_level", b"debug").await;
+    assert_eq!((r.status, r.text()), (200, "1".to_string()));
+    assert_eq!(d.get("/config/log_level").await.text(), "1");
+    d.req("PUT", "/config/log_level", b"WARN").await;
+    assert_eq!(d.get("/config/log_level").await.text(), "3");
+    d.req("PUT", "/config/log_level", b"info\n")
+        .await
+        .assert_err(400, "INVALID_VALUE");
+    d.req("PUT", "/config/log_level", b"loud")
+        .await
+        .assert_err(400, "INVALID_VALUE");
+    d.req("PUT", "/config/log_level", b"")
+        .await
+        .assert_err(413, "INVALID_VALUE");
+    d.req("PUT", "/config/msg_timeout", b"1s")
+        .await
+        .assert_err(400, "INVALID_OPTION");
+    d.req("PUT", "/config/nope", b"")
+        .await
+        .assert_err(413, "INVALID_VALUE");
+    d.req("PUT", "/config/log_level;", b"debug")
+        .await
+        .assert_err(400, "INVALID_OPTION");
+
+    let r = d
+        .req(
+            "PUT",
+            "/config/nsqlookupd_tcp_addresses",
+            b"[ \"127.0.0.1:1\" ]",
+        )
+        .await;
+    assert_eq!((r.status, r.text()), (200, "[\"127.0.0.1:1\"]".to_string()));
+    assert_eq!(
+        d.get("/config/nsqlookupd_tcp_addresses").await.text(),
+        "[\"127.0.0.1:1\"]"
+    );
+    assert_eq!(
+        d.req("PUT", "/config/nsqlookupd_tcp_addresses", b"null")
+            .await
+            .text(),
+        "null"
+    );
+    assert_eq!(
+        d.req("PUT", "/config/nsqlookupd_tcp_addresses", b"[]")
+            .await
+            .text(),
+        "[]"
+    );
+    d.req("PUT", "/config/nsqlookupd_tcp_addresses", b"\"x\"")
+        .await
+        .assert_err(400, "INVALID_VALUE");
+    d.h.shutdown().await;
+}
+
+#[tokio::test]
+async fn config_put_body_limit() {
+    let d = Daemon::start(&["--max-msg-size=4"]).await;
+    d.req("PUT", "/config/log_level", b"debug")
+        .await
+        .assert_err(413, "INVALID_VALUE");
+    assert_eq!(d.req("PUT", "/config/log_level", b"warn").await.text(), "3");
+    d.h.shutdown().await;
+}
+
+// ---- /debug ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn debug_endpoints() {
+    let d = Daemon::start(&[]).await;
+    let r = d.req("PUT", "/debug/setblockrate?rate=abc", b"").await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (
+            400,
+            "invalid block rate : strconv.Atoi: parsing \"abc\": invalid syntax"
+        )
+    );
+    assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+    assert_eq!(r.header("x-nsq-content-type"), None);
+    d.req("PUT", "/debug/setblockrate?rate=1", b"")
+        .await
+        .assert_err(500, "INTERNAL_ERROR");
+    d.post("/debug/freememory", b"")
+        .await
+        .assert_err(500, "INTERNAL_ERROR");
+    let r = d.get("/debug/freememory").await;
+    assert_eq!((r.status, r.header("allow")), (405, Some("OPTIONS, POST")));
+    let r = d.get("/debug/pprof/").await;
+    assert_eq!(
+        (r.status, r.header("content-type")),
+        (200, Some("text/html; charset=utf-8"))
+    );
+    let r = d.get("/debug/pprof/cmdline").await;
+    assert_eq!(r.status, 200);
+    let r = d.post("/debug/pprof/symbol", b"").await;
+    assert_eq!((r.status, r.text().as_str()), (200, "num_symbols: 0\n"));
+    assert_eq!(d.get("/debug/pprof/heap").await.status, 501);
+    d.get("/debug/pprof/nope")
+        .await
+        .assert_err(404, "NOT_FOUND");
+    d.h.shutdown().await;
+}
+
+#[tokio::test]
+async fn keep_alive_requests() {
+    let d = Daemon::start(&[]).await;
+    let mut s = TcpStream::connect(d.http()).await.unwrap();
+    s.write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\nPOST /pub?topic=k HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nm")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    while String::from_utf8_lossy(&buf).matches("\r\n\r\nOK").count() < 2 {
+        let mut chunk = [0u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut chunk))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "connection closed early");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&buf);
+    assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
+    d.h.shutdown().await;
+}
