@@ -427,7 +427,59 @@ async fn routing_redirects() {
     d.post("/PING", b"").await.assert_err(404, "NOT_FOUND");
     d.req("HEAD", "/ping/", b"").await;
     d.get("/config/").await.assert_err(404, "NOT_FOUND");
+    // The path is matched unescaped; redirects re-escape it.
+    assert_eq!(d.get("/p%69ng").await.text(), "OK");
+    let r = d.get("/config/a%20b/").await;
+    assert_eq!(
+        (r.status, r.header("location")),
+        (301, Some("/config/a%20b"))
+    );
+    let r = d.get("/p%zzing").await;
+    assert_eq!((r.status, r.text().as_str()), (400, "400 Bad Request"));
+    let r = d.req("OPTIONS", "*", b"").await;
+    assert_eq!(
+        (r.status, r.header("content-length"), r.header("allow")),
+        (200, Some("0"), None)
+    );
     d.h.shutdown().await;
+}
+
+#[tokio::test]
+async fn tls_required_answers_403() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "nsqd".to_string(),
+        "--tcp-address=127.0.0.1:0".to_string(),
+        "--http-address=127.0.0.1:0".to_string(),
+        format!("--data-path={}", dir.path().display()),
+        "--tls-required=true".to_string(),
+        format!("--tls-cert={}", dir.path().join("cert.pem").display()),
+        format!("--tls-key={}", dir.path().join("key.pem").display()),
+    ];
+    let ParseOutcome::Run(opts) = parse_args(args).unwrap() else {
+        panic!("not a run")
+    };
+    // Once TLS certificates are loaded at startup, these missing files stop the daemon.
+    let Ok(h) = nsqd::start(opts).await else {
+        return;
+    };
+    for (m, p) in [
+        ("GET", "/ping"),
+        ("OPTIONS", "/nope"),
+        ("POST", "/pub?topic=t"),
+    ] {
+        let r = request(h.http_addr().unwrap(), m, p, &[], b"x").await;
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (403, "{\"message\": \"TLS_REQUIRED\", \"https_port\": 0}")
+        );
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/json; charset=utf-8")
+        );
+        assert_eq!(r.header("x-nsq-content-type"), Some("nsq; version=1.0"));
+    }
+    h.shutdown().await;
 }
 
 // ---- publishing -----------------------------------------------------------------------------

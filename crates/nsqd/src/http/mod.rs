@@ -3,13 +3,14 @@
 //! `OPTIONS`, `404`) over a fixed route table, and the reference's response styles.
 //!
 //! Submodules: [`api`] has the endpoints, [`stats`] the `/stats` snapshot and renderings,
-//! [`debug`] the `/debug/*` routes, [`query`] Go's URL parsing rules, [`json`] Go's JSON bytes.
+//! [`debug`] the `/debug/*` routes, [`query`] Go's URL parsing rules, [`json`] Go's JSON bytes, [`tz`] the local zone for `/stats`' text.
 
 mod api;
 mod debug;
 mod json;
 mod query;
 mod stats;
+mod tz;
 
 use std::sync::Arc;
 

@@ -338,7 +338,11 @@ pub(crate) fn render_text(s: &StatsJson) -> String {
     let now_ns = unix_nanos();
     let mut w = String::with_capacity(1024);
     let _ = writeln!(w, "{}", crate::options::version_string());
-    let _ = writeln!(w, "start_time {}", rfc3339_utc(s.start_time));
+    let _ = writeln!(
+        w,
+        "start_time {}",
+        rfc3339(s.start_time, super::tz::local_offset(s.start_time))
+    );
     let uptime = now_ns.saturating_sub(i128::from(s.start_time) * 1_000_000_000);
     let _ = writeln!(w, "uptime {}", go_duration(uptime));
     let _ = write!(w, "\nHealth: {}\n", s.health);
@@ -475,14 +479,21 @@ fn unix_nanos() -> i128 {
         .unwrap_or(0)
 }
 
-/// RFC 3339 at second precision. We render in UTC (`Z`); the reference uses the server's
-/// local zone, which is UTC on the usual container deployments.
-fn rfc3339_utc(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
+/// Go's `time.RFC3339` at second precision in a zone `offset` seconds east of UTC (`Z` for 0).
+fn rfc3339(secs: i64, offset: i64) -> String {
+    let local = secs + offset;
+    let days = local.div_euclid(86_400);
+    let rem = local.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
+    let zone = if offset == 0 {
+        "Z".to_string()
+    } else {
+        let sign = if offset < 0 { '-' } else { '+' };
+        let a = offset.abs();
+        format!("{sign}{:02}:{:02}", a / 3600, a % 3600 / 60)
+    };
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}{zone}",
         rem / 3600,
         rem % 3600 / 60,
         rem % 60
@@ -576,7 +587,9 @@ mod tests {
 
     #[test]
     fn dates() {
-        assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339_utc(1_795_949_307), "2026-11-29T10:48:27Z");
+        assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_795_949_307, 0), "2026-11-29T10:48:27Z");
+        assert_eq!(rfc3339(1_795_949_307, 3600), "2026-11-29T11:48:27+01:00");
+        assert_eq!(rfc3339(0, -5 * 3600 - 1800), "1969-12-31T18:30:00-05:30");
     }
 }
