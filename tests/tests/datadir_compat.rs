@@ -155,7 +155,7 @@ fn reference_data_dir_single_channel_is_loaded_and_consumed() {
 }
 
 #[test]
-#[ignore = "BUG: topics loaded from nsqd.dat start their pump before all channels exist; topic backlog goes only to the first channel"]
+
 fn reference_data_dir_is_loaded_and_consumed() {
     let dir = DataDir::temp();
     build_fixture(dir.path(), BOTH_CHANNELS);

@@ -298,7 +298,7 @@ impl Channel {
         self.counters
             .message_count
             .fetch_add(msgs.len() as u64, Ordering::Relaxed);
-        if msgs.iter().all(|m| m.defer.is_zero()) {
+        if msgs.iter().all(|m| m.defer_ms == 0) {
             return self.put(msgs.iter().cloned());
         }
         let now = Instant::now();
@@ -306,12 +306,12 @@ impl Channel {
         {
             let mut st = self.state.lock();
             for m in msgs {
-                if m.defer.is_zero() {
+                if m.defer_ms == 0 {
                     immediate.push(m.clone());
                 } else {
                     let mut m = m.clone();
-                    let due = now + m.defer;
-                    m.defer = Duration::ZERO;
+                    let due = now + m.defer();
+                    m.defer_ms = 0;
                     Self::insert_deferred(&mut st, due, m);
                 }
             }

@@ -1,7 +1,7 @@
 //! The engine: the set of topics, how their backends are made, and the hooks through which the
 //! daemon hears about creations and deletions (lookupd registration, metadata writes).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::RwLock;
@@ -36,6 +36,8 @@ pub struct Engine {
     /// Bumped on every channel creation/deletion so the queue scanner picks up new channels at
     /// its next tick instead of waiting for its periodic refresh.
     channels_generation: AtomicU64,
+    /// While true (metadata loading), new topics are not started: see [`Engine::finish_loading`].
+    loading: AtomicBool,
     me: Weak<Engine>,
 }
 
@@ -47,6 +49,7 @@ impl Engine {
             hooks,
             topics: RwLock::new(FxHashMap::default()),
             channels_generation: AtomicU64::new(0),
+            loading: AtomicBool::new(false),
             me: me.clone(),
         })
     }
@@ -61,6 +64,20 @@ impl Engine {
 
     pub(crate) fn hooks(&self) -> &dyn Hooks {
         &*self.hooks
+    }
+
+    /// Metadata loading begins: topics created from now on hold their messages until
+    /// [`Engine::finish_loading`], so every channel listed for them exists first.
+    pub fn begin_loading(&self) {
+        self.loading.store(true, Ordering::Release);
+    }
+
+    /// Metadata loading is done: start every topic.
+    pub fn finish_loading(&self) {
+        self.loading.store(false, Ordering::Release);
+        for t in self.topics() {
+            t.start();
+        }
     }
 
     /// Changes whenever a channel is created or deleted anywhere.
@@ -115,6 +132,7 @@ impl Engine {
                 self.opts.clone(),
                 self.health.clone(),
                 backend,
+                !self.loading.load(Ordering::Acquire),
             );
             topics.insert(name.to_string(), t.clone());
             t

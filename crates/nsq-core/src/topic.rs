@@ -63,6 +63,9 @@ pub struct Topic {
     message_count: AtomicU64,
     message_bytes: AtomicU64,
     paused: AtomicBool,
+    /// False while metadata is loading: nothing leaves the topic until all its channels exist
+    /// (the reference's "start" step), so a persisted backlog reaches every channel.
+    started: AtomicBool,
     exiting: AtomicBool,
     /// Read-held by the pump and by direct fan-out while a batch is between the topic and its
     /// channels; close/delete/empty write-lock it, so no acknowledged batch is half delivered
@@ -83,6 +86,7 @@ impl Topic {
         opts: Arc<Options>,
         health: Arc<Health>,
         backend: Arc<dyn BackendQueue>,
+        started: bool,
     ) -> Arc<Self> {
         // A backlog left on disk by a previous run must be pumped before new messages.
         let spill = backend.depth() > 0;
@@ -105,6 +109,7 @@ impl Topic {
             message_count: AtomicU64::new(0),
             message_bytes: AtomicU64::new(0),
             paused: AtomicBool::new(false),
+            started: AtomicBool::new(started),
             exiting: AtomicBool::new(false),
             pump_lock: RwLock::new(()),
         })
@@ -142,17 +147,18 @@ impl Topic {
         if self.is_exiting() {
             return Err(BackendError::Exiting);
         }
+        let defer_ms = u32::try_from(defer.as_millis()).unwrap_or(u32::MAX);
         let msgs: Vec<Message> = {
             let mut g = self.guid.lock();
             let ts = now_nanos();
             bodies
                 .into_iter()
                 .map(|body| Message {
-                    id: g.new_id(),
+                    id: g.new_id_at(ts),
                     timestamp: ts,
                     attempts: 0,
                     body,
-                    defer,
+                    defer_ms,
                 })
                 .collect()
         };
@@ -167,6 +173,7 @@ impl Topic {
             return Err(BackendError::Exiting);
         }
         if !self.is_paused()
+            && self.started.load(Ordering::Acquire)
             && !st.fanout.is_empty()
             && st.mem.is_empty()
             && !st.spill
@@ -224,12 +231,23 @@ impl Topic {
         self.message_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    /// Lets messages flow to channels (after metadata loading created them all).
+    pub fn start(self: &Arc<Self>) {
+        self.started.store(true, Ordering::Release);
+        self.ensure_pump();
+    }
+
     // ---- the pump -----------------------------------------------------------------------
 
     /// Starts the pump if there is a backlog and somewhere to send it.
     fn ensure_pump(self: &Arc<Self>) {
         let mut st = self.state.lock();
-        if st.pumping || self.is_paused() || self.is_exiting() || st.fanout.is_empty() {
+        if st.pumping
+            || self.is_paused()
+            || self.is_exiting()
+            || !self.started.load(Ordering::Acquire)
+            || st.fanout.is_empty()
+        {
             return;
         }
         if st.mem.is_empty() && !st.spill {

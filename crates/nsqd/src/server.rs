@@ -226,11 +226,13 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
         metadata_lock: Mutex::new(()),
     });
 
+    engine.begin_loading();
     match metadata::load(&data_path) {
         Ok(Some(md)) => metadata::apply(&engine, &md),
         Ok(None) => {}
         Err(e) => return Err(format!("failed to load metadata - {e}")),
     }
+    engine.finish_loading();
     nsqd.persist_metadata()
         .map_err(|e| format!("failed to persist metadata - {e}"))?;
     // Creations during loading need no second write.

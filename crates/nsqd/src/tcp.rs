@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use nsq_core::{FinishError, Message, SubscribeError};
 use nsq_protocol::command::{
     clamp_req_timeout, Command, CommandKind, DecodeError, DecodeHooks, Decoder, Verdict,
@@ -146,7 +146,7 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: OwnedReadHalf
             }
         }
         if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(16 * 1024);
+            buf.reserve(64 * 1024);
         }
         let deadline = client.settings.lock().heartbeat.map(|h| h * 2);
         let read = async {
@@ -211,7 +211,8 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
             ch.touch(client.id, &id, msg_timeout)
                 .map_err(|e: FinishError| NsqError::touch_failed(&id, &e.to_string()))
         }
-        Command::Pub { topic, body } => {
+        Command::Pub { topic, mut body } => {
+            compact(std::slice::from_mut(&mut body));
             let t = nsqd
                 .topic(&topic)
                 .await
@@ -222,7 +223,8 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
             send_response(client, frame::OK);
             Ok(())
         }
-        Command::Mpub { topic, bodies } => {
+        Command::Mpub { topic, mut bodies } => {
+            compact(&mut bodies);
             let n = bodies.len() as u64;
             let t = nsqd
                 .topic(&topic)
@@ -237,8 +239,9 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
         Command::Dpub {
             topic,
             defer_ms,
-            body,
+            mut body,
         } => {
+            compact(std::slice::from_mut(&mut body));
             let t = nsqd
                 .topic(&topic)
                 .await
@@ -264,6 +267,24 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
             }
             Err(NsqError::auth_disabled())
         }
+    }
+}
+
+/// Copies message bodies out of the connection's read buffer into one exact-size allocation:
+/// queued messages then pin only their own bytes (not whole read buffers), and the read buffer
+/// stays uniquely owned, so it is reused instead of reallocated.
+fn compact(bodies: &mut [Bytes]) {
+    let total = bodies.iter().map(Bytes::len).sum();
+    let mut buf = BytesMut::with_capacity(total);
+    for b in bodies.iter() {
+        buf.extend_from_slice(b);
+    }
+    let all = buf.freeze();
+    let mut off = 0;
+    for b in bodies.iter_mut() {
+        let n = b.len();
+        *b = all.slice(off..off + n);
+        off += n;
     }
 }
 
