@@ -31,11 +31,15 @@ def test_stats_show_gnsq_consumer_and_producer(nsqd, topic):
 
         def consumer_entry():
             chan = find_channel(http.stats(topic=topic), topic, "ch")
-            if chan and len(chan["clients"]) == 1 and chan["clients"][0]["finish_count"] == 3:
-                return chan["clients"][0]
+            if chan and len(chan["clients"]) == 1:
+                c = chan["clients"][0]
+                # gnsq starts a connection at RDY 1 and raises it to max_in_flight after
+                # the first FIN, from a background greenlet: wait for that RDY too.
+                if c["finish_count"] == 3 and c["ready_count"] == 7:
+                    return c
             return None
 
-        client = wait_for(consumer_entry, message="the consumer to finish 3 messages")
+        client = wait_for(consumer_entry, message="3 FINs and RDY 7 from the consumer")
         stats = http.stats(topic=topic)
     finally:
         consumer.close()
