@@ -116,6 +116,17 @@ impl Engine {
     /// Gets or creates a topic; `true` when created by this call. Name validity is the
     /// caller's job (it owns the error text).
     pub fn get_or_create_topic(&self, name: &str) -> Result<(Arc<Topic>, bool), BackendError> {
+        self.get_or_create_topic_with(name, true)
+    }
+
+    /// Like [`Engine::get_or_create_topic`]; a topic created here with `start == false` holds
+    /// its messages until [`Topic::start`] (the daemon first pre-creates the channels that
+    /// nsqlookupd knows of). Topics created while loading metadata are never started here.
+    pub fn get_or_create_topic_with(
+        &self,
+        name: &str,
+        start: bool,
+    ) -> Result<(Arc<Topic>, bool), BackendError> {
         if let Some(t) = self.topics.read().get(name) {
             return Ok((t.clone(), false));
         }
@@ -132,7 +143,7 @@ impl Engine {
                 self.opts.clone(),
                 self.health.clone(),
                 backend,
-                !self.loading.load(Ordering::Acquire),
+                start && !self.loading.load(Ordering::Acquire),
             );
             topics.insert(name.to_string(), t.clone());
             t

@@ -4,7 +4,9 @@
 
 pub mod client;
 pub mod http;
+pub mod httpclient;
 pub mod logging;
+pub mod lookup;
 pub mod metadata;
 pub mod options;
 pub mod server;

@@ -18,6 +18,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::client::{unix_secs, Client};
+use crate::lookup::{self, Lookup};
 use crate::metadata;
 use crate::options::NsqdOptions;
 
@@ -31,28 +32,34 @@ pub struct TcpConfig {
     pub tls_required: bool,
 }
 
-/// Engine hooks: schedule a metadata write on every non-ephemeral create/delete.
+/// Engine hooks: tell nsqlookupd (ephemeral names too, as the reference) and schedule a
+/// metadata write on every non-ephemeral create/delete.
 struct DaemonHooks {
     metadata_dirty: Arc<Notify>,
+    lookup: Lookup,
 }
 
 impl Hooks for DaemonHooks {
     fn topic_created(&self, topic: &str) {
+        self.lookup.register(topic, None);
         if !is_ephemeral(topic) {
             self.metadata_dirty.notify_one();
         }
     }
     fn topic_deleted(&self, topic: &str) {
+        self.lookup.unregister(topic, None);
         if !is_ephemeral(topic) {
             self.metadata_dirty.notify_one();
         }
     }
     fn channel_created(&self, topic: &str, channel: &str) {
+        self.lookup.register(topic, Some(channel));
         if !is_ephemeral(topic) && !is_ephemeral(channel) {
             self.metadata_dirty.notify_one();
         }
     }
     fn channel_deleted(&self, topic: &str, channel: &str) {
+        self.lookup.unregister(topic, Some(channel));
         if !is_ephemeral(topic) && !is_ephemeral(channel) {
             self.metadata_dirty.notify_one();
         }
@@ -72,6 +79,8 @@ pub struct Nsqd {
     clients: Mutex<FxHashMap<u64, Arc<Client>>>,
     next_client_id: AtomicU64,
     metadata_dirty: Arc<Notify>,
+    /// The nsqlookupd connections (registration and channel pre-creation).
+    pub lookup: Lookup,
     /// Serialises metadata writes (async scheduled ones and synchronous pause writes).
     metadata_lock: Mutex<()>,
 }
@@ -98,10 +107,74 @@ impl Nsqd {
         self.clients.lock().values().cloned().collect()
     }
 
-    /// Gets or creates a topic for a publish or SUB.
+    /// Gets or creates a topic for a publish or SUB. A new topic first gets every
+    /// non-ephemeral channel that any nsqlookupd knows for it (internals §2.1), so messages
+    /// published to a brand-new topic on this node are not lost for existing consumers.
     pub async fn topic(&self, name: &str) -> Result<Arc<Topic>, BackendError> {
-        let (t, _created) = self.engine.get_or_create_topic(name)?;
+        if let Some(t) = self.engine.get_topic(name) {
+            return Ok(t);
+        }
+        let lookupds = self.lookup.http_addresses();
+        if lookupds.is_empty() {
+            if !self.opts.lookupd_tcp_addresses.is_empty() {
+                tracing::error!("no available nsqlookupd to query for channels to pre-create for new topic {name}");
+            }
+            return Ok(self.engine.get_or_create_topic(name)?.0);
+        }
+        let (t, created) = self.engine.get_or_create_topic_with(name, false)?;
+        if created {
+            for ch in self.lookupd_channels(&lookupds, name).await {
+                if let Err(e) = t.get_or_create_channel(&ch) {
+                    tracing::error!("failed to pre-create channel {name}:{ch} - {e}");
+                }
+            }
+            t.start();
+        }
         Ok(t)
+    }
+
+    /// The union of `/channels?topic=` over every lookupd, sorted, without ephemeral names.
+    async fn lookupd_channels(&self, lookupds: &[String], topic: &str) -> Vec<String> {
+        let path = format!("/channels?topic={}", crate::httpclient::query_escape(topic));
+        let (connect, total) = (
+            self.opts.http_client_connect_timeout,
+            self.opts.http_client_request_timeout,
+        );
+        let queries = lookupds.iter().cloned().map(|addr| {
+            let path = path.clone();
+            async move {
+                let r = crate::httpclient::get(&addr, &path, connect, total).await;
+                (addr, r)
+            }
+        });
+        let mut channels: Vec<String> = Vec::new();
+        let mut ok = 0;
+        for (addr, r) in futures_join_all(queries).await {
+            match r {
+                Ok(resp) if resp.status == 200 => {
+                    ok += 1;
+                    #[derive(serde::Deserialize)]
+                    struct Channels {
+                        channels: Vec<String>,
+                    }
+                    match serde_json::from_slice::<Channels>(&resp.body) {
+                        Ok(c) => channels.extend(c.channels),
+                        Err(e) => tracing::warn!("bad /channels answer from {addr} - {e}"),
+                    }
+                }
+                Ok(resp) => {
+                    tracing::warn!("lookupd {addr} answered /channels with {}", resp.status)
+                }
+                Err(e) => tracing::warn!("failed to query lookupd {addr} for channels - {e}"),
+            }
+        }
+        if ok == 0 {
+            tracing::warn!("no lookupd answered for channels of new topic {topic}");
+        }
+        channels.sort();
+        channels.dedup();
+        channels.retain(|c| !is_ephemeral(c) && nsq_protocol::names::is_valid_channel_name(c));
+        channels
     }
 
     /// Writes `nsqd.dat` now (pause/unpause do this synchronously, as the reference).
@@ -114,6 +187,26 @@ impl Nsqd {
     pub fn health(&self) -> String {
         self.engine.health().status()
     }
+}
+
+/// Runs futures concurrently and collects their outputs in order.
+async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+    F: Send + 'static,
+{
+    let mut set = JoinSet::new();
+    for (i, f) in futs.enumerate() {
+        set.spawn(async move { (i, f.await) });
+    }
+    let mut out: Vec<(usize, F::Output)> = Vec::new();
+    while let Some(r) = set.join_next().await {
+        if let Ok(v) = r {
+            out.push(v);
+        }
+    }
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, v)| v).collect()
 }
 
 /// A running daemon: its addresses and how to stop it.
@@ -203,12 +296,14 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
     opts.apply_listeners(Some(tcp_addr.port()), http_addr.map(|a| a.port()));
 
     let metadata_dirty = Arc::new(Notify::new());
+    let (lookup, lookup_rx) = Lookup::new();
     let mut engine_opts = opts.engine_options();
     engine_opts.data_path = data_path.clone();
     let engine = Engine::new(
         engine_opts,
         Arc::new(DaemonHooks {
             metadata_dirty: metadata_dirty.clone(),
+            lookup: lookup.clone(),
         }),
     );
 
@@ -223,6 +318,7 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
         clients: Mutex::new(FxHashMap::default()),
         next_client_id: AtomicU64::new(0),
         metadata_dirty: metadata_dirty.clone(),
+        lookup,
         metadata_lock: Mutex::new(()),
     });
 
@@ -239,7 +335,27 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
     let _ = tokio::time::timeout(Duration::ZERO, metadata_dirty.notified()).await;
 
     let stop = Arc::new(Notify::new());
-    let done = tokio::spawn(run(nsqd.clone(), tcp_listener, http_listener, stop.clone()));
+    let info = nsq_protocol::lookup::PeerInfo {
+        broadcast_address: nsqd.opts.broadcast_address.clone(),
+        hostname: crate::options::hostname(),
+        http_port: nsqd.opts.broadcast_http_port,
+        tcp_port: nsqd.opts.broadcast_tcp_port,
+        version: nsq_protocol::VERSION.to_string(),
+    };
+    let lookup_task = tokio::spawn(lookup::run(
+        engine.clone(),
+        info,
+        nsqd.opts.lookupd_tcp_addresses.clone(),
+        nsqd.tcp.limits.max_body_size.max(0) as usize,
+        lookup_rx,
+    ));
+    let done = tokio::spawn(run(
+        nsqd.clone(),
+        tcp_listener,
+        http_listener,
+        stop.clone(),
+        lookup_task,
+    ));
     Ok(NsqdHandle {
         nsqd,
         stop,
@@ -264,7 +380,13 @@ fn lock_data_path(dir: &std::path::Path) -> Result<std::fs::File, String> {
     }
 }
 
-async fn run(nsqd: Arc<Nsqd>, tcp: TcpListener, http: Option<TcpListener>, stop: Arc<Notify>) {
+async fn run(
+    nsqd: Arc<Nsqd>,
+    tcp: TcpListener,
+    http: Option<TcpListener>,
+    stop: Arc<Notify>,
+    lookup_task: tokio::task::JoinHandle<()>,
+) {
     let scanner = nsq_core::scanner::spawn(
         nsqd.engine.clone(),
         nsqd.engine.options().queue_scan.clone(),
@@ -326,6 +448,8 @@ async fn run(nsqd: Arc<Nsqd>, tcp: TcpListener, http: Option<TcpListener>, stop:
     // 3. Stop the scanner so nothing moves while queues flush; write metadata.
     scanner.stop().await;
     md_task.abort();
+    // No UNREGISTERs at shutdown: lookupd drops our registrations when the connection closes.
+    lookup_task.abort();
     if let Err(e) = nsqd.persist_metadata() {
         tracing::error!("failed to persist metadata - {e}");
     }

@@ -61,6 +61,9 @@ pub(crate) async fn serve(nsqd: Arc<Nsqd>, mut stream: TcpStream, peer: SocketAd
 struct Gate<'a> {
     nsqd: &'a Nsqd,
     client: &'a Client,
+    /// The topic of an MPUB whose body is still being read: the reference creates the topic
+    /// before reading the body, so a body error must still leave the topic created.
+    mpub_topic: Option<String>,
 }
 
 impl DecodeHooks for Gate<'_> {
@@ -106,12 +109,10 @@ impl DecodeHooks for Gate<'_> {
     }
 
     fn mpub_topic(&mut self, topic: &str) -> Result<(), NsqError> {
-        // The reference creates the topic before reading the MPUB body.
-        self.nsqd
-            .engine
-            .get_or_create_topic(topic)
-            .map(|_| ())
-            .map_err(|e| NsqError::mpub_failed(&e.to_string()))
+        // Created (with lookupd channel pre-creation, which is async) by exec, or by
+        // read_loop if the body turns out bad.
+        self.mpub_topic = Some(topic.to_string());
+        Ok(())
     }
 }
 
@@ -119,11 +120,17 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: OwnedReadHalf
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut decoder = Decoder::new(nsqd.tcp.limits);
     let mut closed = client.closed_rx();
+    let mut gate = Gate {
+        nsqd,
+        client,
+        mpub_topic: None,
+    };
     loop {
         loop {
-            let decoded = decoder.decode_with(&mut buf, &mut Gate { nsqd, client });
+            let decoded = decoder.decode_with(&mut buf, &mut gate);
             match decoded {
                 Ok(Some(cmd)) => {
+                    gate.mpub_topic = None;
                     if let Err(e) = exec(nsqd, client, cmd).await {
                         let fatal = e.fatal();
                         send_error(client, &e);
@@ -139,6 +146,9 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: OwnedReadHalf
                     return;
                 }
                 Err(DecodeError::Fatal(e)) => {
+                    if let Some(topic) = gate.mpub_topic.take() {
+                        let _ = nsqd.topic(&topic).await;
+                    }
                     send_error(client, &e);
                     client.close_after_flush();
                     return;

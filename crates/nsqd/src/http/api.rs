@@ -543,6 +543,7 @@ async fn config(st: &HttpState, opt: &str, req: Request) -> ApiResult {
 /// `PUT /config/nsqlookupd_tcp_addresses` took effect in the options; the reference then
 /// disconnects removed lookupd peers and connects (and registers with) new ones.
 // lookupd: apply at run time (the lookupd connector hooks in here).
-fn on_lookupd_addresses_changed(_nsqd: &Nsqd, addrs: &[String]) {
+fn on_lookupd_addresses_changed(nsqd: &Nsqd, addrs: &[String]) {
     tracing::info!("nsqlookupd_tcp_addresses changed to {addrs:?}");
+    nsqd.lookup.set_addresses(addrs.to_vec());
 }
