@@ -190,10 +190,10 @@ impl Nsqd {
 }
 
 /// Runs futures concurrently and collects their outputs in order.
-async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
+async fn futures_join_all<F>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
 where
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
-    F: Send + 'static,
 {
     let mut set = JoinSet::new();
     for (i, f) in futs.enumerate() {
