@@ -1,0 +1,510 @@
+//! nsqlookupd's HTTP API (spec §5): httprouter-style routing over a fixed route table (exact
+//! match per method, trailing-slash and case redirects, `405` with `Allow`, `OPTIONS`,
+//! `404`), the endpoints, and the reference's "v1" response style. Every request is logged
+//! at INFO as `<status> <METHOD> <uri> (<remote>) <elapsed>`.
+//!
+//! The Go `net/url` and `encoding/json` details come from [`query`] and [`json`].
+
+mod json;
+mod query;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, HttpBody};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use axum::Router;
+use bytes::Bytes;
+use nsq_protocol::names::{is_valid_channel_name, is_valid_topic_name};
+use serde::Serialize;
+
+use crate::db::{now_nanos, NodeView, ProducerView};
+use crate::server::Nsqlookupd;
+use query::Query;
+
+/// Builds the HTTP API; serve it with `into_make_service_with_connect_info::<SocketAddr>()`.
+pub fn router(lookupd: Arc<Nsqlookupd>) -> Router {
+    Router::new().fallback(dispatch).with_state(lookupd)
+}
+
+// ---- route table ----------------------------------------------------------------------------
+
+/// The HTTP methods that have routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum M {
+    Get,
+    Post,
+}
+
+impl M {
+    fn of(m: &Method) -> Option<M> {
+        match *m {
+            Method::GET => Some(M::Get),
+            Method::POST => Some(M::Post),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            M::Get => "GET",
+            M::Post => "POST",
+        }
+    }
+}
+
+/// Every endpoint of spec §5.16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Ping,
+    Info,
+    Debug,
+    Lookup,
+    Topics,
+    Channels,
+    Nodes,
+    TopicCreate,
+    TopicDelete,
+    ChannelCreate,
+    ChannelDelete,
+    TopicTombstone,
+}
+
+impl Endpoint {
+    /// Whether the handler reads parameters (`http_api.NewReqParams`: query parse, then the
+    /// whole body is read and ignored).
+    fn takes_params(self) -> bool {
+        !matches!(
+            self,
+            Endpoint::Ping | Endpoint::Info | Endpoint::Debug | Endpoint::Topics | Endpoint::Nodes
+        )
+    }
+}
+
+/// The Go runtime profiling routes (`/debug/pprof/*`) are not served: spec §5.14 allows
+/// omitting them, so they answer 404 like any unknown path.
+const ROUTES: &[(M, &str, Endpoint)] = &[
+    (M::Get, "/ping", Endpoint::Ping),
+    (M::Get, "/info", Endpoint::Info),
+    (M::Get, "/debug", Endpoint::Debug),
+    (M::Get, "/lookup", Endpoint::Lookup),
+    (M::Get, "/topics", Endpoint::Topics),
+    (M::Get, "/channels", Endpoint::Channels),
+    (M::Get, "/nodes", Endpoint::Nodes),
+    (M::Post, "/topic/create", Endpoint::TopicCreate),
+    (M::Post, "/topic/delete", Endpoint::TopicDelete),
+    (M::Post, "/channel/create", Endpoint::ChannelCreate),
+    (M::Post, "/channel/delete", Endpoint::ChannelDelete),
+    (M::Post, "/topic/tombstone", Endpoint::TopicTombstone),
+];
+
+/// The exact (case-sensitive) route for `method` and `path`.
+fn lookup(method: M, path: &str) -> Option<Endpoint> {
+    ROUTES
+        .iter()
+        .find(|(m, p, _)| *m == method && *p == path)
+        .map(|(_, _, ep)| *ep)
+}
+
+/// httprouter's `findCaseInsensitivePath(CleanPath(path), true)`: a route of `method` that
+/// matches ignoring ASCII case, possibly with a trailing slash added or removed.
+fn fixed_path(method: M, path: &str) -> Option<&'static str> {
+    let clean = query::clean_path(path);
+    let toggled = toggle_slash(&clean);
+    let routes = || ROUTES.iter().filter(|(m, _, _)| *m == method);
+    routes()
+        .find(|(_, p, _)| p.eq_ignore_ascii_case(&clean))
+        .or_else(|| routes().find(|(_, p, _)| p.eq_ignore_ascii_case(&toggled)))
+        .map(|(_, p, _)| *p)
+}
+
+fn toggle_slash(path: &str) -> String {
+    if path.len() > 1 && path.ends_with('/') {
+        path[..path.len() - 1].to_string()
+    } else {
+        format!("{path}/")
+    }
+}
+
+/// httprouter's `allowed`: the other methods registered for `path`, plus `OPTIONS`, sorted.
+fn allowed(path: &str, req_method: Option<M>) -> Option<String> {
+    let mut methods: Vec<&str> = [M::Get, M::Post]
+        .into_iter()
+        .filter(|m| Some(*m) != req_method && lookup(*m, path).is_some())
+        .map(M::as_str)
+        .collect();
+    if methods.is_empty() {
+        return None;
+    }
+    methods.push("OPTIONS");
+    methods.sort_unstable();
+    Some(methods.join(", "))
+}
+
+// ---- dispatch -------------------------------------------------------------------------------
+
+async fn dispatch(
+    State(lookupd): State<Arc<Nsqlookupd>>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> Response {
+    let start = Instant::now();
+    let method = req.method().clone();
+    let uri = req.uri().clone();
+    let resp = route(&lookupd, req).await;
+    tracing::info!(
+        "{} {} {} ({}) {}",
+        resp.status().as_u16(),
+        method,
+        uri.path_and_query().map_or("/", |p| p.as_str()),
+        remote,
+        go_duration(start.elapsed())
+    );
+    resp
+}
+
+async fn route(lookupd: &Nsqlookupd, req: Request) -> Response {
+    if req.method() == Method::OPTIONS && req.uri().path() == "*" {
+        // Go's server answers `OPTIONS *` itself.
+        return raw(StatusCode::OK, "");
+    }
+    let Some(path) = query::decode_path(req.uri().path()) else {
+        let mut r = raw(StatusCode::BAD_REQUEST, "400 Bad Request");
+        set(&mut r, header::CONTENT_TYPE, CT_TEXT);
+        set(&mut r, header::CONNECTION, "close");
+        return r;
+    };
+    let method = M::of(req.method());
+
+    if let Some(m) = method {
+        if let Some(ep) = lookup(m, &path) {
+            return endpoint(lookupd, ep, req).await;
+        }
+        if path != "/" {
+            let code = if m == M::Get {
+                StatusCode::MOVED_PERMANENTLY
+            } else {
+                StatusCode::TEMPORARY_REDIRECT
+            };
+            let toggled = toggle_slash(&path);
+            if lookup(m, &toggled).is_some() {
+                return redirect(code, &toggled, req.uri().query(), m == M::Get);
+            }
+            if let Some(fixed) = fixed_path(m, &path) {
+                return redirect(code, fixed, req.uri().query(), m == M::Get);
+            }
+        }
+    }
+
+    if req.method() == Method::OPTIONS {
+        if let Some(allow) = allowed(&path, None) {
+            let mut r = raw(StatusCode::OK, "");
+            set(&mut r, header::ALLOW, &allow);
+            return r;
+        }
+    } else if let Some(allow) = allowed(&path, method) {
+        let mut r = v1_error(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");
+        set(&mut r, header::ALLOW, &allow);
+        return r;
+    }
+    v1_error(StatusCode::NOT_FOUND, "NOT_FOUND")
+}
+
+/// `http.Redirect` to `path` (query kept): GET gets the small HTML body, others none.
+fn redirect(code: StatusCode, path: &str, query: Option<&str>, is_get: bool) -> Response {
+    let mut url = query::redirect_clean(&query::escape_path(path));
+    if let Some(q) = query {
+        url.push('?');
+        url.push_str(q);
+    }
+    let body = if is_get {
+        format!(
+            "<a href=\"{}\">{}</a>.\n\n",
+            query::html_escape(&url),
+            code.canonical_reason().unwrap_or("")
+        )
+    } else {
+        String::new()
+    };
+    let mut r = raw(code, body);
+    if let Ok(v) = HeaderValue::from_str(&url) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    if is_get {
+        set(&mut r, header::CONTENT_TYPE, CT_HTML);
+    }
+    r
+}
+
+/// Runs one endpoint: parameters first (as `NewReqParams`), then the handler, whose panic
+/// becomes the reference's `500 INTERNAL_ERROR`.
+async fn endpoint(lookupd: &Nsqlookupd, ep: Endpoint, req: Request) -> Response {
+    let params = if ep.takes_params() {
+        let Ok(q) = Query::parse(req.uri().query().unwrap_or("")) else {
+            return v1_error(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+        };
+        if drain(req.into_body()).await.is_err() {
+            return v1_error(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+        }
+        q
+    } else {
+        Query::default()
+    };
+    match std::panic::catch_unwind(AssertUnwindSafe(|| handle(lookupd, ep, &params))) {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::error!("ERROR: panic in HTTP handler");
+            v1_error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR")
+        }
+    }
+}
+
+/// Reads and discards a request body.
+async fn drain(mut body: Body) -> Result<(), axum::Error> {
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        frame?;
+    }
+    Ok(())
+}
+
+// ---- endpoints ------------------------------------------------------------------------------
+
+fn handle(lookupd: &Nsqlookupd, ep: Endpoint, q: &Query) -> Response {
+    let db = &lookupd.db;
+    let result: ApiResult = match ep {
+        Endpoint::Ping => {
+            let mut r = raw(StatusCode::OK, "OK");
+            set(&mut r, header::CONTENT_TYPE, CT_TEXT);
+            return r;
+        }
+        Endpoint::Info => {
+            #[derive(Serialize)]
+            struct Info {
+                version: &'static str,
+            }
+            json(&Info {
+                version: crate::options::VERSION,
+            })
+        }
+        Endpoint::Debug => json(&db.debug()),
+        Endpoint::Topics => {
+            let mut m = BTreeMap::new();
+            m.insert("topics", db.topics());
+            json(&m)
+        }
+        Endpoint::Channels => (|| {
+            let topic = q.get("topic").ok_or(MISSING_ARG_TOPIC)?;
+            let mut m = BTreeMap::new();
+            m.insert("channels", db.channels(topic));
+            json(&m)
+        })(),
+        Endpoint::Lookup => (|| {
+            let topic = q.get("topic").ok_or(MISSING_ARG_TOPIC)?;
+            let (channels, producers) = db
+                .lookup(topic, now_nanos(), lookupd.opts.liveness())
+                .ok_or(ApiError(StatusCode::NOT_FOUND, "TOPIC_NOT_FOUND"))?;
+            #[derive(Serialize)]
+            struct Lookup {
+                channels: Vec<String>,
+                producers: Vec<ProducerView>,
+            }
+            json(&Lookup {
+                channels,
+                producers,
+            })
+        })(),
+        Endpoint::Nodes => {
+            #[derive(Serialize)]
+            struct Nodes {
+                producers: Vec<NodeView>,
+            }
+            json(&Nodes {
+                producers: db.nodes(now_nanos(), lookupd.opts.liveness()),
+            })
+        }
+        Endpoint::TopicCreate => (|| {
+            let topic = q.get("topic").ok_or(MISSING_ARG_TOPIC)?;
+            if !is_valid_topic_name(topic) {
+                return Err(INVALID_ARG_TOPIC);
+            }
+            tracing::info!("DB: adding topic({topic})");
+            db.create_topic(topic);
+            Ok(None)
+        })(),
+        Endpoint::TopicDelete => (|| {
+            let topic = q.get("topic").ok_or(MISSING_ARG_TOPIC)?;
+            tracing::info!("DB: removing topic({topic})");
+            db.delete_topic(topic);
+            Ok(None)
+        })(),
+        Endpoint::ChannelCreate => (|| {
+            let (topic, channel) = topic_channel_args(q)?;
+            tracing::info!("DB: adding channel({channel}) in topic({topic})");
+            db.create_channel(topic, channel);
+            Ok(None)
+        })(),
+        Endpoint::ChannelDelete => (|| {
+            let (topic, channel) = topic_channel_args(q)?;
+            if !db.delete_channel(topic, channel) {
+                return Err(ApiError(StatusCode::NOT_FOUND, "CHANNEL_NOT_FOUND"));
+            }
+            tracing::info!("DB: removing channel({channel}) from topic({topic})");
+            Ok(None)
+        })(),
+        Endpoint::TopicTombstone => (|| {
+            let topic = q.get("topic").ok_or(MISSING_ARG_TOPIC)?;
+            let node = q
+                .get("node")
+                .ok_or(ApiError(StatusCode::BAD_REQUEST, "MISSING_ARG_NODE"))?;
+            tracing::info!("DB: setting tombstone for producer@{node} of topic({topic})");
+            db.tombstone(topic, node, now_nanos());
+            Ok(None)
+        })(),
+    };
+    v1(result)
+}
+
+/// `http_api.GetTopicChannelArgs`.
+fn topic_channel_args(q: &Query) -> Result<(&str, &str), ApiError> {
+    let topic = q.get("topic").ok_or(MISSING_ARG_TOPIC)?;
+    if !is_valid_topic_name(topic) {
+        return Err(INVALID_ARG_TOPIC);
+    }
+    let channel = q
+        .get("channel")
+        .ok_or(ApiError(StatusCode::BAD_REQUEST, "MISSING_ARG_CHANNEL"))?;
+    if !is_valid_channel_name(channel) {
+        return Err(ApiError(StatusCode::BAD_REQUEST, "INVALID_ARG_CHANNEL"));
+    }
+    Ok((topic, channel))
+}
+
+// ---- response styles ------------------------------------------------------------------------
+
+const CT_JSON: &str = "application/json; charset=utf-8";
+const CT_TEXT: &str = "text/plain; charset=utf-8";
+const CT_HTML: &str = "text/html; charset=utf-8";
+const NSQ_CT_NAME: &str = "x-nsq-content-type";
+const NSQ_CT: &str = "nsq; version=1.0";
+
+/// A "v1" error: the status and the `{"message":…}` text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ApiError(StatusCode, &'static str);
+
+const MISSING_ARG_TOPIC: ApiError = ApiError(StatusCode::BAD_REQUEST, "MISSING_ARG_TOPIC");
+const INVALID_ARG_TOPIC: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_ARG_TOPIC");
+
+/// `Some(json)`: a data response; `None`: the empty success.
+type ApiResult = Result<Option<Vec<u8>>, ApiError>;
+
+/// Go's `encoding/json` bytes of `v` (also used for the TCP IDENTIFY reply).
+pub(crate) fn go_json<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+    json::to_vec(v)
+}
+
+fn json<T: Serialize + ?Sized>(v: &T) -> ApiResult {
+    Ok(Some(json::to_vec(v)))
+}
+
+fn raw(code: StatusCode, body: impl Into<Bytes>) -> Response {
+    let mut r = Response::new(Body::from(body.into()));
+    *r.status_mut() = code;
+    r
+}
+
+fn set(r: &mut Response, name: header::HeaderName, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        r.headers_mut().insert(name, v);
+    }
+}
+
+fn set_nsq(r: &mut Response) {
+    r.headers_mut()
+        .insert(NSQ_CT_NAME, HeaderValue::from_static(NSQ_CT));
+}
+
+/// `RespondV1`: JSON data with `Content-Type`, or an empty body without; always the
+/// `X-NSQ-Content-Type` header.
+fn v1(result: ApiResult) -> Response {
+    let mut r = match result {
+        Ok(None) => raw(StatusCode::OK, ""),
+        Ok(Some(b)) => {
+            let mut r = raw(StatusCode::OK, b);
+            set(&mut r, header::CONTENT_TYPE, CT_JSON);
+            r
+        }
+        Err(ApiError(code, msg)) => return v1_error(code, msg),
+    };
+    set_nsq(&mut r);
+    r
+}
+
+fn v1_error(code: StatusCode, msg: &str) -> Response {
+    #[derive(Serialize)]
+    struct Message<'a> {
+        message: &'a str,
+    }
+    let mut r = raw(code, json::to_vec(&Message { message: msg }));
+    set(&mut r, header::CONTENT_TYPE, CT_JSON);
+    set_nsq(&mut r);
+    r
+}
+
+/// Go's `time.Duration.String` for the request log (`1.5ms`, `42.1µs`, `2s`).
+fn go_duration(d: std::time::Duration) -> String {
+    let ns = d.as_nanos();
+    if ns == 0 {
+        return "0s".to_string();
+    }
+    let (v, unit) = if ns < 1_000 {
+        return format!("{ns}ns");
+    } else if ns < 1_000_000 {
+        (ns as f64 / 1e3, "µs")
+    } else if ns < 1_000_000_000 {
+        (ns as f64 / 1e6, "ms")
+    } else {
+        (ns as f64 / 1e9, "s")
+    };
+    let s = format!("{v:.9}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("{s}{unit}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_helpers() {
+        assert_eq!(lookup(M::Get, "/lookup"), Some(Endpoint::Lookup));
+        assert_eq!(lookup(M::Post, "/lookup"), None);
+        assert_eq!(fixed_path(M::Get, "/PING"), Some("/ping"));
+        assert_eq!(fixed_path(M::Get, "/Topics/"), Some("/topics"));
+        assert_eq!(fixed_path(M::Post, "/TOPIC/CREATE"), Some("/topic/create"));
+        assert_eq!(fixed_path(M::Post, "/PING"), None);
+        assert_eq!(
+            allowed("/ping", Some(M::Post)).as_deref(),
+            Some("GET, OPTIONS")
+        );
+        assert_eq!(
+            allowed("/topic/create", None).as_deref(),
+            Some("OPTIONS, POST")
+        );
+        assert_eq!(allowed("/nope", None), None);
+    }
+
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        assert_eq!(go_duration(Duration::from_nanos(500)), "500ns");
+        assert_eq!(go_duration(Duration::from_nanos(42_100)), "42.1µs");
+        assert_eq!(go_duration(Duration::from_micros(1500)), "1.5ms");
+        assert_eq!(go_duration(Duration::from_secs(2)), "2s");
+    }
+}

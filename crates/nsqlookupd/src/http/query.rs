@@ -1,0 +1,240 @@
+//! Go `net/url` behaviour the reference's HTTP API depends on: `url.ParseQuery` (first value
+//! wins, `;` and bad escapes are errors), request-path unescaping, path cleaning and escaping
+//! for redirects. A copy of the private `nsqd::http::query` helpers (to be shared once nsqd
+//! exports them).
+
+/// A parsed query string: pairs in order; lookups return the first value (`url.Values.Get`
+/// and `reqParams["k"][0]` both do).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Query {
+    pairs: Vec<(String, String)>,
+}
+
+impl Query {
+    /// Go's `url.ParseQuery`: `&`-separated pairs, a `;` anywhere in a pair or an invalid
+    /// `%` escape is an error (the reference answers `INVALID_REQUEST`), empty pairs are
+    /// skipped (`&&`), a key without `=` has the value `""`, `+` decodes to a space.
+    pub(crate) fn parse(raw: &str) -> Result<Query, ()> {
+        let (q, failed) = Self::parse_inner(raw);
+        if failed {
+            Err(())
+        } else {
+            Ok(q)
+        }
+    }
+
+    fn parse_inner(raw: &str) -> (Query, bool) {
+        let mut pairs = Vec::new();
+        let mut failed = false;
+        for pair in raw.split('&') {
+            if pair.contains(';') {
+                failed = true;
+                continue;
+            }
+            if pair.is_empty() {
+                continue;
+            }
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let (Some(k), Some(v)) = (unescape(k, true), unescape(v, true)) else {
+                failed = true;
+                continue;
+            };
+            pairs.push((lossy(k), lossy(v)));
+        }
+        (Query { pairs }, failed)
+    }
+
+    /// The first value of `key`, if the key is present at all.
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn lossy(b: Vec<u8>) -> String {
+    match String::from_utf8(b) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    }
+}
+
+fn hex_val(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Go's `url.unescape`: `%XX` decoding (both digits required); `plus_is_space` for query
+/// components. `None` on an invalid escape.
+pub(crate) fn unescape(s: &str, plus_is_space: bool) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hi = hex_val(*b.get(i + 1)?)?;
+                let lo = hex_val(*b.get(i + 2)?)?;
+                out.push(hi << 4 | lo);
+                i += 3;
+            }
+            b'+' if plus_is_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Some(out)
+}
+
+/// The request path as Go's `URL.Path` holds it (unescaped); `None` when the escapes are
+/// invalid (Go's server rejects the request with `400 Bad Request`).
+pub(crate) fn decode_path(raw: &str) -> Option<String> {
+    unescape(raw, false).map(lossy)
+}
+
+/// Go's `url.PathEscape`-style escaping of a path for `URL.String()` (`shouldEscape` in
+/// `encodePath` mode): unreserved characters and `$&+,/:;=@` stay, the rest becomes `%XX`.
+pub(crate) fn escape_path(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    for &c in p.as_bytes() {
+        let keep = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'-' | b'_'
+                    | b'.'
+                    | b'~'
+                    | b'$'
+                    | b'&'
+                    | b'+'
+                    | b','
+                    | b'/'
+                    | b':'
+                    | b';'
+                    | b'='
+                    | b'@'
+            );
+        if keep {
+            out.push(c as char);
+        } else {
+            out.push_str(&format!("%{c:02X}"));
+        }
+    }
+    out
+}
+
+/// httprouter's `CleanPath`: `path.Clean` that keeps a trailing slash and always starts with
+/// `/` (a final `.` or `..` element also leaves a trailing slash).
+pub(crate) fn clean_path(p: &str) -> String {
+    if p.is_empty() {
+        return "/".to_string();
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    let mut trailing = p.ends_with('/');
+    let elems: Vec<&str> = p.split('/').collect();
+    let last = elems.len() - 1;
+    for (i, e) in elems.iter().enumerate() {
+        match *e {
+            "" => {}
+            "." => trailing |= i == last,
+            ".." => {
+                parts.pop();
+                trailing |= i == last;
+            }
+            e => parts.push(e),
+        }
+    }
+    let mut out = String::with_capacity(p.len() + 1);
+    for e in &parts {
+        out.push('/');
+        out.push_str(e);
+    }
+    if out.is_empty() {
+        return "/".to_string();
+    }
+    if trailing {
+        out.push('/');
+    }
+    out
+}
+
+/// Go's `path.Clean` as `http.Redirect` applies it to the target, keeping a trailing slash.
+pub(crate) fn redirect_clean(p: &str) -> String {
+    let trailing = p.ends_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for e in p.split('/') {
+        match e {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            e => parts.push(e),
+        }
+    }
+    let mut out: String = parts.iter().flat_map(|e| ["/", e]).collect();
+    if out.is_empty() || trailing {
+        out.push('/');
+    }
+    out
+}
+
+/// Go's `html.EscapeString` subset used by `http.Redirect` (`htmlReplacer`).
+pub(crate) fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&#34;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_query_like_go() {
+        let q = Query::parse("topic=h1&topic=h2&x&y=a+b%21").unwrap();
+        assert_eq!(q.get("topic"), Some("h1"));
+        assert_eq!(q.get("x"), Some(""));
+        assert_eq!(q.get("y"), Some("a b!"));
+        assert_eq!(q.get("z"), None);
+        assert!(Query::parse("topic=h1;x=1").is_err());
+        assert!(Query::parse("topic=%zz").is_err());
+        assert!(Query::parse("topic=%2").is_err());
+        assert!(Query::parse("").unwrap().get("").is_none());
+        assert_eq!(Query::parse("=x&&").unwrap().get(""), Some("x"));
+    }
+
+    #[test]
+    fn clean_paths() {
+        assert_eq!(clean_path("//ping"), "/ping");
+        assert_eq!(clean_path("/a/../ping/"), "/ping/");
+        assert_eq!(clean_path("/ping/."), "/ping/");
+        assert_eq!(clean_path(""), "/");
+        assert_eq!(clean_path("/.."), "/");
+        assert_eq!(redirect_clean("/ping/"), "/ping/");
+        assert_eq!(redirect_clean("//x/./y"), "/x/y");
+    }
+
+    #[test]
+    fn escapes() {
+        assert_eq!(escape_path("/config/a b"), "/config/a%20b");
+        assert_eq!(html_escape("/p?a=1&b=2"), "/p?a=1&amp;b=2");
+    }
+}

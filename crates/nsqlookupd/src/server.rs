@@ -1,0 +1,130 @@
+//! The daemon: binds both listeners, runs the TCP accept loop and the HTTP server, and shuts
+//! both down (closing every nsqd connection) on request.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+
+use crate::db::RegistrationDb;
+use crate::options::NsqlookupdOptions;
+
+/// Shared daemon state, handed to every connection and HTTP request.
+#[derive(Debug)]
+pub struct Nsqlookupd {
+    pub opts: NsqlookupdOptions,
+    pub db: RegistrationDb,
+    /// The bound TCP address (its port goes into the IDENTIFY reply).
+    pub tcp_addr: SocketAddr,
+    /// The bound HTTP address (its port goes into the IDENTIFY reply).
+    pub http_addr: SocketAddr,
+    /// The OS host name, reported as `hostname` in the IDENTIFY reply.
+    pub hostname: String,
+}
+
+/// A running nsqlookupd: its addresses, its state, and how to stop it.
+pub struct NsqlookupdHandle {
+    pub lookupd: Arc<Nsqlookupd>,
+    stop: Arc<Notify>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl NsqlookupdHandle {
+    pub fn tcp_addr(&self) -> SocketAddr {
+        self.lookupd.tcp_addr
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        self.lookupd.http_addr
+    }
+
+    /// Closes both listeners and every TCP connection; returns when all are gone.
+    pub async fn shutdown(self) {
+        self.stop.notify_one();
+        let _ = self.done.await;
+    }
+}
+
+/// Binds `--tcp-address` then `--http-address` and starts serving. The error is
+/// `listen (<addr>) failed - <os error>`.
+pub async fn start(opts: NsqlookupdOptions) -> Result<NsqlookupdHandle, String> {
+    let tcp = TcpListener::bind(&opts.tcp_address)
+        .await
+        .map_err(|e| format!("listen ({}) failed - {e}", opts.tcp_address))?;
+    let http = TcpListener::bind(&opts.http_address)
+        .await
+        .map_err(|e| format!("listen ({}) failed - {e}", opts.http_address))?;
+    let tcp_addr = tcp.local_addr().map_err(|e| e.to_string())?;
+    let http_addr = http.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!("{}", crate::options::version_string());
+    tracing::info!("TCP: listening on {tcp_addr}");
+    tracing::info!("HTTP: listening on {http_addr}");
+
+    let lookupd = Arc::new(Nsqlookupd {
+        opts,
+        db: RegistrationDb::new(),
+        tcp_addr,
+        http_addr,
+        hostname: crate::options::hostname(),
+    });
+    let stop = Arc::new(Notify::new());
+    let done = tokio::spawn(run(lookupd.clone(), tcp, http, stop.clone()));
+    Ok(NsqlookupdHandle {
+        lookupd,
+        stop,
+        done,
+    })
+}
+
+async fn run(lookupd: Arc<Nsqlookupd>, tcp: TcpListener, http: TcpListener, stop: Arc<Notify>) {
+    let http_stop = Arc::new(Notify::new());
+    let http_task = {
+        let service = crate::http::router(lookupd.clone())
+            .into_make_service_with_connect_info::<SocketAddr>();
+        let s = http_stop.clone();
+        tokio::spawn(async move {
+            let r = axum::serve(http, service)
+                .with_graceful_shutdown(async move { s.notified().await })
+                .await;
+            if let Err(e) = r {
+                tracing::error!("http server error - {e}");
+            }
+        })
+    };
+
+    let (close_tx, close_rx) = watch::channel(false);
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.notified() => break,
+            accepted = tcp.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    conns.spawn(crate::tcp::serve(lookupd.clone(), stream, peer, close_rx.clone()));
+                }
+                Err(e) => {
+                    tracing::error!("TCP accept error - {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+
+    tracing::info!("TCP: closing {}", lookupd.tcp_addr);
+    drop(tcp);
+    let _ = close_tx.send(true);
+    while conns.join_next().await.is_some() {}
+    tracing::info!("HTTP: closing {}", lookupd.http_addr);
+    http_stop.notify_one();
+    // Idle keep-alive connections are dropped with the task after a grace period.
+    let mut http_task = http_task;
+    if tokio::time::timeout(Duration::from_secs(2), &mut http_task)
+        .await
+        .is_err()
+    {
+        http_task.abort();
+    }
+}
