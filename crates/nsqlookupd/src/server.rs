@@ -51,12 +51,8 @@ impl NsqlookupdHandle {
 /// Binds `--tcp-address` then `--http-address` and starts serving. The error is
 /// `listen (<addr>) failed - <os error>`.
 pub async fn start(opts: NsqlookupdOptions) -> Result<NsqlookupdHandle, String> {
-    let tcp = TcpListener::bind(&opts.tcp_address)
-        .await
-        .map_err(|e| format!("listen ({}) failed - {e}", opts.tcp_address))?;
-    let http = TcpListener::bind(&opts.http_address)
-        .await
-        .map_err(|e| format!("listen ({}) failed - {e}", opts.http_address))?;
+    let tcp = listen(&opts.tcp_address).await?;
+    let http = listen(&opts.http_address).await?;
     let tcp_addr = tcp.local_addr().map_err(|e| e.to_string())?;
     let http_addr = http.local_addr().map_err(|e| e.to_string())?;
     tracing::info!("{}", crate::options::version_string());
@@ -77,6 +73,24 @@ pub async fn start(opts: NsqlookupdOptions) -> Result<NsqlookupdHandle, String> 
         stop,
         done,
     })
+}
+
+/// Go's `net.Listen("tcp", addr)`: an empty host (`:4160`) or `0.0.0.0` listens on every
+/// address, IPv6 included (a dual-stack `[::]` socket, as Go does when the system supports
+/// it; otherwise plain `0.0.0.0`).
+async fn listen(addr: &str) -> Result<TcpListener, String> {
+    let fail = |e: std::io::Error| format!("listen ({addr}) failed - {e}");
+    if let Some((host, port)) = addr.rsplit_once(':') {
+        if host.is_empty() || host == "0.0.0.0" {
+            if let Ok(l) = TcpListener::bind(format!("[::]:{port}")).await {
+                return Ok(l);
+            }
+            return TcpListener::bind(format!("0.0.0.0:{port}"))
+                .await
+                .map_err(fail);
+        }
+    }
+    TcpListener::bind(addr).await.map_err(fail)
 }
 
 async fn run(lookupd: Arc<Nsqlookupd>, tcp: TcpListener, http: TcpListener, stop: Arc<Notify>) {

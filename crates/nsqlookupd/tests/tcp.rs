@@ -357,3 +357,33 @@ async fn shutdown_closes_clients() {
     assert_eq!(c.rest().await, b"");
     assert!(tokio::net::TcpStream::connect(tcp).await.is_err());
 }
+
+#[tokio::test]
+async fn wildcard_listen_addresses_like_go() {
+    // `:0` (empty host) is accepted, and listens on IPv4 (and IPv6 where available).
+    let l = Lookupd::start_with(|o| {
+        o.tcp_address = ":0".into();
+        o.http_address = "0.0.0.0:0".into();
+    })
+    .await;
+    let port = l.h.tcp_addr().port();
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(b"  V1IDENTIFY\n").await.unwrap();
+    let body = nsqd_body("n", 1, 2);
+    s.write_all(&(body.len() as u32).to_be_bytes())
+        .await
+        .unwrap();
+    s.write_all(body.as_bytes()).await.unwrap();
+    let mut c = common::Client { s };
+    assert!(c.frame().await.unwrap().starts_with(b"{"));
+    // The peer id of an IPv4 client on a dual-stack socket is plain `ip:port`.
+    let http = std::net::SocketAddr::from(([127, 0, 0, 1], l.h.http_addr().port()));
+    let r = common::request(http, "GET", "/nodes", &[], b"").await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        v["producers"][0]["remote_address"],
+        json!(c.s.local_addr().unwrap().to_string())
+    );
+}
