@@ -1,0 +1,616 @@
+//! The JSON API (nsqadmin.md §4, §5, §7.2, §9) and the history endpoints: each handler turns a
+//! total upstream failure into `502 UPSTREAM_ERROR: …` and partial failures into a
+//! `"message":"WARNING: …"` field of a 200.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::http::{Method, StatusCode};
+use nsq_protocol::names::{is_valid_channel_name, is_valid_topic_name};
+use nsqd::options::LogLevel;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::query::{escape_path, Query};
+use super::{Ctx, Endpoint, Reply};
+use crate::cluster::Producer;
+use crate::notify::AdminAction;
+use crate::server::Admin;
+use crate::stats::{ChannelStats, TopicStats};
+
+pub(super) async fn handle(admin: &Arc<Admin>, ep: Endpoint, params: Vec<String>, ctx: Ctx) -> Reply {
+    let p = |i: usize| params.get(i).map(String::as_str).unwrap_or("");
+    let r = match ep {
+        Endpoint::Topics => topics(admin, &ctx).await,
+        Endpoint::Topic => topic(admin, p(0)).await,
+        Endpoint::Channel => channel(admin, p(0), p(1)).await,
+        Endpoint::Nodes => nodes(admin).await,
+        Endpoint::Node => node(admin, p(0)).await,
+        Endpoint::Counter => counter(admin).await,
+        Endpoint::Graphite => graphite(admin, &ctx).await,
+        Endpoint::CreateTopicChannel => create_topic_channel(admin, &ctx).await,
+        Endpoint::TopicAction => topic_channel_action(admin, &ctx, p(0), None).await,
+        Endpoint::ChannelAction => topic_channel_action(admin, &ctx, p(0), Some(p(1))).await,
+        Endpoint::DeleteTopic => delete(admin, &ctx, p(0), None).await,
+        Endpoint::DeleteChannel => delete(admin, &ctx, p(0), Some(p(1))).await,
+        Endpoint::TombstoneTopicProducer => tombstone(admin, &ctx, p(0)).await,
+        Endpoint::Config => config(admin, &ctx, p(0)),
+        Endpoint::HistoryTotal => history(admin, None, None),
+        Endpoint::HistoryTopic => history(admin, Some(p(0)), None),
+        Endpoint::HistoryChannel => history(admin, Some(p(0)), Some(p(1))),
+        Endpoint::Index | Endpoint::Static | Endpoint::Render | Endpoint::Ping => {
+            Err(Reply::error(StatusCode::NOT_FOUND, "NOT_FOUND"))
+        }
+    };
+    r.unwrap_or_else(|e| e)
+}
+
+type ApiResult = Result<Reply, Reply>;
+
+fn err(status: StatusCode, msg: &str) -> Reply {
+    Reply::error(status, msg)
+}
+
+fn upstream(e: String) -> Reply {
+    err(StatusCode::BAD_GATEWAY, &format!("UPSTREAM_ERROR: {e}"))
+}
+
+/// `maybeWarnMsg`: `""` or `WARNING: ` + the step messages joined by `"; "`.
+fn warn_msg(w: &[String]) -> String {
+    if w.is_empty() {
+        String::new()
+    } else {
+        format!("WARNING: {}", w.join("; "))
+    }
+}
+
+#[derive(Serialize)]
+struct MessageOnly {
+    message: String,
+}
+
+fn message_reply(w: &[String]) -> Reply {
+    Reply::json(&MessageOnly {
+        message: warn_msg(w),
+    })
+}
+
+// ---- read API (§4) --------------------------------------------------------------------------
+
+async fn topics(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
+    let q = Query::parse(ctx.raw_query.as_deref().unwrap_or(""))
+        .map_err(|e| err(StatusCode::BAD_REQUEST, &e))?;
+    let ci = admin.cluster();
+    let mut warn = Vec::new();
+    let topics = ci.topics(&mut warn).await.map_err(upstream)?;
+    if q.get("inactive") == Some("true") {
+        let mut map: BTreeMap<String, Option<Vec<String>>> = BTreeMap::new();
+        if ci.lookupd_mode() {
+            for t in &topics {
+                let mut ignored = Vec::new();
+                let producers = ci
+                    .lookupd_topic_producers(t, &mut ignored)
+                    .await
+                    .unwrap_or_default();
+                if producers.is_empty() {
+                    let chans = ci
+                        .lookupd_topic_channels(t, &mut ignored)
+                        .await
+                        .unwrap_or_default();
+                    map.insert(t.clone(), (!chans.is_empty()).then_some(chans));
+                }
+            }
+        }
+        #[derive(Serialize)]
+        struct R {
+            topics: BTreeMap<String, Option<Vec<String>>>,
+            message: String,
+        }
+        return Ok(Reply::json(&R {
+            topics: map,
+            message: warn_msg(&warn),
+        }));
+    }
+    #[derive(Serialize)]
+    struct R {
+        topics: Option<Vec<String>>,
+        message: String,
+    }
+    Ok(Reply::json(&R {
+        topics: (!topics.is_empty()).then_some(topics),
+        message: warn_msg(&warn),
+    }))
+}
+
+async fn topic(admin: &Arc<Admin>, topic: &str) -> ApiResult {
+    let ci = admin.cluster();
+    let mut warn = Vec::new();
+    let producers = ci.topic_producers(topic, &mut warn).await.map_err(upstream)?;
+    let stats = ci
+        .stats(&producers, Some(topic), None, false, &mut warn)
+        .await
+        .map_err(upstream)?;
+    #[derive(Serialize)]
+    struct R {
+        #[serde(flatten)]
+        stats: TopicStats,
+        message: String,
+    }
+    Ok(Reply::json(&R {
+        stats: TopicStats::aggregate(topic, &stats.topics),
+        message: warn_msg(&warn),
+    }))
+}
+
+async fn channel(admin: &Arc<Admin>, topic: &str, channel: &str) -> ApiResult {
+    let ci = admin.cluster();
+    let mut warn = Vec::new();
+    let producers = ci.topic_producers(topic, &mut warn).await.map_err(upstream)?;
+    let stats = ci
+        .stats(&producers, Some(topic), Some(channel), true, &mut warn)
+        .await
+        .map_err(upstream)?;
+    #[derive(Serialize)]
+    struct R<'a> {
+        #[serde(flatten)]
+        stats: Option<&'a ChannelStats>,
+        message: String,
+    }
+    Ok(Reply::json(&R {
+        stats: stats.channel(channel),
+        message: warn_msg(&warn),
+    }))
+}
+
+async fn nodes(admin: &Arc<Admin>) -> ApiResult {
+    let mut warn = Vec::new();
+    let producers = admin.cluster().producers(&mut warn).await.map_err(upstream)?;
+    #[derive(Serialize)]
+    struct R {
+        nodes: Option<Vec<Producer>>,
+        message: String,
+    }
+    Ok(Reply::json(&R {
+        nodes: (!producers.is_empty()).then_some(producers),
+        message: warn_msg(&warn),
+    }))
+}
+
+async fn node(admin: &Arc<Admin>, node: &str) -> ApiResult {
+    let ci = admin.cluster();
+    let mut warn = Vec::new();
+    let producers = ci.producers(&mut warn).await.map_err(upstream)?;
+    let Some(p) = producers.into_iter().find(|p| p.http_address() == node) else {
+        return Err(err(StatusCode::NOT_FOUND, "NODE_NOT_FOUND"));
+    };
+    let stats = ci
+        .stats(&[p], None, None, true, &mut warn)
+        .await
+        .map_err(upstream)?;
+    let total_messages = stats.topics.iter().map(|t| t.message_count).sum();
+    let total_clients = stats
+        .topics
+        .iter()
+        .flat_map(|t| t.channels.iter().flatten())
+        .map(|c| c.clients.as_ref().map_or(0, Vec::len) as i64)
+        .sum();
+    #[derive(Serialize)]
+    struct R {
+        node: String,
+        topics: Option<Vec<TopicStats>>,
+        total_messages: i64,
+        total_clients: i64,
+        message: String,
+    }
+    Ok(Reply::json(&R {
+        node: node.to_string(),
+        topics: (!stats.topics.is_empty()).then_some(stats.topics),
+        total_messages,
+        total_clients,
+        message: warn_msg(&warn),
+    }))
+}
+
+async fn counter(admin: &Arc<Admin>) -> ApiResult {
+    let ci = admin.cluster();
+    let mut warn = Vec::new();
+    let producers = ci.producers(&mut warn).await.map_err(upstream)?;
+    let stats = ci
+        .stats(&producers, None, None, false, &mut warn)
+        .await
+        .map_err(upstream)?;
+    #[derive(Serialize)]
+    struct Counter {
+        node: String,
+        topic_name: String,
+        channel_name: String,
+        message_count: i64,
+    }
+    let mut out: BTreeMap<String, Counter> = BTreeMap::new();
+    for (_, agg) in &stats.channels {
+        for n in agg.nodes.iter().flatten() {
+            let key = format!("{}:{}:{}", agg.topic_name, agg.channel_name, n.node);
+            out.entry(key)
+                .or_insert_with(|| Counter {
+                    node: n.node.clone(),
+                    topic_name: agg.topic_name.clone(),
+                    channel_name: agg.channel_name.clone(),
+                    message_count: 0,
+                })
+                .message_count += n.message_count;
+        }
+    }
+    #[derive(Serialize)]
+    struct R {
+        stats: BTreeMap<String, Counter>,
+        message: String,
+    }
+    Ok(Reply::json(&R {
+        stats: out,
+        message: warn_msg(&warn),
+    }))
+}
+
+async fn graphite(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
+    let q = Query::parse(ctx.raw_query.as_deref().unwrap_or(""))
+        .map_err(|_| err(StatusCode::BAD_REQUEST, "INVALID_REQUEST"))?;
+    if q.get("metric") != Some("rate") {
+        return Err(err(StatusCode::BAD_REQUEST, "INVALID_ARG_METRIC"));
+    }
+    let Some(target) = q.get("target") else {
+        return Err(err(StatusCode::BAD_REQUEST, "INVALID_ARG_TARGET"));
+    };
+    let opts = admin.opts();
+    let secs = opts.statsd_interval.as_secs().max(1);
+    let url = format!(
+        "{}/render?format=json&from=-{}sec&target={}&until=-{}sec",
+        opts.graphite_url.trim_end_matches('/'),
+        2 * secs,
+        crate::client::query_escape(target),
+        secs
+    );
+    let internal = || err(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR");
+    let body = admin.client().get_v1(&url).await.map_err(|e| {
+        tracing::error!("graphite request failed - {e}");
+        internal()
+    })?;
+    let v: Value = serde_json::from_slice(&body).map_err(|_| internal())?;
+    let rate = v
+        .get(0)
+        .and_then(|s| s.get("datapoints"))
+        .and_then(|d| d.get(0))
+        .and_then(|p| p.get(0))
+        .and_then(Value::as_f64)
+        .ok_or_else(internal)?;
+    let rate = if rate < 0.0 {
+        "N/A".to_string()
+    } else {
+        format!("{:.2}", rate / secs as f64)
+    };
+    #[derive(Serialize)]
+    struct R {
+        rate: String,
+    }
+    Ok(Reply::json(&R { rate }))
+}
+
+// ---- admin actions (§5) ---------------------------------------------------------------------
+
+/// §5.1: with `--admin-user`s, the ACL header must name one of them.
+pub(super) fn is_admin(admin: &Admin, ctx: &Ctx) -> bool {
+    let o = admin.opts();
+    if o.admin_users.is_empty() {
+        return true;
+    }
+    match ctx.header(&o.acl_http_header) {
+        Some(u) => o.admin_users.iter().any(|a| a == u),
+        None => false,
+    }
+}
+
+fn require_admin(admin: &Admin, ctx: &Ctx) -> Result<(), Reply> {
+    if is_admin(admin, ctx) {
+        Ok(())
+    } else {
+        Err(err(StatusCode::FORBIDDEN, "FORBIDDEN"))
+    }
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Enqueues the §6 notification for this request.
+fn notify(admin: &Admin, ctx: &Ctx, action: &str, topic: &str, channel: &str, node: &str) {
+    if !admin.notifier.enabled() {
+        return;
+    }
+    let user = ctx
+        .header("authorization")
+        .and_then(|a| a.strip_prefix("Basic "))
+        .and_then(|b| crate::client::base64_decode(b.trim()))
+        .and_then(|b| String::from_utf8(b).ok())
+        .map(|s| s.split_once(':').map_or(s.clone(), |(u, _)| u.to_string()))
+        .unwrap_or_default();
+    let scheme = if ctx.header("x-scheme") == Some("https") {
+        "https"
+    } else {
+        "http"
+    };
+    let mut url = format!(
+        "{scheme}://{}{}",
+        ctx.header("host").unwrap_or(""),
+        escape_path(&ctx.path)
+    );
+    if let Some(q) = ctx.raw_query.as_deref().filter(|q| !q.is_empty()) {
+        url.push('?');
+        url.push_str(q);
+    }
+    admin.notifier.send(AdminAction {
+        action: action.to_string(),
+        topic: topic.to_string(),
+        channel: channel.to_string(),
+        node: node.to_string(),
+        timestamp: now_secs(),
+        user,
+        remote_ip: ctx.peer.to_string(),
+        user_agent: ctx.header("user-agent").unwrap_or("").to_string(),
+        url,
+        via: admin.hostname.clone(),
+    });
+}
+
+/// Go's `json.NewDecoder(body).Decode(&struct{ <fields> string })`: the first JSON value
+/// must be an object (or `null`) whose listed fields, matched case-insensitively, are strings.
+/// The error is Go's text for the common cases (`EOF`, `invalid character …`).
+fn decode_fields(body: &[u8], fields: &[&str]) -> Result<Vec<String>, String> {
+    let mut it = serde_json::Deserializer::from_slice(body).into_iter::<Value>();
+    let v = match it.next() {
+        None => return Err("EOF".to_string()),
+        Some(Err(e)) => return Err(go_json_error(body, &e)),
+        Some(Ok(v)) => v,
+    };
+    let mut out = vec![String::new(); fields.len()];
+    match v {
+        Value::Null => {}
+        Value::Object(map) => {
+            for (i, f) in fields.iter().enumerate() {
+                let found = map
+                    .get(*f)
+                    .or_else(|| map.iter().find(|(k, _)| k.eq_ignore_ascii_case(f)).map(|(_, v)| v));
+                match found {
+                    None | Some(Value::Null) => {}
+                    Some(Value::String(s)) => out[i] = s.clone(),
+                    Some(other) => {
+                        return Err(format!(
+                            "json: cannot unmarshal {} into Go struct field .{f} of type string",
+                            json_kind(other)
+                        ))
+                    }
+                }
+            }
+        }
+        other => {
+            return Err(format!(
+                "json: cannot unmarshal {} into Go value of type struct",
+                json_kind(&other)
+            ))
+        }
+    }
+    Ok(out)
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Go's decoder error text for the first syntax problem (common cases).
+fn go_json_error(body: &[u8], e: &serde_json::Error) -> String {
+    let Some(start) = body.iter().position(|c| !c.is_ascii_whitespace()) else {
+        return "EOF".to_string();
+    };
+    let c = body[start];
+    for lit in ["null", "true", "false"] {
+        if c == lit.as_bytes()[0] {
+            for (i, want) in lit.bytes().enumerate().skip(1) {
+                match body.get(start + i) {
+                    None => return "unexpected EOF".to_string(),
+                    Some(&got) if got != want => {
+                        return format!(
+                            "invalid character '{}' in literal {lit} (expecting '{}')",
+                            got as char, want as char
+                        )
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    if !matches!(c, b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b'n' | b't' | b'f') {
+        return format!("invalid character '{}' looking for beginning of value", c as char);
+    }
+    if e.is_eof() {
+        return "unexpected EOF".to_string();
+    }
+    e.to_string()
+}
+
+async fn create_topic_channel(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
+    require_admin(admin, ctx)?;
+    let f = decode_fields(&ctx.body, &["topic", "channel"])
+        .map_err(|e| err(StatusCode::BAD_REQUEST, &e))?;
+    let (topic, channel) = (&f[0], &f[1]);
+    if !is_valid_topic_name(topic) {
+        return Err(err(StatusCode::BAD_REQUEST, "INVALID_TOPIC"));
+    }
+    if !channel.is_empty() && !is_valid_channel_name(channel) {
+        return Err(err(StatusCode::BAD_REQUEST, "INVALID_CHANNEL"));
+    }
+    let mut warn = Vec::new();
+    admin
+        .cluster()
+        .create_topic_channel(topic, channel, &mut warn)
+        .await
+        .map_err(upstream)?;
+    notify(admin, ctx, "create_topic", topic, "", "");
+    if !channel.is_empty() {
+        notify(admin, ctx, "create_channel", topic, channel, "");
+    }
+    Ok(message_reply(&warn))
+}
+
+async fn topic_channel_action(
+    admin: &Arc<Admin>,
+    ctx: &Ctx,
+    topic: &str,
+    channel: Option<&str>,
+) -> ApiResult {
+    require_admin(admin, ctx)?;
+    let f = decode_fields(&ctx.body, &["action"]).map_err(|e| err(StatusCode::BAD_REQUEST, &e))?;
+    let action = f[0].as_str();
+    if !matches!(action, "pause" | "unpause" | "empty") {
+        return Err(err(StatusCode::BAD_REQUEST, "INVALID_ACTION"));
+    }
+    let (kind, ch) = match channel {
+        Some(c) => ("channel", c),
+        None => ("topic", ""),
+    };
+    // Sent before the outcome is known, as the reference does.
+    notify(admin, ctx, &format!("{action}_{kind}"), topic, ch, "");
+    let mut warn = Vec::new();
+    admin
+        .cluster()
+        .action(topic, channel, &format!("{kind}/{action}"), &mut warn)
+        .await
+        .map_err(upstream)?;
+    Ok(message_reply(&warn))
+}
+
+async fn delete(admin: &Arc<Admin>, ctx: &Ctx, topic: &str, channel: Option<&str>) -> ApiResult {
+    require_admin(admin, ctx)?;
+    let ci = admin.cluster();
+    let mut warn = Vec::new();
+    match channel {
+        None => {
+            ci.delete_topic(topic, &mut warn).await.map_err(upstream)?;
+            notify(admin, ctx, "delete_topic", topic, "", "");
+        }
+        Some(c) => {
+            ci.delete_channel(topic, c, &mut warn).await.map_err(upstream)?;
+            notify(admin, ctx, "delete_channel", topic, c, "");
+        }
+    }
+    Ok(message_reply(&warn))
+}
+
+async fn tombstone(admin: &Arc<Admin>, ctx: &Ctx, node: &str) -> ApiResult {
+    require_admin(admin, ctx)?;
+    let f = decode_fields(&ctx.body, &["topic"])
+        .map_err(|_| err(StatusCode::BAD_REQUEST, "INVALID_BODY"))?;
+    let topic = &f[0];
+    if !is_valid_topic_name(topic) {
+        return Err(err(StatusCode::BAD_REQUEST, "INVALID_TOPIC"));
+    }
+    let mut warn = Vec::new();
+    admin
+        .cluster()
+        .tombstone_topic_producer(topic, node, &mut warn)
+        .await
+        .map_err(upstream)?;
+    notify(admin, ctx, "tombstone_topic_producer", topic, "", node);
+    Ok(message_reply(&warn))
+}
+
+// ---- /config (§9) ---------------------------------------------------------------------------
+
+fn config(admin: &Arc<Admin>, ctx: &Ctx, opt: &str) -> ApiResult {
+    if let Some(cidr) = &admin.cidr {
+        if !cidr.contains(ctx.peer.ip()) {
+            return Err(err(StatusCode::FORBIDDEN, "FORBIDDEN"));
+        }
+    }
+    if ctx.method == Method::PUT {
+        let body = &ctx.body;
+        if body.is_empty() || body.len() > 1 << 20 {
+            return Err(err(StatusCode::PAYLOAD_TOO_LARGE, "INVALID_VALUE"));
+        }
+        let mut o = (*admin.opts()).clone();
+        match opt {
+            "nsqlookupd_http_addresses" => {
+                let v: Vec<String> = serde_json::from_slice(body)
+                    .map_err(|_| err(StatusCode::BAD_REQUEST, "INVALID_VALUE"))?;
+                o.lookupd_http_addresses = v;
+            }
+            "log_level" => {
+                let s = String::from_utf8_lossy(body);
+                o.log_level = LogLevel::parse(&s)
+                    .map_err(|_| err(StatusCode::BAD_REQUEST, "INVALID_VALUE"))?;
+            }
+            _ => return Err(err(StatusCode::BAD_REQUEST, "INVALID_OPTION")),
+        }
+        admin.set_opts(o);
+    }
+    match admin.opts().config_value(opt) {
+        None => Err(err(StatusCode::BAD_REQUEST, "INVALID_OPTION")),
+        Some(Err(s)) => Ok(Reply::v1_text(s)),
+        Some(Ok(v)) => Ok(Reply::json(&v)),
+    }
+}
+
+// ---- history (beyond the reference) ---------------------------------------------------------
+
+fn history(admin: &Arc<Admin>, topic: Option<&str>, channel: Option<&str>) -> ApiResult {
+    let Some(h) = &admin.history else {
+        return Err(err(StatusCode::NOT_FOUND, "HISTORY_DISABLED"));
+    };
+    Ok(match (topic, channel) {
+        (Some(t), Some(c)) => Reply::json(&h.channel(t, c)),
+        (Some(t), None) => Reply::json(&h.topic(t)),
+        _ => Reply::json(&h.total()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_decoder_errors() {
+        assert_eq!(decode_fields(b"", &["topic"]).unwrap_err(), "EOF");
+        assert_eq!(decode_fields(b"  \n", &["topic"]).unwrap_err(), "EOF");
+        assert_eq!(
+            decode_fields(b"notjson", &["topic"]).unwrap_err(),
+            "invalid character 'o' in literal null (expecting 'u')"
+        );
+        assert_eq!(
+            decode_fields(b"xyz", &["topic"]).unwrap_err(),
+            "invalid character 'x' looking for beginning of value"
+        );
+        assert_eq!(decode_fields(b"{\"topic\":", &["topic"]).unwrap_err(), "unexpected EOF");
+        assert_eq!(
+            decode_fields(b"{\"Topic\":\"a\",\"channel\":null} trailing", &["topic", "channel"])
+                .unwrap(),
+            vec!["a".to_string(), String::new()]
+        );
+        assert!(decode_fields(b"{\"topic\":1}", &["topic"])
+            .unwrap_err()
+            .starts_with("json: cannot unmarshal number"));
+    }
+
+    #[test]
+    fn warnings() {
+        assert_eq!(warn_msg(&[]), "");
+        assert_eq!(warn_msg(&["a\nb".into(), "c".into()]), "WARNING: a\nb; c");
+    }
+}

@@ -1,0 +1,787 @@
+//! nsqadmin's command line and config file (nsqadmin.md §1): every flag of the reference with
+//! its default, Go `flag`-package parsing (`-name`/`--name`, `=value` or next argument, bool
+//! flags never consume the next argument, repeatable list flags), the TOML `--config` file with
+//! the reference's coercions and precedence (flag > file > default), startup validation
+//! (§1.3), and the `/config/<opt>` view of each option (§9).
+//!
+//! The scalar parsers (`parse_go_bool`, `parse_go_int`, `parse_go_duration`, log levels) are
+//! nsqd's; the flag table is our own because nsqadmin's flag set differs.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+use nsq_protocol::quote::go_quote;
+use nsqd::options::{go_format_float, parse_go_bool, parse_go_duration, parse_go_int, LogLevel};
+use serde_json::Value;
+
+/// The version nsqadmin reports (`--version`, the UI).
+pub const VERSION: &str = "1.3.0";
+
+/// `nsqadmin v1.3.0 (built w/rustc1.95.0)`.
+pub fn version_string() -> String {
+    let rustc = option_env!("NSQADMIN_RUSTC_VERSION").unwrap_or("1.95.0");
+    format!("nsqadmin v{VERSION} (built w/rustc{rustc})")
+}
+
+/// Every option of nsqadmin, resolved (flags > config file > defaults).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdminOptions {
+    /// `--config`: the TOML file the other values may come from.
+    pub config: String,
+    pub log_level: LogLevel,
+    pub log_prefix: String,
+    /// Deprecated, no effect.
+    pub verbose: bool,
+    pub http_address: String,
+    /// As given; [`AdminOptions::normalized_base_path`] is what routing uses.
+    pub base_path: String,
+    pub dev_static_dir: String,
+    pub graphite_url: String,
+    pub proxy_graphite: bool,
+    pub statsd_counter_format: String,
+    pub statsd_gauge_format: String,
+    pub statsd_prefix: String,
+    pub statsd_interval: Duration,
+    pub notification_http_endpoint: String,
+    pub http_client_connect_timeout: Duration,
+    pub http_client_request_timeout: Duration,
+    pub http_client_tls_insecure_skip_verify: bool,
+    pub http_client_tls_root_ca_file: String,
+    pub http_client_tls_cert: String,
+    pub http_client_tls_key: String,
+    pub allow_config_from_cidr: String,
+    pub acl_http_header: String,
+    pub admin_users: Vec<String>,
+    pub lookupd_http_addresses: Vec<String>,
+    pub nsqd_http_addresses: Vec<String>,
+    /// Beyond the reference: how often nsqadmin polls `/stats` itself for the charts
+    /// (`0` disables the history).
+    pub history_interval: Duration,
+    /// Beyond the reference: samples kept per topic/channel series.
+    pub history_size: i64,
+}
+
+impl Default for AdminOptions {
+    fn default() -> Self {
+        AdminOptions {
+            config: String::new(),
+            log_level: LogLevel::Info,
+            log_prefix: "[nsqadmin] ".to_string(),
+            verbose: false,
+            http_address: "0.0.0.0:4171".to_string(),
+            base_path: "/".to_string(),
+            dev_static_dir: String::new(),
+            graphite_url: String::new(),
+            proxy_graphite: false,
+            statsd_counter_format: "stats.counters.%s.count".to_string(),
+            statsd_gauge_format: "stats.gauges.%s".to_string(),
+            statsd_prefix: "nsq.%s".to_string(),
+            statsd_interval: Duration::from_secs(60),
+            notification_http_endpoint: String::new(),
+            http_client_connect_timeout: Duration::from_secs(2),
+            http_client_request_timeout: Duration::from_secs(5),
+            http_client_tls_insecure_skip_verify: false,
+            http_client_tls_root_ca_file: String::new(),
+            http_client_tls_cert: String::new(),
+            http_client_tls_key: String::new(),
+            allow_config_from_cidr: "127.0.0.1/8".to_string(),
+            acl_http_header: "X-Forwarded-User".to_string(),
+            admin_users: Vec::new(),
+            lookupd_http_addresses: Vec::new(),
+            nsqd_http_addresses: Vec::new(),
+            history_interval: Duration::from_secs(5),
+            history_size: 720,
+        }
+    }
+}
+
+/// A mutable view of one option's field, typed by how it is parsed.
+enum FieldMut<'a> {
+    Bool(&'a mut bool),
+    Str(&'a mut String),
+    Int(&'a mut i64),
+    Dur(&'a mut Duration),
+    List(&'a mut Vec<String>),
+    Level(&'a mut LogLevel),
+}
+
+/// A shared view of one option's field.
+enum FieldRef<'a> {
+    Bool(&'a bool),
+    Str(&'a String),
+    Int(&'a i64),
+    Dur(&'a Duration),
+    List(&'a Vec<String>),
+    Level(&'a LogLevel),
+}
+
+/// One flag: its name (without `-`), its config-file key, its usage line.
+struct FlagSpec {
+    name: &'static str,
+    cfg_key: Option<&'static str>,
+}
+
+/// Declares the flag table and the name → field accessors from one list.
+macro_rules! option_fields {
+    ($( $flag:literal => $field:ident : $kind:ident, $cfg:expr; )*) => {
+        /// Every flag except `--version`, in the reference's order.
+        const FLAGS: &[FlagSpec] = &[ $( FlagSpec { name: $flag, cfg_key: $cfg } ),* ];
+
+        impl AdminOptions {
+            fn field_mut(&mut self, flag: &str) -> Option<FieldMut<'_>> {
+                match flag {
+                    $( $flag => Some(FieldMut::$kind(&mut self.$field)), )*
+                    _ => None,
+                }
+            }
+
+            fn field(&self, flag: &str) -> Option<FieldRef<'_>> {
+                match flag {
+                    $( $flag => Some(FieldRef::$kind(&self.$field)), )*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+option_fields! {
+    "config" => config: Str, None;
+    "log-level" => log_level: Level, Some("log_level");
+    "log-prefix" => log_prefix: Str, Some("log_prefix");
+    "verbose" => verbose: Bool, None;
+    "http-address" => http_address: Str, Some("http_address");
+    "base-path" => base_path: Str, Some("base_path");
+    "dev-static-dir" => dev_static_dir: Str, Some("dev_static_dir");
+    "graphite-url" => graphite_url: Str, Some("graphite_url");
+    "proxy-graphite" => proxy_graphite: Bool, Some("proxy_graphite");
+    "statsd-counter-format" => statsd_counter_format: Str, Some("statsd_counter_format");
+    "statsd-gauge-format" => statsd_gauge_format: Str, Some("statsd_gauge_format");
+    "statsd-prefix" => statsd_prefix: Str, Some("statsd_prefix");
+    "statsd-interval" => statsd_interval: Dur, Some("statsd_interval");
+    "notification-http-endpoint" => notification_http_endpoint: Str,
+        Some("notification_http_endpoint");
+    "http-client-connect-timeout" => http_client_connect_timeout: Dur,
+        Some("http_client_connect_timeout");
+    "http-client-request-timeout" => http_client_request_timeout: Dur,
+        Some("http_client_request_timeout");
+    "http-client-tls-insecure-skip-verify" => http_client_tls_insecure_skip_verify: Bool,
+        Some("http_client_tls_insecure_skip_verify");
+    "http-client-tls-root-ca-file" => http_client_tls_root_ca_file: Str,
+        Some("http_client_tls_root_ca_file");
+    "http-client-tls-cert" => http_client_tls_cert: Str, Some("http_client_tls_cert");
+    "http-client-tls-key" => http_client_tls_key: Str, Some("http_client_tls_key");
+    "allow-config-from-cidr" => allow_config_from_cidr: Str, Some("allow_config_from_cidr");
+    "acl-http-header" => acl_http_header: Str, Some("acl_http_header");
+    "admin-user" => admin_users: List, Some("admin_users");
+    "lookupd-http-address" => lookupd_http_addresses: List, Some("nsqlookupd_http_addresses");
+    "nsqd-http-address" => nsqd_http_addresses: List, Some("nsqd_http_addresses");
+    "history-interval" => history_interval: Dur, Some("history_interval");
+    "history-size" => history_size: Int, Some("history_size");
+}
+
+/// What the command line asks for.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParseOutcome {
+    Run(AdminOptions),
+    /// `--version`: print [`version_string`], exit 0.
+    Version,
+    /// `-h`/`-help`: print [`usage`] to stderr, exit 0.
+    Help,
+}
+
+/// Why the command line or config file was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlagError {
+    /// Command-line error: print it and [`usage`] to stderr, exit 2.
+    Usage(String),
+    /// Fatal startup error (config file, coercion): log at FATAL, exit 1.
+    Fatal(String),
+}
+
+impl FlagError {
+    pub fn message(&self) -> &str {
+        match self {
+            FlagError::Usage(m) | FlagError::Fatal(m) => m,
+        }
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            FlagError::Usage(_) => 2,
+            FlagError::Fatal(_) => 1,
+        }
+    }
+}
+
+impl fmt::Display for FlagError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl std::error::Error for FlagError {}
+
+/// Parses the command line (program name first), then the `--config` file.
+pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<ParseOutcome, FlagError> {
+    let args: Vec<String> = args.into_iter().skip(1).collect();
+    let mut opts = AdminOptions::default();
+    let mut explicit: HashSet<&'static str> = HashSet::new();
+    let mut version = false;
+    let mut i = 0;
+    while i < args.len() {
+        let s = args[i].as_str();
+        if s.len() < 2 || !s.starts_with('-') {
+            break;
+        }
+        let minuses = if s.as_bytes()[1] == b'-' { 2 } else { 1 };
+        if minuses == 2 && s.len() == 2 {
+            break;
+        }
+        let body = &s[minuses..];
+        if body.is_empty() || body.starts_with('-') || body.starts_with('=') {
+            return Err(FlagError::Usage(format!("bad flag syntax: {s}")));
+        }
+        i += 1;
+        let (name, mut value) = match body[1..].find('=') {
+            Some(p) => (&body[..p + 1], Some(&body[p + 2..])),
+            None => (body, None),
+        };
+        if name == "version" {
+            version = match value {
+                None => true,
+                Some(v) => parse_go_bool(v).ok_or_else(|| {
+                    FlagError::Usage(format!(
+                        "invalid boolean value {} for -{name}: parse error",
+                        go_quote(v.as_bytes())
+                    ))
+                })?,
+            };
+            continue;
+        }
+        let Some(spec) = FLAGS.iter().find(|f| f.name == name) else {
+            if name == "help" || name == "h" {
+                return Ok(ParseOutcome::Help);
+            }
+            return Err(FlagError::Usage(format!(
+                "flag provided but not defined: -{name}"
+            )));
+        };
+        let field = opts.field_mut(spec.name).expect("flag has a field");
+        if let FieldMut::Bool(b) = field {
+            let v = value.unwrap_or("true");
+            *b = parse_go_bool(v).ok_or_else(|| {
+                FlagError::Usage(format!(
+                    "invalid boolean value {} for -{name}: parse error",
+                    go_quote(v.as_bytes())
+                ))
+            })?;
+        } else {
+            if value.is_none() && i < args.len() {
+                value = Some(args[i].as_str());
+                i += 1;
+            }
+            let Some(v) = value else {
+                return Err(FlagError::Usage(format!("flag needs an argument: -{name}")));
+            };
+            set_flag(field, v).map_err(|e| {
+                FlagError::Usage(format!(
+                    "invalid value {} for flag -{name}: {e}",
+                    go_quote(v.as_bytes())
+                ))
+            })?;
+        }
+        explicit.insert(spec.name);
+    }
+    if version {
+        return Ok(ParseOutcome::Version);
+    }
+    if !opts.config.is_empty() {
+        let path = opts.config.clone();
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            FlagError::Fatal(format!("failed to load config file {path} - {e}"))
+        })?;
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            FlagError::Fatal(format!(
+                "failed to load config file {path} - toml: {}",
+                e.message().trim_end()
+            ))
+        })?;
+        apply_config(&mut opts, &table, &explicit)?;
+    }
+    Ok(ParseOutcome::Run(opts))
+}
+
+/// A flag's `Value.Set`.
+fn set_flag(field: FieldMut<'_>, v: &str) -> Result<(), String> {
+    match field {
+        FieldMut::Bool(b) => *b = parse_go_bool(v).ok_or("parse error")?,
+        FieldMut::Str(s) => *s = v.to_string(),
+        FieldMut::Int(i) => *i = parse_go_int(v).map_err(|_| "parse error")?,
+        FieldMut::Dur(d) => *d = parse_go_duration(v).map_err(|_| "parse error")?,
+        FieldMut::List(l) => l.push(v.to_string()),
+        FieldMut::Level(l) => *l = LogLevel::parse(v)?,
+    }
+    Ok(())
+}
+
+/// go-options' resolution of config-file values for every flag not given explicitly.
+fn apply_config(
+    opts: &mut AdminOptions,
+    table: &toml::Table,
+    explicit: &HashSet<&'static str>,
+) -> Result<(), FlagError> {
+    if let Some(v) = table.get("log_level") {
+        let level = LogLevel::parse(&format_value(v)).map_err(|_| {
+            FlagError::Fatal(format!("failed parsing log_level {}", format_value(v)))
+        })?;
+        if !explicit.contains("log-level") {
+            opts.log_level = level;
+        }
+    }
+    for spec in FLAGS {
+        let Some(key) = spec.cfg_key else { continue };
+        if explicit.contains(spec.name) || key == "log_level" {
+            continue;
+        }
+        let Some(v) = table.get(key) else { continue };
+        let field = opts.field_mut(spec.name).expect("flag has a field");
+        set_config(field, v).map_err(|e| {
+            FlagError::Fatal(format!(
+                "option resolution failed to coerce {} for {} - {e}",
+                format_value(v),
+                spec.name
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// go-options' `coerce` of a TOML value into a field.
+fn set_config(field: FieldMut<'_>, v: &toml::Value) -> Result<(), String> {
+    use toml::Value as T;
+    let bad = || "invalid value type".to_string();
+    match field {
+        FieldMut::Str(s) => {
+            *s = match v {
+                T::String(x) => x.clone(),
+                T::Integer(i) => i.to_string(),
+                T::Boolean(b) => b.to_string(),
+                T::Float(f) => go_format_float(*f),
+                _ => return Err(bad()),
+            }
+        }
+        FieldMut::Bool(b) => {
+            *b = match v {
+                T::Boolean(x) => *x,
+                T::Integer(i) => *i != 0,
+                T::String(x) => parse_go_bool(x).ok_or_else(|| {
+                    format!(
+                        "strconv.ParseBool: parsing {}: invalid syntax",
+                        go_quote(x.as_bytes())
+                    )
+                })?,
+                _ => return Err(bad()),
+            }
+        }
+        FieldMut::Int(i) => {
+            *i = match v {
+                T::Integer(x) => *x,
+                T::String(x) => x.parse().map_err(|_| {
+                    format!(
+                        "strconv.ParseInt: parsing {}: invalid syntax",
+                        go_quote(x.as_bytes())
+                    )
+                })?,
+                _ => return Err(bad()),
+            }
+        }
+        FieldMut::Dur(d) => {
+            *d = match v {
+                T::Integer(ms) => u64::try_from(*ms)
+                    .map(Duration::from_millis)
+                    .map_err(|_| "negative durations are not supported".to_string())?,
+                T::String(x) if !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit()) => {
+                    Duration::from_millis(x.parse().map_err(|_| "value out of range")?)
+                }
+                T::String(x) => parse_go_duration(x).map_err(|e| format!("{e:?}"))?,
+                _ => return Err(bad()),
+            }
+        }
+        FieldMut::List(l) => {
+            *l = match v {
+                T::String(x) if x.is_empty() => Vec::new(),
+                T::String(x) => x.split(',').map(str::to_string).collect(),
+                T::Array(items) => items
+                    .iter()
+                    .map(|i| match i {
+                        T::String(s) => Ok(s.clone()),
+                        _ => Err(bad()),
+                    })
+                    .collect::<Result<_, _>>()?,
+                _ => return Err(bad()),
+            }
+        }
+        FieldMut::Level(_) => unreachable!("log_level is resolved by apply_config"),
+    }
+    Ok(())
+}
+
+/// A TOML value as Go's `%v` prints it (error messages).
+fn format_value(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Float(f) => go_format_float(*f),
+        other => other.to_string(),
+    }
+}
+
+impl AdminOptions {
+    /// §2.1: empty → `/`; leading `/` added; cleaned; trailing slash removed.
+    pub fn normalized_base_path(&self) -> String {
+        normalize_base_path(&self.base_path)
+    }
+
+    /// The option named by its config-file key as `/config/<opt>` shows it: strings raw
+    /// (`Ok(Err(text))`), everything else as JSON (`Ok(Ok(value))`). `None`: unknown key.
+    pub fn config_value(&self, key: &str) -> Option<Result<Value, String>> {
+        if key == "base_path" {
+            return Some(Err(self.normalized_base_path()));
+        }
+        let spec = FLAGS.iter().find(|f| f.cfg_key == Some(key))?;
+        Some(match self.field(spec.name)? {
+            FieldRef::Str(s) => Err(s.clone()),
+            FieldRef::Bool(b) => Ok(Value::from(*b)),
+            FieldRef::Int(i) => Ok(Value::from(*i)),
+            FieldRef::Dur(d) => Ok(Value::from(
+                i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+            )),
+            FieldRef::List(l) => Ok(Value::from(l.clone())),
+            FieldRef::Level(l) => Ok(Value::from(l.code())),
+        })
+    }
+
+    /// §1.3 checks that need no I/O beyond reading the TLS files (listening is checked by
+    /// the server). The text follows `failed to instantiate nsqadmin - `.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.lookupd_http_addresses.is_empty() && self.nsqd_http_addresses.is_empty() {
+            return Err("--nsqd-http-address or --lookupd-http-address required".into());
+        }
+        if !self.lookupd_http_addresses.is_empty() && !self.nsqd_http_addresses.is_empty() {
+            return Err("use --nsqd-http-address or --lookupd-http-address not both".into());
+        }
+        let (cert, key) = (&self.http_client_tls_cert, &self.http_client_tls_key);
+        if !cert.is_empty() && key.is_empty() {
+            return Err("--http-client-tls-key must be specified with --http-client-tls-cert".into());
+        }
+        if cert.is_empty() && !key.is_empty() {
+            return Err("--http-client-tls-cert must be specified with --http-client-tls-key".into());
+        }
+        if !cert.is_empty() {
+            for f in [cert, key] {
+                if let Err(e) = std::fs::read(f) {
+                    return Err(format!("failed to LoadX509KeyPair {cert}, {key} - {e}"));
+                }
+            }
+        }
+        let ca = &self.http_client_tls_root_ca_file;
+        if !ca.is_empty() {
+            let pem = std::fs::read_to_string(ca)
+                .map_err(|e| format!("failed to read TLS root CA file {ca} - {e}"))?;
+            if !pem.contains("-----BEGIN CERTIFICATE-----") {
+                return Err(format!("failed to AppendCertsFromPEM {ca}"));
+            }
+        }
+        for a in &self.lookupd_http_addresses {
+            check_host_port(a)
+                .map_err(|e| format!("failed to resolve --lookupd-http-address ({a}) - {e}"))?;
+        }
+        for a in &self.nsqd_http_addresses {
+            check_host_port(a)
+                .map_err(|e| format!("failed to resolve --nsqd-http-address ({a}) - {e}"))?;
+        }
+        if self.proxy_graphite {
+            crate::client::Url::parse(&self.graphite_url).map_err(|e| {
+                format!("failed to parse --graphite-url ({}) - {e}", self.graphite_url)
+            })?;
+        }
+        if !self.allow_config_from_cidr.is_empty() {
+            Cidr::parse(&self.allow_config_from_cidr).map_err(|e| {
+                format!(
+                    "failed to parse --allow-config-from-cidr ({}) - {e}",
+                    self.allow_config_from_cidr
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// `net.ResolveTCPAddr`-like syntax check: `host:port` with a numeric port (the host is not
+/// looked up: names may become resolvable later).
+fn check_host_port(a: &str) -> Result<(), String> {
+    let Some((host, port)) = a.rsplit_once(':') else {
+        return Err(format!("address {a}: missing port in address"));
+    };
+    if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
+        return Err(format!("address {a}: too many colons in address"));
+    }
+    if port.parse::<u16>().is_err() {
+        return Err(format!("lookup tcp/{port}: unknown port"));
+    }
+    Ok(())
+}
+
+/// §2.1 base-path normalisation.
+pub fn normalize_base_path(p: &str) -> String {
+    let p = if p.starts_with('/') {
+        p.to_string()
+    } else {
+        format!("/{p}")
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for e in p.split('/') {
+        match e {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            e => parts.push(e),
+        }
+    }
+    if parts.is_empty() {
+        return "/".to_string();
+    }
+    parts.iter().flat_map(|e| ["/", e]).collect()
+}
+
+/// An IPv4 or IPv6 CIDR block (`--allow-config-from-cidr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: std::net::IpAddr,
+    bits: u8,
+}
+
+impl Cidr {
+    pub fn parse(s: &str) -> Result<Cidr, String> {
+        let err = || format!("invalid CIDR address: {s}");
+        let (a, b) = s.split_once('/').ok_or_else(err)?;
+        let addr: std::net::IpAddr = a.parse().map_err(|_| err())?;
+        let bits: u8 = b.parse().map_err(|_| err())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if bits > max || b.starts_with('+') || (b.len() > 1 && b.starts_with('0')) {
+            return Err(err());
+        }
+        Ok(Cidr { addr, bits })
+    }
+
+    /// Whether `ip` lies in the block (IPv4-mapped IPv6 addresses count as IPv4).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(n), IpAddr::V4(i)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.bits)).unwrap_or(0);
+                u32::from(n) & mask == u32::from(i) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(i)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(self.bits)).unwrap_or(0);
+                u128::from(n) & mask == u128::from(i) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The `-h` text.
+pub fn usage() -> &'static str {
+    USAGE
+}
+
+const USAGE: &str = "Usage of nsqadmin:
+  -acl-http-header string
+    \tHTTP header to check for authenticated admin users (default \"X-Forwarded-User\")
+  -admin-user value
+    \tadmin user (may be given multiple times; if specified, only these users will be able to perform privileged actions; acl-http-header is used to determine the authenticated user)
+  -allow-config-from-cidr string
+    \tA CIDR from which to allow HTTP requests to the /config endpoint (default \"127.0.0.1/8\")
+  -base-path string
+    \tURL base path (default \"/\")
+  -config string
+    \tpath to config file
+  -dev-static-dir string
+    \t(development use only)
+  -graphite-url string
+    \tgraphite HTTP address
+  -history-interval duration
+    \thow often nsqadmin polls /stats for its own charts; 0 disables (default 5s)
+  -history-size int
+    \tsamples kept per topic/channel chart (default 720)
+  -http-address string
+    \t<addr>:<port> to listen on for HTTP clients (default \"0.0.0.0:4171\")
+  -http-client-connect-timeout duration
+    \ttimeout for HTTP connect (default 2s)
+  -http-client-request-timeout duration
+    \ttimeout for HTTP request (default 5s)
+  -http-client-tls-cert string
+    \tpath to certificate file for the HTTP client
+  -http-client-tls-insecure-skip-verify
+    \tconfigure the HTTP client to skip verification of TLS certificates
+  -http-client-tls-key string
+    \tpath to key file for the HTTP client
+  -http-client-tls-root-ca-file string
+    \tpath to CA file for the HTTP client
+  -log-level value
+    \tset log verbosity: debug, info, warn, error, or fatal (default INFO)
+  -log-prefix string
+    \tlog message prefix (default \"[nsqadmin] \")
+  -lookupd-http-address value
+    \tlookupd HTTP address (may be given multiple times)
+  -notification-http-endpoint string
+    \tHTTP endpoint (fully qualified) to which POST notifications of admin actions will be sent
+  -nsqd-http-address value
+    \tnsqd HTTP address (may be given multiple times)
+  -proxy-graphite
+    \tproxy HTTP requests to graphite
+  -statsd-counter-format string
+    \tThe counter stats key formatting applied by the implementation of statsd. If no formatting is desired, set this to an empty string. (default \"stats.counters.%s.count\")
+  -statsd-gauge-format string
+    \tThe gauge stats key formatting applied by the implementation of statsd. If no formatting is desired, set this to an empty string. (default \"stats.gauges.%s\")
+  -statsd-interval duration
+    \ttime interval nsqd is configured to push to statsd (must match nsqd) (default 1m0s)
+  -statsd-prefix string
+    \tprefix used for keys sent to statsd (%s for host replacement, must match nsqd) (default \"nsq.%s\")
+  -verbose
+    \t[deprecated] has no effect, use --log-level
+  -version
+    \tprint version string
+";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> AdminOptions {
+        let mut v = vec!["nsqadmin".to_string()];
+        v.extend(args.iter().map(|s| s.to_string()));
+        match parse_args(v).unwrap() {
+            ParseOutcome::Run(o) => o,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn flags_go_style() {
+        let o = run(&[
+            "-lookupd-http-address",
+            "a:1",
+            "--lookupd-http-address=b:2",
+            "--proxy-graphite",
+            "-statsd-interval=30s",
+            "--log-level",
+            "debug",
+        ]);
+        assert_eq!(o.lookupd_http_addresses, vec!["a:1", "b:2"]);
+        assert!(o.proxy_graphite);
+        assert_eq!(o.statsd_interval, Duration::from_secs(30));
+        assert_eq!(o.log_level, LogLevel::Debug);
+        let e = parse_args(["x".to_string(), "-bogus".to_string()]).unwrap_err();
+        assert_eq!(e.message(), "flag provided but not defined: -bogus");
+        assert_eq!(e.exit_code(), 2);
+        assert_eq!(
+            parse_args(["x".to_string(), "--version".to_string()]).unwrap(),
+            ParseOutcome::Version
+        );
+    }
+
+    #[test]
+    fn config_file_precedence() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.toml");
+        std::fs::write(
+            &p,
+            "http_address = \"127.0.0.1:9\"\nnsqd_http_addresses = [\"x:1\", \"y:2\"]\n\
+             statsd_interval = 2000\nadmin_users = \"a,b\"\nbase_path = \"admin/\"\n",
+        )
+        .unwrap();
+        let cfg = format!("--config={}", p.display());
+        let o = run(&[&cfg, "--http-address=0.0.0.0:1"]);
+        assert_eq!(o.http_address, "0.0.0.0:1");
+        assert_eq!(o.nsqd_http_addresses, vec!["x:1", "y:2"]);
+        assert_eq!(o.statsd_interval, Duration::from_secs(2));
+        assert_eq!(o.admin_users, vec!["a", "b"]);
+        assert_eq!(o.normalized_base_path(), "/admin");
+        std::fs::write(&p, "log_level = \"nope\"\n").unwrap();
+        let e = parse_args(vec!["x".to_string(), cfg]).unwrap_err();
+        assert_eq!(e.message(), "failed parsing log_level nope");
+    }
+
+    #[test]
+    fn validation_order() {
+        let o = AdminOptions::default();
+        assert_eq!(
+            o.validate().unwrap_err(),
+            "--nsqd-http-address or --lookupd-http-address required"
+        );
+        let o = run(&["--nsqd-http-address=a:1", "--lookupd-http-address=b:2"]);
+        assert_eq!(
+            o.validate().unwrap_err(),
+            "use --nsqd-http-address or --lookupd-http-address not both"
+        );
+        let o = run(&["--nsqd-http-address=a:1", "--http-client-tls-cert=x"]);
+        assert_eq!(
+            o.validate().unwrap_err(),
+            "--http-client-tls-key must be specified with --http-client-tls-cert"
+        );
+        let o = run(&["--nsqd-http-address=nope"]);
+        assert!(o
+            .validate()
+            .unwrap_err()
+            .starts_with("failed to resolve --nsqd-http-address (nope) - "));
+        let o = run(&["--nsqd-http-address=a:1", "--allow-config-from-cidr=1.2.3"]);
+        assert!(o
+            .validate()
+            .unwrap_err()
+            .starts_with("failed to parse --allow-config-from-cidr (1.2.3)"));
+        run(&["--nsqd-http-address=127.0.0.1:4151"]).validate().unwrap();
+    }
+
+    #[test]
+    fn base_paths_and_cidr() {
+        assert_eq!(normalize_base_path(""), "/");
+        assert_eq!(normalize_base_path("admin/"), "/admin");
+        assert_eq!(normalize_base_path("//a/./b/../c/"), "/a/c");
+        let c = Cidr::parse("127.0.0.1/8").unwrap();
+        assert!(c.contains("127.9.9.9".parse().unwrap()));
+        assert!(c.contains("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!c.contains("10.0.0.1".parse().unwrap()));
+        assert!(Cidr::parse("::1/128")
+            .unwrap()
+            .contains("::1".parse().unwrap()));
+        assert!(Cidr::parse("1.2.3.4/33").is_err());
+    }
+
+    #[test]
+    fn config_values() {
+        let o = run(&["--nsqd-http-address=a:1"]);
+        assert_eq!(
+            o.config_value("http_address"),
+            Some(Err("0.0.0.0:4171".into()))
+        );
+        assert_eq!(
+            o.config_value("http_client_request_timeout"),
+            Some(Ok(Value::from(5_000_000_000i64)))
+        );
+        assert_eq!(o.config_value("log_level"), Some(Ok(Value::from(2))));
+        assert_eq!(
+            o.config_value("admin_users"),
+            Some(Ok(serde_json::json!([])))
+        );
+        assert_eq!(o.config_value("nope"), None);
+    }
+}

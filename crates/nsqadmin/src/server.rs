@@ -1,0 +1,143 @@
+//! Startup and shutdown: validate the options, bind the listener (logging
+//! `HTTP: listening on ADDR`), start the notification sender and the history poller, serve.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::client::HttpClient;
+use crate::cluster::ClusterInfo;
+use crate::history::History;
+use crate::http::Routes;
+use crate::notify::Notifier;
+use crate::options::{AdminOptions, Cidr};
+
+/// Shared state of a running nsqadmin.
+pub struct Admin {
+    /// The options; `PUT /config/<opt>` replaces them atomically (a short write lock, never
+    /// held across an `.await`).
+    opts: RwLock<Arc<AdminOptions>>,
+    pub(crate) routes: Routes,
+    pub base_path: String,
+    pub cidr: Option<Cidr>,
+    pub notifier: Notifier,
+    pub history: Option<Arc<History>>,
+    /// nsqadmin's host name (`via` in notifications).
+    pub hostname: String,
+}
+
+impl Admin {
+    pub fn opts(&self) -> Arc<AdminOptions> {
+        self.opts.read().clone()
+    }
+
+    pub fn set_opts(&self, o: AdminOptions) {
+        *self.opts.write() = Arc::new(o);
+    }
+
+    pub fn client(&self) -> HttpClient {
+        let o = self.opts();
+        HttpClient {
+            connect_timeout: o.http_client_connect_timeout,
+            request_timeout: o.http_client_request_timeout,
+        }
+    }
+
+    /// The upstream view for one request (current lookupd/nsqd lists).
+    pub fn cluster(&self) -> ClusterInfo {
+        let o = self.opts();
+        ClusterInfo {
+            client: HttpClient {
+                connect_timeout: o.http_client_connect_timeout,
+                request_timeout: o.http_client_request_timeout,
+            },
+            lookupds: o.lookupd_http_addresses.clone(),
+            nsqds: o.nsqd_http_addresses.clone(),
+        }
+    }
+}
+
+/// A running nsqadmin: its address and how to stop it.
+pub struct AdminHandle {
+    pub admin: Arc<Admin>,
+    pub http_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl AdminHandle {
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// Closes the listener and waits for the server task.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.done.await;
+    }
+}
+
+/// Validates `opts`, binds, and serves in the background. The error text follows
+/// `failed to instantiate nsqadmin - `.
+pub async fn start(opts: AdminOptions) -> Result<AdminHandle, String> {
+    opts.validate()?;
+    let cidr = if opts.allow_config_from_cidr.is_empty() {
+        None
+    } else {
+        Some(Cidr::parse(&opts.allow_config_from_cidr)?)
+    };
+    let listener = TcpListener::bind(&opts.http_address)
+        .await
+        .map_err(|e| format!("listen ({}) failed - {e}", opts.http_address))?;
+    let http_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!("HTTP: listening on {http_addr}");
+
+    let base_path = opts.normalized_base_path();
+    let client = HttpClient {
+        connect_timeout: opts.http_client_connect_timeout,
+        request_timeout: opts.http_client_request_timeout,
+    };
+    let history = (!opts.history_interval.is_zero()).then(|| {
+        Arc::new(History::new(
+            opts.history_interval,
+            usize::try_from(opts.history_size).unwrap_or(0),
+        ))
+    });
+    let admin = Arc::new(Admin {
+        routes: Routes::new(&base_path, opts.proxy_graphite),
+        base_path,
+        cidr,
+        notifier: Notifier::start(&opts.notification_http_endpoint, client),
+        history: history.clone(),
+        hostname: nsqd::options::hostname(),
+        opts: RwLock::new(Arc::new(opts)),
+    });
+    let (stop, stop_rx) = watch::channel(false);
+    if let Some(h) = history {
+        tokio::spawn(crate::history::run(admin.clone(), h, stop_rx.clone()));
+    }
+    let app = crate::http::router(admin.clone())
+        .into_make_service_with_connect_info::<SocketAddr>();
+    let mut stop2 = stop_rx;
+    let done = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop2.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!("http server - {e}");
+        }
+        tracing::info!("HTTP: closing {http_addr}");
+    });
+    Ok(AdminHandle {
+        admin,
+        http_addr,
+        stop,
+        done,
+    })
+}
