@@ -70,7 +70,7 @@ impl Formatter for GoFormatter {
 }
 
 /// Serializes `v` as Go would.
-pub(crate) fn to_vec<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+pub fn to_vec<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     let mut ser = serde_json::Serializer::with_formatter(&mut out, GoFormatter);
     // Our types (plain structs, strings, numbers, `serde_json::Value`) cannot fail to encode.
@@ -82,7 +82,7 @@ pub(crate) fn to_vec<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
 
 /// `encoding/json`'s float64 encoding: `strconv.AppendFloat(f, 'f' or 'e', -1, 64)` with the
 /// exponent form for magnitudes < 1e-6 or >= 1e21, and `e-07` shortened to `e-7`.
-pub(crate) fn go_float(v: f64) -> String {
+pub fn go_float(v: f64) -> String {
     if !v.is_finite() {
         // Go refuses to encode these; never produced by us.
         return "0".to_string();

@@ -7,8 +7,8 @@
 
 mod api;
 mod debug;
-mod json;
-mod query;
+pub mod json;
+pub mod query;
 mod stats;
 mod tz;
 

@@ -5,7 +5,7 @@
 /// A parsed query string: pairs in order; lookups return the first value (`url.Values.Get`
 /// and `reqParams["k"][0]` both do).
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Query {
+pub struct Query {
     pairs: Vec<(String, String)>,
 }
 
@@ -13,7 +13,9 @@ impl Query {
     /// Go's `url.ParseQuery`: `&`-separated pairs, a `;` anywhere in a pair or an invalid
     /// `%` escape is an error (the reference answers `INVALID_REQUEST`), empty pairs are
     /// skipped (`&&`), a key without `=` has the value `""`, `+` decodes to a space.
-    pub(crate) fn parse(raw: &str) -> Result<Query, ()> {
+    // The only failure is "unparsable" (every caller answers INVALID_REQUEST).
+    #[allow(clippy::result_unit_err)]
+    pub fn parse(raw: &str) -> Result<Query, ()> {
         let (q, failed) = Self::parse_inner(raw);
         if failed {
             Err(())
@@ -24,7 +26,7 @@ impl Query {
 
     /// What `url.ParseQuery` returns alongside an error (the pairs that did parse), as
     /// `req.FormValue` uses it.
-    pub(crate) fn parse_lenient(raw: &str) -> Query {
+    pub fn parse_lenient(raw: &str) -> Query {
         Self::parse_inner(raw).0
     }
 
@@ -50,7 +52,7 @@ impl Query {
     }
 
     /// The first value of `key`, if the key is present at all.
-    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+    pub fn get(&self, key: &str) -> Option<&str> {
         self.pairs
             .iter()
             .find(|(k, _)| k == key)
@@ -76,7 +78,7 @@ fn hex_val(c: u8) -> Option<u8> {
 
 /// Go's `url.unescape`: `%XX` decoding (both digits required); `plus_is_space` for query
 /// components. `None` on an invalid escape.
-pub(crate) fn unescape(s: &str, plus_is_space: bool) -> Option<Vec<u8>> {
+pub fn unescape(s: &str, plus_is_space: bool) -> Option<Vec<u8>> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -103,13 +105,13 @@ pub(crate) fn unescape(s: &str, plus_is_space: bool) -> Option<Vec<u8>> {
 
 /// The request path as Go's `URL.Path` holds it (unescaped); `None` when the escapes are
 /// invalid (Go's server rejects the request with `400 Bad Request`).
-pub(crate) fn decode_path(raw: &str) -> Option<String> {
+pub fn decode_path(raw: &str) -> Option<String> {
     unescape(raw, false).map(lossy)
 }
 
 /// Go's `url.PathEscape`-style escaping of a path for `URL.String()` (`shouldEscape` in
 /// `encodePath` mode): unreserved characters and `$&+,/:;=@` stay, the rest becomes `%XX`.
-pub(crate) fn escape_path(p: &str) -> String {
+pub fn escape_path(p: &str) -> String {
     let mut out = String::with_capacity(p.len());
     for &c in p.as_bytes() {
         let keep = c.is_ascii_alphanumeric()
@@ -139,7 +141,7 @@ pub(crate) fn escape_path(p: &str) -> String {
 
 /// httprouter's `CleanPath`: `path.Clean` that keeps a trailing slash and always starts with
 /// `/` (a final `.` or `..` element also leaves a trailing slash).
-pub(crate) fn clean_path(p: &str) -> String {
+pub fn clean_path(p: &str) -> String {
     if p.is_empty() {
         return "/".to_string();
     }
@@ -173,7 +175,7 @@ pub(crate) fn clean_path(p: &str) -> String {
 }
 
 /// Go's `path.Clean` as `http.Redirect` applies it to the target, keeping a trailing slash.
-pub(crate) fn redirect_clean(p: &str) -> String {
+pub fn redirect_clean(p: &str) -> String {
     let trailing = p.ends_with('/');
     let mut parts: Vec<&str> = Vec::new();
     for e in p.split('/') {
@@ -193,7 +195,7 @@ pub(crate) fn redirect_clean(p: &str) -> String {
 }
 
 /// Go's `html.EscapeString` subset used by `http.Redirect` (`htmlReplacer`).
-pub(crate) fn html_escape(s: &str) -> String {
+pub fn html_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -209,7 +211,7 @@ pub(crate) fn html_escape(s: &str) -> String {
 }
 
 /// Go's `strconv.ParseBool`.
-pub(crate) fn parse_go_bool(s: &str) -> Option<bool> {
+pub fn parse_go_bool(s: &str) -> Option<bool> {
     match s {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
@@ -218,12 +220,12 @@ pub(crate) fn parse_go_bool(s: &str) -> Option<bool> {
 }
 
 /// `/stats`' `boolParams`: only `true`/`1`/`false`/`0`; anything else means "default".
-pub(crate) fn stats_bool(s: Option<&str>) -> bool {
+pub fn stats_bool(s: Option<&str>) -> bool {
     !matches!(s, Some("false" | "0"))
 }
 
 /// Go's `strconv.ParseInt(s, 10, 64)`: optional sign, decimal digits only.
-pub(crate) fn parse_i64_base10(s: &str) -> Option<i64> {
+pub fn parse_i64_base10(s: &str) -> Option<i64> {
     let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
     if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
         return None;

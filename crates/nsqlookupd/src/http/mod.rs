@@ -5,8 +5,8 @@
 //!
 //! The Go `net/url` and `encoding/json` details come from [`query`] and [`json`].
 
-mod json;
-mod query;
+use nsqd::http::json;
+use nsqd::http::query;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
