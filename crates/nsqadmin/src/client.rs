@@ -36,7 +36,10 @@ impl Url {
             .ok_or_else(|| format!("parse {}: missing protocol scheme", go_quote(s.as_bytes())))?;
         let scheme = scheme.to_ascii_lowercase();
         if scheme != "http" && scheme != "https" {
-            return Err(format!("unsupported protocol scheme {}", go_quote(scheme.as_bytes())));
+            return Err(format!(
+                "unsupported protocol scheme {}",
+                go_quote(scheme.as_bytes())
+            ));
         }
         let (authority, path) = match rest.find(['/', '?']) {
             Some(p) => (&rest[..p], &rest[p..]),
@@ -128,16 +131,26 @@ impl HttpClient {
             Ok(Ok(s)) => s,
         };
         let mut req = format!(
-            "{method} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: nsqadmin/v{}\r\nConnection: close\r\n",
-            u.path_query,
-            u.host_port,
-            crate::options::VERSION
+            "{method} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+            u.path_query, u.host_port
         );
+        if !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("user-agent"))
+        {
+            req.push_str(&format!(
+                "User-Agent: nsqadmin/v{}\r\n",
+                crate::options::VERSION
+            ));
+        }
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
         if let Some(ui) = &u.userinfo {
-            req.push_str(&format!("Authorization: Basic {}\r\n", base64(ui.as_bytes())));
+            req.push_str(&format!(
+                "Authorization: Basic {}\r\n",
+                base64(ui.as_bytes())
+            ));
         }
         if !body.is_empty() || method == "POST" || method == "PUT" {
             req.push_str(&format!("Content-Length: {}\r\n", body.len()));
@@ -160,17 +173,16 @@ impl HttpClient {
             }
             Ok::<_, std::io::Error>(raw)
         };
-        let raw = match timeout(self.request_timeout, exchange).await {
-            Err(_) => {
-                return Err(wrap(
+        let raw =
+            match timeout(self.request_timeout, exchange).await {
+                Err(_) => return Err(wrap(
                     "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
                         .to_string(),
-                ))
-            }
-            Ok(Err(e)) => return Err(wrap(io_text(&e))),
-            Ok(Ok(raw)) => raw,
-        };
-        parse_response(&raw).map_err(wrap)
+                )),
+                Ok(Err(e)) => return Err(wrap(io_text(&e))),
+                Ok(Ok(raw)) => raw,
+            };
+        parse_response(&raw, method == "HEAD").map_err(wrap)
     }
 
     /// `GETV1`: a 200 body, or `got response …` for any other status. A 403 carrying an
@@ -225,7 +237,9 @@ fn check_status(url: &str, r: Response) -> Result<Vec<u8>, String> {
 /// Go's `net.OpError` text for a failed dial.
 fn dial_error(hp: &str, e: &std::io::Error) -> String {
     match e.kind() {
-        std::io::ErrorKind::ConnectionRefused => format!("dial tcp {hp}: connect: connection refused"),
+        std::io::ErrorKind::ConnectionRefused => {
+            format!("dial tcp {hp}: connect: connection refused")
+        }
         _ => format!("dial tcp {hp}: {}", io_text(e)),
     }
 }
@@ -242,7 +256,7 @@ fn io_text(e: &std::io::Error) -> String {
 }
 
 /// Splits a raw HTTP/1.x answer into status, headers and (de-chunked) body.
-fn parse_response(raw: &[u8]) -> Result<Response, String> {
+fn parse_response(raw: &[u8], head_only: bool) -> Result<Response, String> {
     let end = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -257,16 +271,27 @@ fn parse_response(raw: &[u8]) -> Result<Response, String> {
         .split(' ')
         .next()
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("malformed HTTP status code {}", go_quote(status_text.as_bytes())))?;
+        .ok_or_else(|| {
+            format!(
+                "malformed HTTP status code {}",
+                go_quote(status_text.as_bytes())
+            )
+        })?;
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect();
-    let mut body = raw[end + 4..].to_vec();
+    let mut body = if head_only {
+        Vec::new()
+    } else {
+        raw[end + 4..].to_vec()
+    };
     let chunked = headers.iter().any(|(k, v)| {
         k.eq_ignore_ascii_case("transfer-encoding") && v.to_ascii_lowercase().contains("chunked")
     });
-    if chunked {
+    if head_only {
+        // A HEAD answer announces a length but carries no body.
+    } else if chunked {
         body = dechunk(&body)?;
     } else if let Some(len) = headers
         .iter()
@@ -295,7 +320,8 @@ fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
             .ok_or("unexpected EOF")?;
         let size_text = String::from_utf8_lossy(&b[..nl]);
         let size_text = size_text.split(';').next().unwrap_or("").trim();
-        let size = usize::from_str_radix(size_text, 16).map_err(|_| "malformed chunked encoding")?;
+        let size =
+            usize::from_str_radix(size_text, 16).map_err(|_| "malformed chunked encoding")?;
         b = &b[nl + 2..];
         if size == 0 {
             return Ok(out);
@@ -318,8 +344,16 @@ pub fn base64(input: &[u8]) -> String {
             | u32::from(*c.get(2).unwrap_or(&0));
         out.push(T[(n >> 18) as usize & 63] as char);
         out.push(T[(n >> 12) as usize & 63] as char);
-        out.push(if c.len() > 1 { T[(n >> 6) as usize & 63] as char } else { '=' });
-        out.push(if c.len() > 2 { T[n as usize & 63] as char } else { '=' });
+        out.push(if c.len() > 1 {
+            T[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        out.push(if c.len() > 2 {
+            T[n as usize & 63] as char
+        } else {
+            '='
+        });
     }
     out
 }
@@ -387,12 +421,14 @@ mod tests {
     fn responses() {
         let r = parse_response(
             b"HTTP/1.1 404 Not Found\r\nContent-Length: 5\r\n\r\nhello--",
+            false,
         )
         .unwrap();
         assert_eq!((r.status, r.status_line.as_str()), (404, "404 Not Found"));
         assert_eq!(r.body, b"hello");
         let r = parse_response(
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+            false,
         )
         .unwrap();
         assert_eq!(r.body, b"abcde");

@@ -125,7 +125,11 @@ struct NsqdInfo {
 
 /// `major.minor.patch` (pre-release and build suffixes ignored); unparsable → 0.0.0.
 pub fn semver(v: &str) -> (u64, u64, u64) {
-    let core = v.trim_start_matches('v').split(['-', '+']).next().unwrap_or("");
+    let core = v
+        .trim_start_matches('v')
+        .split(['-', '+'])
+        .next()
+        .unwrap_or("");
     let mut it = core.split('.').map(|p| p.parse::<u64>());
     match (it.next(), it.next(), it.next(), it.next()) {
         (Some(Ok(a)), Some(Ok(b)), Some(Ok(c)), None) => (a, b, c),
@@ -322,7 +326,10 @@ impl ClusterInfo {
             for lp in r.producers {
                 let mut p = lp.into_producer();
                 p.topics = None;
-                if !producers.iter().any(|x| x.http_address() == p.http_address()) {
+                if !producers
+                    .iter()
+                    .any(|x| x.http_address() == p.http_address())
+                {
                     producers.push(p);
                 }
             }
@@ -425,7 +432,7 @@ impl ClusterInfo {
                     .into_iter()
                     .map(|t| t.topic_name)
                     .collect();
-                if !names.iter().any(|n| *n == want) {
+                if !names.contains(&want) {
                     return Ok(None);
                 }
                 let mut p = Self::nsqd_info(c, &a).await?;
@@ -442,7 +449,10 @@ impl ClusterInfo {
             }
         })
         .await;
-        Ok(gather(Kind::Nsqd, rs, warn)?.into_iter().flatten().collect())
+        Ok(gather(Kind::Nsqd, rs, warn)?
+            .into_iter()
+            .flatten()
+            .collect())
     }
 
     // ---- mode-dependent ----
@@ -501,11 +511,7 @@ impl ClusterInfo {
             .collect();
         let rs = fan_out(targets, move |(addr, host)| {
             let url = format!("http://{addr}/stats?format=json{suffix}");
-            async move {
-                get_json::<RawStats>(c, url)
-                    .await
-                    .map(|r| (addr, host, r))
-            }
+            async move { get_json::<RawStats>(c, url).await.map(|r| (addr, host, r)) }
         })
         .await;
         let now = now_secs();
@@ -523,7 +529,11 @@ impl ClusterInfo {
     async fn post_all(&self, addrs: &[String], path: &str, qs: &str, warn: &mut Vec<String>) {
         let mut errs = Vec::new();
         for a in addrs {
-            if let Err(e) = self.client.post_v1(&format!("http://{a}/{path}?{qs}")).await {
+            if let Err(e) = self
+                .client
+                .post_v1(&format!("http://{a}/{path}?{qs}"))
+                .await
+            {
                 errs.push(e);
             }
         }
@@ -549,13 +559,16 @@ impl ClusterInfo {
         if !self.lookupd_mode() {
             self.post_all(&self.nsqds, "topic/create", &tq, warn).await;
             if !channel.is_empty() {
-                self.post_all(&self.nsqds, "channel/create", &cq, warn).await;
+                self.post_all(&self.nsqds, "channel/create", &cq, warn)
+                    .await;
             }
             return Ok(());
         }
-        self.post_all(&self.lookupds, "topic/create", &tq, warn).await;
+        self.post_all(&self.lookupds, "topic/create", &tq, warn)
+            .await;
         if !channel.is_empty() {
-            self.post_all(&self.lookupds, "channel/create", &cq, warn).await;
+            self.post_all(&self.lookupds, "channel/create", &cq, warn)
+                .await;
             let ps = self.lookupd_topic_producers(topic, warn).await?;
             self.post_all(&Self::producer_addrs(&ps), "channel/create", &cq, warn)
                 .await;
@@ -567,7 +580,8 @@ impl ClusterInfo {
     pub async fn delete_topic(&self, topic: &str, warn: &mut Vec<String>) -> Result<(), String> {
         let ps = self.topic_producers(topic, warn).await?;
         let qs = format!("topic={}", query_escape(topic));
-        self.post_all(&self.lookupds, "topic/delete", &qs, warn).await;
+        self.post_all(&self.lookupds, "topic/delete", &qs, warn)
+            .await;
         self.post_all(&Self::producer_addrs(&ps), "topic/delete", &qs, warn)
             .await;
         Ok(())
@@ -586,7 +600,8 @@ impl ClusterInfo {
             query_escape(topic),
             query_escape(channel)
         );
-        self.post_all(&self.lookupds, "channel/delete", &qs, warn).await;
+        self.post_all(&self.lookupds, "channel/delete", &qs, warn)
+            .await;
         self.post_all(&Self::producer_addrs(&ps), "channel/delete", &qs, warn)
             .await;
         Ok(())
@@ -605,7 +620,8 @@ impl ClusterInfo {
         if let Some(c) = channel {
             qs.push_str(&format!("&channel={}", query_escape(c)));
         }
-        self.post_all(&Self::producer_addrs(&ps), uri, &qs, warn).await;
+        self.post_all(&Self::producer_addrs(&ps), uri, &qs, warn)
+            .await;
         Ok(())
     }
 
@@ -617,10 +633,12 @@ impl ClusterInfo {
         warn: &mut Vec<String>,
     ) -> Result<(), String> {
         let qs = format!("topic={}&node={}", query_escape(topic), query_escape(node));
-        self.post_all(&self.lookupds, "topic/tombstone", &qs, warn).await;
+        self.post_all(&self.lookupds, "topic/tombstone", &qs, warn)
+            .await;
         let p = Self::nsqd_producer(self.client, node.to_string()).await?;
         let qs = format!("topic={}", query_escape(topic));
-        self.post_all(&[p.http_address()], "topic/delete", &qs, warn).await;
+        self.post_all(&[p.http_address()], "topic/delete", &qs, warn)
+            .await;
         Ok(())
     }
 }
@@ -643,9 +661,17 @@ mod tests {
         let mut w = Vec::new();
         let r: Result<Vec<i32>, _> = gather(Kind::Nsqd, vec![], &mut w);
         assert_eq!(r.unwrap_err(), "failed to query any nsqd: ");
-        let r = gather(Kind::Lookupd, vec![Err::<i32, _>("a".into()), Err("b".into())], &mut w);
+        let r = gather(
+            Kind::Lookupd,
+            vec![Err::<i32, _>("a".into()), Err("b".into())],
+            &mut w,
+        );
         assert_eq!(r.unwrap_err(), "failed to query any nsqlookupd: a\nb");
-        let r = gather(Kind::Nsqd, vec![Ok(1), Err("x".into()), Err("y".into())], &mut w);
+        let r = gather(
+            Kind::Nsqd,
+            vec![Ok(1), Err("x".into()), Err("y".into())],
+            &mut w,
+        );
         assert_eq!(r.unwrap(), vec![1]);
         assert_eq!(w, vec!["x\ny".to_string()]);
     }

@@ -199,7 +199,11 @@ impl History {
         TopicHistory {
             interval_ms: self.interval_ms(),
             topic: topic.to_string(),
-            samples: inner.topics.get(topic).map(Series::to_vec).unwrap_or_default(),
+            samples: inner
+                .topics
+                .get(topic)
+                .map(Series::to_vec)
+                .unwrap_or_default(),
             channels,
         }
     }

@@ -300,9 +300,8 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<ParseOutcom
     }
     if !opts.config.is_empty() {
         let path = opts.config.clone();
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            FlagError::Fatal(format!("failed to load config file {path} - {e}"))
-        })?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| FlagError::Fatal(format!("failed to load config file {path} - {e}")))?;
         let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
             FlagError::Fatal(format!(
                 "failed to load config file {path} - toml: {}",
@@ -455,9 +454,7 @@ impl AdminOptions {
             FieldRef::Str(s) => Err(s.clone()),
             FieldRef::Bool(b) => Ok(Value::from(*b)),
             FieldRef::Int(i) => Ok(Value::from(*i)),
-            FieldRef::Dur(d) => Ok(Value::from(
-                i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-            )),
+            FieldRef::Dur(d) => Ok(Value::from(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))),
             FieldRef::List(l) => Ok(Value::from(l.clone())),
             FieldRef::Level(l) => Ok(Value::from(l.code())),
         })
@@ -474,10 +471,14 @@ impl AdminOptions {
         }
         let (cert, key) = (&self.http_client_tls_cert, &self.http_client_tls_key);
         if !cert.is_empty() && key.is_empty() {
-            return Err("--http-client-tls-key must be specified with --http-client-tls-cert".into());
+            return Err(
+                "--http-client-tls-key must be specified with --http-client-tls-cert".into(),
+            );
         }
         if cert.is_empty() && !key.is_empty() {
-            return Err("--http-client-tls-cert must be specified with --http-client-tls-key".into());
+            return Err(
+                "--http-client-tls-cert must be specified with --http-client-tls-key".into(),
+            );
         }
         if !cert.is_empty() {
             for f in [cert, key] {
@@ -504,7 +505,10 @@ impl AdminOptions {
         }
         if self.proxy_graphite {
             crate::client::Url::parse(&self.graphite_url).map_err(|e| {
-                format!("failed to parse --graphite-url ({}) - {e}", self.graphite_url)
+                format!(
+                    "failed to parse --graphite-url ({}) - {e}",
+                    self.graphite_url
+                )
             })?;
         }
         if !self.allow_config_from_cidr.is_empty() {
@@ -590,7 +594,9 @@ impl Cidr {
                 u32::from(n) & mask == u32::from(i) & mask
             }
             (IpAddr::V6(n), IpAddr::V6(i)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.bits)).unwrap_or(0);
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.bits))
+                    .unwrap_or(0);
                 u128::from(n) & mask == u128::from(i) & mask
             }
             _ => false,
@@ -748,7 +754,9 @@ mod tests {
             .validate()
             .unwrap_err()
             .starts_with("failed to parse --allow-config-from-cidr (1.2.3)"));
-        run(&["--nsqd-http-address=127.0.0.1:4151"]).validate().unwrap();
+        run(&["--nsqd-http-address=127.0.0.1:4151"])
+            .validate()
+            .unwrap();
     }
 
     #[test]

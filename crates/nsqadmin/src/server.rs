@@ -119,8 +119,8 @@ pub async fn start(opts: AdminOptions) -> Result<AdminHandle, String> {
     if let Some(h) = history {
         tokio::spawn(crate::history::run(admin.clone(), h, stop_rx.clone()));
     }
-    let app = crate::http::router(admin.clone())
-        .into_make_service_with_connect_info::<SocketAddr>();
+    let app =
+        crate::http::router(admin.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let mut stop2 = stop_rx;
     let done = tokio::spawn(async move {
         let shutdown = async move {

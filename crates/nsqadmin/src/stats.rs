@@ -507,12 +507,21 @@ mod tests {
         let c = cs.channel("c").unwrap();
         assert_eq!((c.node.as_str(), c.depth, c.memory_depth), ("*", 4, 3));
         assert_eq!((c.message_count, c.client_count, c.paused), (12, 2, true));
-        let hosts: Vec<_> = c.clients.as_ref().unwrap().iter().map(|c| c.hostname.as_str()).collect();
+        let hosts: Vec<_> = c
+            .clients
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.hostname.as_str())
+            .collect();
         assert_eq!(hosts, ["aa", "zz"]);
         assert_eq!(c.clients.as_ref().unwrap()[0].connected, 1_000_000_000);
         assert_eq!(c.nodes.as_ref().unwrap().len(), 2);
         let p = &c.e2e_processing_latency.percentiles.as_ref().unwrap()[0];
-        assert_eq!(p["min"], 10.0, "min is the minimum, not derived from the max");
+        assert_eq!(
+            p["min"], 10.0,
+            "min is the minimum, not derived from the max"
+        );
         assert_eq!(p["max"], 30.0);
         assert_eq!(p["count"], 8.0);
         assert_eq!(p["average"], 25.0);
@@ -547,9 +556,12 @@ mod tests {
     fn node_percentile_shape() {
         let e = E2e::from_raw(RawE2e {
             count: 20,
-            percentiles: Some(vec![[("quantile".to_string(), 0.5), ("value".to_string(), 165389588.0)]
-                .into_iter()
-                .collect()]),
+            percentiles: Some(vec![[
+                ("quantile".to_string(), 0.5),
+                ("value".to_string(), 165389588.0),
+            ]
+            .into_iter()
+            .collect()]),
         });
         let json = String::from_utf8(crate::json::to_vec(&e)).unwrap();
         assert_eq!(

@@ -19,7 +19,12 @@ use crate::notify::AdminAction;
 use crate::server::Admin;
 use crate::stats::{ChannelStats, TopicStats};
 
-pub(super) async fn handle(admin: &Arc<Admin>, ep: Endpoint, params: Vec<String>, ctx: Ctx) -> Reply {
+pub(super) async fn handle(
+    admin: &Arc<Admin>,
+    ep: Endpoint,
+    params: Vec<String>,
+    ctx: Ctx,
+) -> Reply {
     let p = |i: usize| params.get(i).map(String::as_str).unwrap_or("");
     let r = match ep {
         Endpoint::Topics => topics(admin, &ctx).await,
@@ -126,7 +131,10 @@ async fn topics(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
 async fn topic(admin: &Arc<Admin>, topic: &str) -> ApiResult {
     let ci = admin.cluster();
     let mut warn = Vec::new();
-    let producers = ci.topic_producers(topic, &mut warn).await.map_err(upstream)?;
+    let producers = ci
+        .topic_producers(topic, &mut warn)
+        .await
+        .map_err(upstream)?;
     let stats = ci
         .stats(&producers, Some(topic), None, false, &mut warn)
         .await
@@ -146,7 +154,10 @@ async fn topic(admin: &Arc<Admin>, topic: &str) -> ApiResult {
 async fn channel(admin: &Arc<Admin>, topic: &str, channel: &str) -> ApiResult {
     let ci = admin.cluster();
     let mut warn = Vec::new();
-    let producers = ci.topic_producers(topic, &mut warn).await.map_err(upstream)?;
+    let producers = ci
+        .topic_producers(topic, &mut warn)
+        .await
+        .map_err(upstream)?;
     let stats = ci
         .stats(&producers, Some(topic), Some(channel), true, &mut warn)
         .await
@@ -165,7 +176,11 @@ async fn channel(admin: &Arc<Admin>, topic: &str, channel: &str) -> ApiResult {
 
 async fn nodes(admin: &Arc<Admin>) -> ApiResult {
     let mut warn = Vec::new();
-    let producers = admin.cluster().producers(&mut warn).await.map_err(upstream)?;
+    let producers = admin
+        .cluster()
+        .producers(&mut warn)
+        .await
+        .map_err(upstream)?;
     #[derive(Serialize)]
     struct R {
         nodes: Option<Vec<Producer>>,
@@ -379,9 +394,11 @@ fn decode_fields(body: &[u8], fields: &[&str]) -> Result<Vec<String>, String> {
         Value::Null => {}
         Value::Object(map) => {
             for (i, f) in fields.iter().enumerate() {
-                let found = map
-                    .get(*f)
-                    .or_else(|| map.iter().find(|(k, _)| k.eq_ignore_ascii_case(f)).map(|(_, v)| v));
+                let found = map.get(*f).or_else(|| {
+                    map.iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case(f))
+                        .map(|(_, v)| v)
+                });
                 match found {
                     None | Some(Value::Null) => {}
                     Some(Value::String(s)) => out[i] = s.clone(),
@@ -437,8 +454,14 @@ fn go_json_error(body: &[u8], e: &serde_json::Error) -> String {
             }
         }
     }
-    if !matches!(c, b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b'n' | b't' | b'f') {
-        return format!("invalid character '{}' looking for beginning of value", c as char);
+    if !matches!(
+        c,
+        b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b'n' | b't' | b'f'
+    ) {
+        return format!(
+            "invalid character '{}' looking for beginning of value",
+            c as char
+        );
     }
     if e.is_eof() {
         return "unexpected EOF".to_string();
@@ -507,7 +530,9 @@ async fn delete(admin: &Arc<Admin>, ctx: &Ctx, topic: &str, channel: Option<&str
             notify(admin, ctx, "delete_topic", topic, "", "");
         }
         Some(c) => {
-            ci.delete_channel(topic, c, &mut warn).await.map_err(upstream)?;
+            ci.delete_channel(topic, c, &mut warn)
+                .await
+                .map_err(upstream)?;
             notify(admin, ctx, "delete_channel", topic, c, "");
         }
     }
@@ -597,10 +622,16 @@ mod tests {
             decode_fields(b"xyz", &["topic"]).unwrap_err(),
             "invalid character 'x' looking for beginning of value"
         );
-        assert_eq!(decode_fields(b"{\"topic\":", &["topic"]).unwrap_err(), "unexpected EOF");
         assert_eq!(
-            decode_fields(b"{\"Topic\":\"a\",\"channel\":null} trailing", &["topic", "channel"])
-                .unwrap(),
+            decode_fields(b"{\"topic\":", &["topic"]).unwrap_err(),
+            "unexpected EOF"
+        );
+        assert_eq!(
+            decode_fields(
+                b"{\"Topic\":\"a\",\"channel\":null} trailing",
+                &["topic", "channel"]
+            )
+            .unwrap(),
             vec!["a".to_string(), String::new()]
         );
         assert!(decode_fields(b"{\"topic\":1}", &["topic"])

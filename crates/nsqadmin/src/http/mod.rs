@@ -105,16 +105,32 @@ const ROUTES: &[(M, &str, Endpoint)] = &[
     (M::Post, "/api/topics/:topic", Endpoint::TopicAction),
     (M::Delete, "/api/topics/:topic", Endpoint::DeleteTopic),
     (M::Get, "/api/topics/:topic/:channel", Endpoint::Channel),
-    (M::Post, "/api/topics/:topic/:channel", Endpoint::ChannelAction),
-    (M::Delete, "/api/topics/:topic/:channel", Endpoint::DeleteChannel),
+    (
+        M::Post,
+        "/api/topics/:topic/:channel",
+        Endpoint::ChannelAction,
+    ),
+    (
+        M::Delete,
+        "/api/topics/:topic/:channel",
+        Endpoint::DeleteChannel,
+    ),
     (M::Get, "/api/nodes", Endpoint::Nodes),
     (M::Get, "/api/nodes/:node", Endpoint::Node),
-    (M::Delete, "/api/nodes/:node", Endpoint::TombstoneTopicProducer),
+    (
+        M::Delete,
+        "/api/nodes/:node",
+        Endpoint::TombstoneTopicProducer,
+    ),
     (M::Get, "/api/counter", Endpoint::Counter),
     (M::Get, "/api/graphite", Endpoint::Graphite),
     (M::Get, "/api/history", Endpoint::HistoryTotal),
     (M::Get, "/api/history/topics/:topic", Endpoint::HistoryTopic),
-    (M::Get, "/api/history/topics/:topic/:channel", Endpoint::HistoryChannel),
+    (
+        M::Get,
+        "/api/history/topics/:topic/:channel",
+        Endpoint::HistoryChannel,
+    ),
     (M::Get, "/config/:opt", Endpoint::Config),
     (M::Put, "/config/:opt", Endpoint::Config),
 ];
@@ -280,7 +296,8 @@ impl Reply {
     /// V1 success with a string value: raw, sniffed `text/plain` unless empty.
     pub(crate) fn v1_text(s: String) -> Reply {
         let empty = s.is_empty();
-        let mut r = Reply::new(StatusCode::OK, s).with(HeaderName::from_static(NSQ_CT_NAME), NSQ_CT);
+        let mut r =
+            Reply::new(StatusCode::OK, s).with(HeaderName::from_static(NSQ_CT_NAME), NSQ_CT);
         if !empty {
             r = r.with(header::CONTENT_TYPE, CT_TEXT);
         }
@@ -308,7 +325,10 @@ fn pick_encoding(accept: Option<&str>) -> Option<&'static str> {
 
 /// Go's `http.DetectContentType` for what we serve.
 fn sniff(body: &[u8]) -> &'static str {
-    let t = body.iter().position(|c| !c.is_ascii_whitespace()).map(|i| &body[i..]);
+    let t = body
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .map(|i| &body[i..]);
     match t {
         Some(b) if b.starts_with(b"<") => "text/html; charset=utf-8",
         Some(b) if b.starts_with(b"\x89PNG") => "image/png",
@@ -320,12 +340,14 @@ fn finish(mut r: Reply, accept: Option<&str>) -> Response {
     let enc = pick_encoding(accept);
     if let Some(enc) = enc {
         if !r.has(&header::CONTENT_TYPE) {
-            r.headers.push((header::CONTENT_TYPE, sniff(&r.body).to_string()));
+            r.headers
+                .push((header::CONTENT_TYPE, sniff(&r.body).to_string()));
         }
         let compressed = compress(enc, &r.body);
         r.body = Bytes::from(compressed);
         r.headers.push((header::CONTENT_ENCODING, enc.to_string()));
-        r.headers.push((header::VARY, "Accept-Encoding".to_string()));
+        r.headers
+            .push((header::VARY, "Accept-Encoding".to_string()));
     }
     let mut resp = Response::new(Body::from(r.body));
     *resp.status_mut() = r.status;
@@ -472,7 +494,10 @@ mod tests {
             Some((Endpoint::Channel, vec!["t".into(), "c".into()]))
         );
         assert_eq!(r.lookup(M::Get, "/render"), None);
-        assert_eq!(r.fixed_path(M::Get, "/API/Topics"), Some("/api/topics".into()));
+        assert_eq!(
+            r.fixed_path(M::Get, "/API/Topics"),
+            Some("/api/topics".into())
+        );
         assert_eq!(
             r.allowed("/api/topics/x", Some(M::Put)).as_deref(),
             Some("DELETE, GET, OPTIONS, POST")
@@ -480,7 +505,10 @@ mod tests {
         let r = Routes::new("/admin", true);
         assert_eq!(r.lookup(M::Get, "/admin"), Some((Endpoint::Index, vec![])));
         assert_eq!(r.lookup(M::Get, "/admin/"), None);
-        assert_eq!(r.lookup(M::Get, "/admin/render"), Some((Endpoint::Render, vec![])));
+        assert_eq!(
+            r.lookup(M::Get, "/admin/render"),
+            Some((Endpoint::Render, vec![]))
+        );
         assert_eq!(
             r.lookup(M::Get, "/admin/static/main.js"),
             Some((Endpoint::Static, vec!["main.js".into()]))

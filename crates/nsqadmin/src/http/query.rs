@@ -106,7 +106,18 @@ pub fn escape_path(p: &str) -> String {
         if c.is_ascii_alphanumeric()
             || matches!(
                 c,
-                b'-' | b'_' | b'.' | b'~' | b'$' | b'&' | b'+' | b',' | b'/' | b':' | b';' | b'=' | b'@'
+                b'-' | b'_'
+                    | b'.'
+                    | b'~'
+                    | b'$'
+                    | b'&'
+                    | b'+'
+                    | b','
+                    | b'/'
+                    | b':'
+                    | b';'
+                    | b'='
+                    | b'@'
             )
         {
             out.push(c as char);
@@ -173,9 +184,18 @@ mod tests {
         assert_eq!(q.get("a"), Some("1"));
         assert_eq!(q.get("b"), Some(""));
         assert_eq!(q.get("c"), Some("x y!"));
-        assert_eq!(Query::parse("x=%zz").unwrap_err(), "invalid URL escape \"%zz\"");
-        assert_eq!(Query::parse("x=%2").unwrap_err(), "invalid URL escape \"%2\"");
+        assert_eq!(
+            Query::parse("x=%zz").unwrap_err(),
+            "invalid URL escape \"%zz\""
+        );
+        assert_eq!(
+            Query::parse("x=%2").unwrap_err(),
+            "invalid URL escape \"%2\""
+        );
         assert_eq!(clean_path("//a/./b/"), "/a/b/");
-        assert_eq!(decode_path("/nodes/%5B%3A%3A1%5D%3A4151").unwrap(), "/nodes/[::1]:4151");
+        assert_eq!(
+            decode_path("/nodes/%5B%3A%3A1%5D%3A4151").unwrap(),
+            "/nodes/[::1]:4151"
+        );
     }
 }

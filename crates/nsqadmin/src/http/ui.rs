@@ -17,7 +17,12 @@ const ASSETS: &[(&str, &[u8])] = &[
     ("favicon.png", include_bytes!("../../static/favicon.png")),
 ];
 
-pub(super) async fn handle(admin: &Arc<Admin>, ep: Endpoint, params: Vec<String>, ctx: Ctx) -> Reply {
+pub(super) async fn handle(
+    admin: &Arc<Admin>,
+    ep: Endpoint,
+    params: Vec<String>,
+    ctx: Ctx,
+) -> Reply {
     match ep {
         Endpoint::Ping => Reply::new(StatusCode::OK, "OK").with(header::CONTENT_TYPE, CT_TEXT),
         Endpoint::Index => index(admin, &ctx),
@@ -56,13 +61,28 @@ fn index(admin: &Arc<Admin>, ctx: &Ctx) -> Reply {
         .replace("{{STATIC}}", &format!("{prefix}/static"))
         .replace("{{VERSION}}", crate::options::VERSION)
         .replace("{{GRAPHITE_URL}}", &graphite)
-        .replace("{{GRAPH_ENABLED}}", &(!o.graphite_url.is_empty()).to_string())
-        .replace("{{STATSD_COUNTER_FORMAT}}", &js_string(&o.statsd_counter_format))
-        .replace("{{STATSD_GAUGE_FORMAT}}", &js_string(&o.statsd_gauge_format))
-        .replace("{{STATSD_INTERVAL}}", &o.statsd_interval.as_secs().to_string())
+        .replace(
+            "{{GRAPH_ENABLED}}",
+            &(!o.graphite_url.is_empty()).to_string(),
+        )
+        .replace(
+            "{{STATSD_COUNTER_FORMAT}}",
+            &js_string(&o.statsd_counter_format),
+        )
+        .replace(
+            "{{STATSD_GAUGE_FORMAT}}",
+            &js_string(&o.statsd_gauge_format),
+        )
+        .replace(
+            "{{STATSD_INTERVAL}}",
+            &o.statsd_interval.as_secs().to_string(),
+        )
         .replace("{{STATSD_PREFIX}}", &js_string(&o.statsd_prefix))
         .replace("{{NSQLOOKUPD}}", &lookupds)
-        .replace("{{IS_ADMIN}}", &super::api::is_admin(admin, ctx).to_string())
+        .replace(
+            "{{IS_ADMIN}}",
+            &super::api::is_admin(admin, ctx).to_string(),
+        )
         .replace("{{BASE_PATH}}", &js_string(base))
         .replace("{{HISTORY_INTERVAL_MS}}", &history_ms.to_string());
     Reply::new(StatusCode::OK, page).with(header::CONTENT_TYPE, "text/html")
