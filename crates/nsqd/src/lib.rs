@@ -3,6 +3,7 @@
 //! and calls [`server::start`].
 
 pub mod client;
+pub mod compress;
 pub mod http;
 pub mod httpclient;
 pub mod logging;
