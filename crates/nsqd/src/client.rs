@@ -11,7 +11,9 @@ use bytes::BytesMut;
 use nsq_core::{Channel, Consumer};
 use nsq_protocol::identify::ClientSettings;
 use parking_lot::Mutex;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{oneshot, watch, Notify};
+
+use crate::transport::WriteSide;
 
 /// Connection states as `/stats` reports them.
 pub const STATE_INIT: u8 = 0;
@@ -29,6 +31,8 @@ pub struct ClientMeta {
     pub tls: bool,
     pub tls_version: String,
     pub tls_cipher_suite: String,
+    /// Subject CN of the client certificate (sent to the auth server as `common_name`).
+    pub tls_common_name: String,
     pub authed: bool,
     pub auth_identity: String,
     pub auth_identity_url: String,
@@ -77,6 +81,17 @@ pub struct Client {
     pub wake: Notify,
     /// Flips to true when the connection must end now; the reader selects on it.
     closed_tx: watch::Sender<bool>,
+    /// An IDENTIFY upgrade in progress: the writer hands its write side over (after flushing
+    /// what was queued) and waits for the upgraded one.
+    pub(crate) handover: Mutex<Option<Handover>>,
+    /// The authorization from the auth server (AUTH), with the secret to refresh it.
+    pub auth: Mutex<Option<(crate::auth::AuthState, bytes::Bytes)>>,
+}
+
+/// The two ends of a write-side handover between the writer and the reader task.
+pub(crate) struct Handover {
+    pub(crate) give: oneshot::Sender<WriteSide>,
+    pub(crate) back: oneshot::Receiver<WriteSide>,
 }
 
 impl Client {
@@ -104,6 +119,8 @@ impl Client {
             close_after_flush: AtomicBool::new(false),
             wake: Notify::new(),
             closed_tx: watch::channel(false).0,
+            handover: Mutex::new(None),
+            auth: Mutex::new(None),
         })
     }
 

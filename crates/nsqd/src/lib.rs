@@ -2,6 +2,7 @@
 //! `nsqd.dat` ([`metadata`]) and startup/shutdown ([`server`]). `apps/nsqd` only parses flags
 //! and calls [`server::start`].
 
+pub mod auth;
 pub mod client;
 pub mod compress;
 pub mod http;
@@ -11,6 +12,9 @@ pub mod lookup;
 pub mod metadata;
 pub mod options;
 pub mod server;
+pub mod statsd;
 pub mod tcp;
+pub mod tls;
+mod transport;
 
 pub use server::{start, Nsqd, NsqdHandle};

@@ -70,12 +70,15 @@ impl Hooks for DaemonHooks {
 pub struct Nsqd {
     pub opts: NsqdOptions,
     pub tcp: TcpConfig,
+    /// The TLS server config (`--tls-cert`/`--tls-key`), for IDENTIFY `tls_v1` and HTTPS.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     pub engine: Arc<Engine>,
     /// Unix seconds at startup (`/stats` `start_time`).
     pub start_time: i64,
     pub data_path: PathBuf,
     pub tcp_addr: SocketAddr,
     pub http_addr: Option<SocketAddr>,
+    pub https_addr: Option<SocketAddr>,
     clients: Mutex<FxHashMap<u64, Arc<Client>>>,
     next_client_id: AtomicU64,
     metadata_dirty: Arc<Notify>,
@@ -233,7 +236,7 @@ impl NsqdHandle {
     }
 }
 
-fn tcp_config(o: &NsqdOptions) -> TcpConfig {
+fn tcp_config(o: &NsqdOptions, tls_available: bool) -> TcpConfig {
     let ms = |d: Duration| d.as_millis() as i64;
     TcpConfig {
         limits: Limits {
@@ -253,15 +256,14 @@ fn tcp_config(o: &NsqdOptions) -> TcpConfig {
             default_msg_timeout_ms: ms(o.msg_timeout),
             max_msg_timeout_ms: ms(o.max_msg_timeout),
         },
-        // TLS, snappy and deflate are negotiated off until they are implemented.
         features: ServerFeatures {
-            tls_available: false,
-            deflate_enabled: false,
-            snappy_enabled: false,
+            tls_available,
+            deflate_enabled: o.deflate,
+            snappy_enabled: o.snappy,
             max_deflate_level: o.max_deflate_level,
         },
         auth_required: !o.auth_http_addresses.is_empty(),
-        tls_required: false,
+        tls_required: o.effective_tls_required() != crate::options::TlsRequired::False,
     }
 }
 
@@ -274,6 +276,7 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
         PathBuf::from(&opts.data_path)
     };
     let lock = lock_data_path(&data_path)?;
+    let tls = crate::tls::server_config(&opts)?;
 
     let tcp_listener = TcpListener::bind(&opts.tcp_address)
         .await
@@ -293,6 +296,19 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
         Some(l)
     };
     let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let https_listener = if tls.is_some() && !opts.https_address.is_empty() {
+        let l = TcpListener::bind(&opts.https_address)
+            .await
+            .map_err(|e| format!("listen ({}) failed - {e}", opts.https_address))?;
+        tracing::info!(
+            "HTTPS: listening on {}",
+            l.local_addr().map_err(|e| e.to_string())?
+        );
+        Some(l)
+    } else {
+        None
+    };
+    let https_addr = https_listener.as_ref().and_then(|l| l.local_addr().ok());
     opts.apply_listeners(Some(tcp_addr.port()), http_addr.map(|a| a.port()));
 
     let metadata_dirty = Arc::new(Notify::new());
@@ -308,13 +324,15 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
     );
 
     let nsqd = Arc::new(Nsqd {
-        tcp: tcp_config(&opts),
+        tcp: tcp_config(&opts, tls.is_some()),
+        tls: tls.clone(),
         opts,
         engine: engine.clone(),
         start_time: unix_secs(),
         data_path: data_path.clone(),
         tcp_addr,
         http_addr,
+        https_addr,
         clients: Mutex::new(FxHashMap::default()),
         next_client_id: AtomicU64::new(0),
         metadata_dirty: metadata_dirty.clone(),
@@ -353,6 +371,7 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
         nsqd.clone(),
         tcp_listener,
         http_listener,
+        https_listener,
         stop.clone(),
         lookup_task,
     ));
@@ -384,6 +403,7 @@ async fn run(
     nsqd: Arc<Nsqd>,
     tcp: TcpListener,
     http: Option<TcpListener>,
+    https: Option<TcpListener>,
     stop: Arc<Notify>,
     lookup_task: tokio::task::JoinHandle<()>,
 ) {
@@ -417,6 +437,21 @@ async fn run(
         })
     });
 
+    let https_stop = Arc::new(Notify::new());
+    let https_task = match (https, nsqd.tls.clone()) {
+        (Some(l), Some(cfg)) => Some(tokio::spawn(crate::tls::serve_https(
+            l,
+            cfg,
+            crate::http::router(nsqd.clone()),
+            https_stop.clone(),
+        ))),
+        _ => None,
+    };
+
+    let statsd_stop = Arc::new(Notify::new());
+    let statsd_task = (!nsqd.opts.statsd_address.is_empty())
+        .then(|| tokio::spawn(crate::statsd::run(nsqd.clone(), statsd_stop.clone())));
+
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -442,7 +477,12 @@ async fn run(
     while conns.join_next().await.is_some() {}
     // 2. Close HTTP.
     http_stop.notify_one();
-    if let Some(t) = http_task {
+    https_stop.notify_one();
+    for t in [http_task, https_task].into_iter().flatten() {
+        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+    }
+    statsd_stop.notify_one();
+    if let Some(t) = statsd_task {
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
     }
     // 3. Stop the scanner so nothing moves while queues flush; write metadata.

@@ -16,15 +16,16 @@ use nsq_protocol::command::{
 };
 use nsq_protocol::error::NsqError;
 use nsq_protocol::frame;
-use nsq_protocol::identify::{negotiate, parse_identify, IdentifyResponse};
+use nsq_protocol::identify::{negotiate, parse_identify, IdentifyResponse, Negotiated};
 use nsq_protocol::names::is_ephemeral;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+use tokio::sync::oneshot;
 use tokio::time::{timeout, Instant};
 
-use crate::client::{Client, STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED};
+use crate::client::{Client, Handover, STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED};
 use crate::server::Nsqd;
+use crate::transport::{self, ReadSide, WriteSide};
 
 /// Stop taking messages into one write once this many bytes are buffered.
 const FLUSH_BYTES: usize = 256 * 1024;
@@ -47,8 +48,8 @@ pub(crate) async fn serve(nsqd: Arc<Nsqd>, mut stream: TcpStream, peer: SocketAd
     }
     let client = nsqd.new_client(peer);
     let (rd, wr) = stream.into_split();
-    let writer = tokio::spawn(write_loop(nsqd.clone(), client.clone(), wr));
-    read_loop(&nsqd, &client, rd).await;
+    let writer = tokio::spawn(write_loop(client.clone(), WriteSide::Tcp(wr)));
+    read_loop(&nsqd, &client, ReadSide::Tcp(rd)).await;
     client.close_after_flush();
     let _ = writer.await;
     if let Some(ch) = client.channel.get() {
@@ -116,7 +117,7 @@ impl DecodeHooks for Gate<'_> {
     }
 }
 
-async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: OwnedReadHalf) {
+async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut decoder = Decoder::new(nsqd.tcp.limits);
     let mut closed = client.closed_rx();
@@ -129,6 +130,23 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: OwnedReadHalf
         loop {
             let decoded = decoder.decode_with(&mut buf, &mut gate);
             match decoded {
+                Ok(Some(Command::Identify { body })) => match identify(nsqd, client, &body) {
+                    Ok(None) => {}
+                    Ok(Some(negotiated)) => {
+                        rd = match upgrade(nsqd, client, rd, &negotiated).await {
+                            Some(r) => r,
+                            None => return,
+                        };
+                        // Bytes read past the IDENTIFY in the old framing are discarded, as
+                        // the reference does (clients wait for the upgrade to complete).
+                        buf.clear();
+                    }
+                    Err(e) => {
+                        send_error(client, &e);
+                        client.close_after_flush();
+                        return;
+                    }
+                },
                 Ok(Some(cmd)) => {
                     gate.mpub_topic = None;
                     if let Err(e) = exec(nsqd, client, cmd).await {
@@ -177,6 +195,117 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: OwnedReadHalf
     }
 }
 
+/// Takes the write side from the writer task, performs the negotiated upgrades and hands the
+/// new write side back; returns the new read side, or `None` if the connection must close.
+async fn upgrade(
+    nsqd: &Nsqd,
+    client: &Client,
+    rd: ReadSide,
+    negotiated: &Negotiated,
+) -> Option<ReadSide> {
+    let (give_tx, give_rx) = oneshot::channel();
+    let (back_tx, back_rx) = oneshot::channel();
+    *client.handover.lock() = Some(Handover {
+        give: give_tx,
+        back: back_rx,
+    });
+    client.wake.notify_one();
+    let wr = give_rx.await.ok()?;
+    match transport::upgrade(rd, wr, negotiated, nsqd.tls.as_ref(), client).await {
+        Ok((rd, wr)) => {
+            let _ = back_tx.send(wr);
+            Some(rd)
+        }
+        Err(e) => {
+            // The reference sends `E_IDENTIFY_FAILED IDENTIFY failed <err>` on a connection
+            // that is usually already broken; we log and close.
+            tracing::error!(
+                "client({}): IDENTIFY upgrade failed - {e}",
+                client.remote_addr
+            );
+            client.close_now();
+            None
+        }
+    }
+}
+
+/// The auth check of SUB/PUB/MPUB/DPUB (spec §9.3), refreshing an expired authorization.
+async fn check_auth(
+    nsqd: &Nsqd,
+    client: &Client,
+    cmd: &str,
+    topic: &str,
+    channel: &str,
+) -> Result<(), NsqError> {
+    if !nsqd.tcp.auth_required {
+        return Ok(());
+    }
+    let current = client.auth.lock().clone();
+    let Some((mut state, secret)) = current else {
+        return Err(NsqError::auth_first(cmd));
+    };
+    if state.is_expired() {
+        state = query_auth(nsqd, client, &secret).await.map_err(|e| {
+            tracing::warn!("client({}): auth refresh failed - {e}", client.remote_addr);
+            NsqError::auth_failed()
+        })?;
+        *client.auth.lock() = Some((state.clone(), secret));
+    }
+    if state.allows(topic, channel, cmd == "SUB") {
+        Ok(())
+    } else {
+        Err(NsqError::unauthorized(cmd, topic, channel))
+    }
+}
+
+async fn query_auth(
+    nsqd: &Nsqd,
+    client: &Client,
+    secret: &[u8],
+) -> Result<crate::auth::AuthState, String> {
+    let (tls, cn) = {
+        let m = client.meta.lock();
+        (m.tls, m.tls_common_name.clone())
+    };
+    crate::auth::query(
+        &nsqd.opts.auth_http_addresses,
+        secret,
+        &client.remote_addr.ip().to_string(),
+        tls,
+        &cn,
+        nsqd.opts.http_client_connect_timeout,
+        nsqd.opts.http_client_request_timeout,
+    )
+    .await
+}
+
+/// AUTH (spec §9.2).
+async fn auth(nsqd: &Nsqd, client: &Client, secret: Bytes) -> Result<(), NsqError> {
+    if client.auth.lock().is_some() {
+        return Err(NsqError::auth_already_set());
+    }
+    if !nsqd.tcp.auth_required {
+        return Err(NsqError::auth_disabled());
+    }
+    let state = query_auth(nsqd, client, &secret).await.map_err(|e| {
+        tracing::warn!("client({}): auth failed - {e}", client.remote_addr);
+        NsqError::auth_failed()
+    })?;
+    if state.permission_count() == 0 {
+        return Err(NsqError::auth_no_authorizations());
+    }
+    {
+        let mut m = client.meta.lock();
+        m.authed = true;
+        m.auth_identity = state.identity.clone();
+        m.auth_identity_url = state.identity_url.clone();
+    }
+    let body = state.response_json();
+    *client.auth.lock() = Some((state, secret));
+    send_response(client, &body);
+    Ok(())
+}
+
 fn send_error(client: &Client, e: &NsqError) {
     let data = e.to_frame_data();
     client.send_frame(|b| frame::put_error(b, &data));
@@ -222,6 +351,7 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
                 .map_err(|e: FinishError| NsqError::touch_failed(&id, &e.to_string()))
         }
         Command::Pub { topic, mut body } => {
+            check_auth(nsqd, client, "PUB", &topic, "").await?;
             compact(std::slice::from_mut(&mut body));
             let t = nsqd
                 .topic(&topic)
@@ -234,6 +364,7 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
             Ok(())
         }
         Command::Mpub { topic, mut bodies } => {
+            check_auth(nsqd, client, "MPUB", &topic, "").await?;
             compact(&mut bodies);
             let n = bodies.len() as u64;
             let t = nsqd
@@ -251,6 +382,7 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
             defer_ms,
             mut body,
         } => {
+            check_auth(nsqd, client, "DPUB", &topic, "").await?;
             compact(std::slice::from_mut(&mut body));
             let t = nsqd
                 .topic(&topic)
@@ -270,13 +402,8 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
             send_response(client, frame::CLOSE_WAIT);
             Ok(())
         }
-        Command::Identify { body } => identify(nsqd, client, &body),
-        Command::Auth { .. } => {
-            if client.meta.lock().authed {
-                return Err(NsqError::auth_already_set());
-            }
-            Err(NsqError::auth_disabled())
-        }
+        Command::Identify { body } => identify(nsqd, client, &body).map(|_| ()),
+        Command::Auth { body } => auth(nsqd, client, body).await,
     }
 }
 
@@ -298,7 +425,8 @@ fn compact(bodies: &mut [Bytes]) {
     }
 }
 
-fn identify(nsqd: &Nsqd, client: &Client, body: &[u8]) -> Result<(), NsqError> {
+/// IDENTIFY: applies the settings and answers; returns the upgrades to perform, if any.
+fn identify(nsqd: &Nsqd, client: &Client, body: &[u8]) -> Result<Option<Negotiated>, NsqError> {
     let req = parse_identify(body)?;
     {
         let mut meta = client.meta.lock();
@@ -311,7 +439,7 @@ fn identify(nsqd: &Nsqd, client: &Client, body: &[u8]) -> Result<(), NsqError> {
     client.wake.notify_one();
     if !req.feature_negotiation {
         send_response(client, frame::OK);
-        return Ok(());
+        return Ok(None);
     }
     let negotiated = negotiate(&req, &nsqd.tcp.features)?;
     let resp = IdentifyResponse::new(
@@ -323,7 +451,8 @@ fn identify(nsqd: &Nsqd, client: &Client, body: &[u8]) -> Result<(), NsqError> {
         nsqd.tcp.auth_required,
     );
     send_response(client, &resp.to_json());
-    Ok(())
+    let upgrades = negotiated.tls_v1 || negotiated.snappy || negotiated.deflate;
+    Ok(upgrades.then_some(negotiated))
 }
 
 async fn sub(
@@ -332,6 +461,7 @@ async fn sub(
     topic: &str,
     channel: &str,
 ) -> Result<(), NsqError> {
+    check_auth(nsqd, client, "SUB", topic, channel).await?;
     let ephemeral = is_ephemeral(topic) || is_ephemeral(channel);
     for attempt in 0..2 {
         let t = nsqd
@@ -367,8 +497,7 @@ async fn sub(
     Err(NsqError::sub_failed_deleted())
 }
 
-async fn write_loop(nsqd: Arc<Nsqd>, client: Arc<Client>, mut wr: OwnedWriteHalf) {
-    let _ = nsqd;
+async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
     let mut out = BytesMut::with_capacity(64 * 1024);
     let mut msgs: Vec<Message> = Vec::with_capacity(TAKE_CHUNK);
     let mut hb_every = client.settings.lock().heartbeat;
@@ -430,7 +559,10 @@ async fn write_loop(nsqd: Arc<Nsqd>, client: Arc<Client>, mut wr: OwnedWriteHalf
         }
 
         if !out.is_empty() {
-            let write = wr.write_all(&out);
+            let write = async {
+                wr.write_all(&out).await?;
+                wr.flush().await
+            };
             let ok = match hb_every {
                 Some(h) => matches!(timeout(h, write).await, Ok(Ok(()))),
                 None => write.await.is_ok(),
@@ -445,6 +577,28 @@ async fn write_loop(nsqd: Arc<Nsqd>, client: Arc<Client>, mut wr: OwnedWriteHalf
         }
         if closing || client.is_closed() {
             break;
+        }
+        let handover = client.handover.lock().take();
+        if let Some(Handover { give, back }) = handover {
+            // Everything queued before the upgrade (the IDENTIFY response) goes out in the
+            // old framing first.
+            let rest = std::mem::take(&mut *client.out.lock());
+            if !rest.is_empty() && (wr.write_all(&rest).await.is_err() || wr.flush().await.is_err())
+            {
+                break;
+            }
+            if give.send(wr).is_err() {
+                client.close_now();
+                return;
+            }
+            match back.await {
+                Ok(upgraded) => wr = upgraded,
+                Err(_) => {
+                    client.close_now();
+                    return;
+                }
+            }
+            continue;
         }
         if full {
             continue;
