@@ -1,0 +1,259 @@
+// Browser tests of the nsqadmin UI (node:test + playwright-core driving Debian's chromium).
+// Env: NSQADMIN_URL (http://host:port), NSQD_HTTP (host:port), NSQD_TCP (host:port, optional),
+// SCREENSHOT_DIR. Started by run.sh, which also starts nsqd and nsqadmin.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const ADMIN = process.env.NSQADMIN_URL;
+const NSQD = process.env.NSQD_HTTP;
+const NSQD_TCP = process.env.NSQD_TCP || '';
+const SHOTS = process.env.SCREENSHOT_DIR || 'target/nsqadmin-screenshots';
+assert.ok(ADMIN && NSQD, 'NSQADMIN_URL and NSQD_HTTP must be set');
+fs.mkdirSync(SHOTS, { recursive: true });
+
+let browser; // the persistent browser context
+let profile;
+let consumer;
+
+async function nsqd(method, p, body) {
+  const r = await fetch(`http://${NSQD}${p}`, { method, body });
+  const text = await r.text();
+  assert.equal(r.status, 200, `${method} ${p}: ${text}`);
+  return text;
+}
+
+async function stats() {
+  return JSON.parse(await nsqd('GET', '/stats?format=json'));
+}
+
+function topicOf(s, t) { return (s.topics || []).find((x) => x.topic_name === t); }
+function channelOf(s, t, c) { const tt = topicOf(s, t); return tt && tt.channels.find((x) => x.channel_name === c); }
+const num = (text) => { const m = String(text).replace(/,/g, '').match(/-?\d+/); return m ? Number(m[0]) : NaN; };
+
+async function publish(topic, n) {
+  for (let i = 0; i < n; i++) { await nsqd('POST', `/pub?topic=${topic}`, `msg ${i}`); }
+}
+
+async function page(width = 1280, height = 900) {
+  const p = await browser.newPage();
+  await p.setViewportSize({ width, height });
+  p.on('pageerror', (e) => { throw e; });
+  return p;
+}
+
+async function shot(p, name) {
+  await p.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+}
+
+async function until(fn, what, ms = 15000) {
+  const end = Date.now() + ms;
+  let last;
+  while (Date.now() < end) {
+    last = await fn();
+    if (last) { return last; }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  assert.fail(`timed out waiting for ${what} (last: ${JSON.stringify(last)})`);
+}
+
+before(async () => {
+  profile = fs.mkdtempSync(path.join(os.tmpdir(), 'nsqadmin-chromium-'));
+  // A fresh --user-data-dir: playwright passes it for a persistent context.
+  browser = await chromium.launchPersistentContext(profile, {
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  await nsqd('POST', '/topic/create?topic=orders');
+  await nsqd('POST', '/channel/create?topic=orders&channel=billing');
+  await nsqd('POST', '/channel/create?topic=orders&channel=archive');
+  await nsqd('POST', '/topic/create?topic=clicks');
+  await publish('orders', 7);
+  await publish('clicks', 3);
+  if (NSQD_TCP) {
+    // A consumer holding one message in flight, so the channel page lists a client.
+    const [host, port] = [NSQD_TCP.slice(0, NSQD_TCP.lastIndexOf(':')), Number(NSQD_TCP.slice(NSQD_TCP.lastIndexOf(':') + 1))];
+    consumer = net.connect(port, host);
+    await new Promise((r) => consumer.once('connect', r));
+    consumer.on('data', () => {});
+    consumer.write('  V2SUB orders billing\nRDY 1\n');
+    await until(async () => (channelOf(await stats(), 'orders', 'billing') || {}).in_flight_count === 1, 'in-flight message');
+  }
+});
+
+after(async () => {
+  if (consumer) { consumer.destroy(); }
+  if (browser) { await browser.close(); }
+  fs.rmSync(profile, { recursive: true, force: true });
+});
+
+test('topics page lists every topic and the cluster charts', async () => {
+  const p = await page();
+  await p.goto(ADMIN + '/');
+  await p.waitForSelector('#topics-table');
+  const names = await p.$$eval('#topics-table tbody tr', (rows) => rows.map((r) => r.dataset.topic));
+  assert.deepEqual(names, ['clicks', 'orders']);
+  assert.equal(await p.textContent('h2'), 'Topics');
+  await p.waitForSelector('#cluster-charts figure.chart');
+  await shot(p, 'topics-1280');
+  await p.close();
+});
+
+test('topic page numbers match nsqd /stats', async () => {
+  const p = await page();
+  await p.goto(ADMIN + '/');
+  await p.click('#topics-table a:text("orders")');
+  await p.waitForSelector('#topic-nodes');
+  assert.equal(new URL(p.url()).pathname, '/topics/orders');
+  const s = await stats();
+  const t = topicOf(s, 'orders');
+  const total = p.locator('#topic-nodes tr.total');
+  assert.equal(num(await total.locator('[data-field=depth]').textContent()), t.depth);
+  assert.equal(num(await total.locator('[data-field=message_count]').textContent()), t.message_count);
+  assert.equal(num(await total.locator('[data-field=channels]').textContent()), t.channels.length);
+  const rows = await p.locator('#topic-nodes tbody tr[data-node]:not(.total)').count();
+  assert.equal(rows, 1);
+  for (const c of t.channels) {
+    const row = p.locator(`#topic-channels tr[data-channel="${c.channel_name}"]`);
+    assert.equal(num(await row.locator('[data-field=depth]').textContent()), c.depth, c.channel_name);
+    assert.equal(num(await row.locator('[data-field=in_flight_count]').textContent()), c.in_flight_count);
+    assert.equal(num(await row.locator('[data-field=message_count]').textContent()), c.message_count);
+    assert.equal(num(await row.locator('[data-field=client_count]').textContent()), c.client_count);
+  }
+  await p.waitForSelector('#topic-charts figure.chart[data-metric=depth]');
+  await shot(p, 'topic-1280');
+  await p.close();
+});
+
+test('channel page shows its numbers and clients; pause/unpause reach nsqd', async () => {
+  const p = await page();
+  await p.goto(ADMIN + '/topics/orders');
+  await p.click('#topic-channels a:text("billing")');
+  await p.waitForSelector('#channel-nodes');
+  const c = channelOf(await stats(), 'orders', 'billing');
+  const total = p.locator('#channel-nodes tr.total');
+  assert.equal(num(await total.locator('[data-field=depth]').textContent()), c.depth);
+  assert.equal(num(await total.locator('[data-field=in_flight_count]').textContent()), c.in_flight_count);
+  assert.equal(num(await total.locator('[data-field=message_count]').textContent()), c.message_count);
+  if (NSQD_TCP) {
+    assert.equal(await p.locator('#channel-clients tbody tr').count(), 1);
+  }
+  await shot(p, 'channel-1280');
+
+  // Pause, confirm in the modal.
+  await p.click('button[data-action=pause]');
+  await p.waitForSelector('dialog#confirm[open]');
+  assert.match(await p.textContent('#confirm-text'), /Are you sure you want to pause billing\?/);
+  await shot(p, 'channel-confirm-pause');
+  await p.click('#confirm-ok');
+  await until(async () => channelOf(await stats(), 'orders', 'billing').paused === true, 'nsqd reports paused');
+  await p.waitForSelector('button[data-action=unpause]');
+  await p.waitForSelector('#channel-nodes .label:text("paused")');
+  await shot(p, 'channel-paused');
+
+  // Cancel leaves it paused; then unpause.
+  await p.click('button[data-action=unpause]');
+  await p.click('dialog#confirm button[value=cancel]');
+  assert.equal(channelOf(await stats(), 'orders', 'billing').paused, true);
+  await p.click('button[data-action=unpause]');
+  await p.click('#confirm-ok');
+  await until(async () => channelOf(await stats(), 'orders', 'billing').paused === false, 'nsqd reports unpaused');
+  await p.waitForSelector('button[data-action=pause]');
+  await p.close();
+});
+
+test('nodes, node and counter pages agree with nsqd', async () => {
+  const s = await stats();
+  const p = await page();
+  await p.goto(ADMIN + '/nodes');
+  await p.waitForSelector('#nodes-table');
+  assert.equal(await p.textContent('h2'), 'NSQd Nodes (1)');
+  const nodeRow = p.locator('#nodes-table tbody tr');
+  assert.equal(await nodeRow.count(), 1);
+  assert.equal(num(await nodeRow.locator('.badge').textContent()), s.topics.length);
+  await shot(p, 'nodes-1280');
+  await nodeRow.locator('a[data-link]').first().click();
+  await p.waitForSelector('#node-topics');
+  const totalMessages = s.topics.reduce((a, t) => a + t.message_count, 0);
+  assert.equal(num(await p.textContent('[data-field=total_messages]')), totalMessages);
+  await shot(p, 'node-1280');
+
+  await p.goto(ADMIN + '/counter');
+  const processed = s.topics.reduce((a, t) => a + t.channels.reduce((b, c) => b + c.message_count, 0), 0);
+  await until(async () => num(await p.getAttribute('#counter', 'data-total')) === processed, 'counter total');
+  assert.equal(await p.textContent('.counter-caption'), 'Messages Processed');
+  await shot(p, 'counter-1280');
+  await p.close();
+});
+
+test('create a topic from the UI, then delete it', async () => {
+  const p = await page();
+  await p.goto(ADMIN + '/lookup');
+  await p.waitForSelector('#create-form');
+  await p.fill('#create-topic', 'ui_created');
+  await p.fill('#create-channel', 'ui_channel');
+  await p.click('#create-form button[type=submit]');
+  await until(async () => channelOf(await stats(), 'ui_created', 'ui_channel'), 'topic and channel on nsqd');
+  await shot(p, 'lookup-1280');
+
+  await p.goto(ADMIN + '/');
+  await p.click('#topics-table a:text("ui_created")');
+  await p.waitForSelector('button[data-action=delete]');
+  await p.click('button[data-action=delete]');
+  assert.match(await p.textContent('#confirm-text'), /delete ui_created/);
+  await p.click('#confirm-ok');
+  await until(async () => !topicOf(await stats(), 'ui_created'), 'topic deleted on nsqd');
+  await p.waitForURL(ADMIN + '/');
+  await p.waitForSelector('#topics-table');
+  const names = await p.$$eval('#topics-table tbody tr', (rows) => rows.map((r) => r.dataset.topic));
+  assert.ok(!names.includes('ui_created'));
+  await p.close();
+});
+
+test('charts update after publishing', async () => {
+  const p = await page();
+  await p.goto(ADMIN + '/topics/clicks');
+  const chart = '#topic-charts figure.chart[data-metric=rate]';
+  await p.waitForSelector(chart);
+  const pointsBefore = Number(await p.getAttribute(chart, 'data-points'));
+  await publish('clicks', 50);
+  const last = await until(async () => {
+    const v = await p.getAttribute(chart, 'data-last');
+    return v !== '' && Number(v) > 0 ? Number(v) : null;
+  }, 'a positive message rate in the chart');
+  assert.ok(last > 0);
+  const pointsAfter = Number(await p.getAttribute(chart, 'data-points'));
+  assert.ok(pointsAfter > pointsBefore, `points ${pointsBefore} -> ${pointsAfter}`);
+  const depth = '#topic-charts figure.chart[data-metric=depth]';
+  assert.ok(Number(await p.getAttribute(depth, 'data-points')) > 0);
+  await shot(p, 'topic-chart-after-publish');
+  await p.close();
+});
+
+test('phone width (390 px): no page-level horizontal overflow', async () => {
+  const p = await page(390, 844);
+  for (const [route, sel, name] of [['/', '#topics-table', 'topics-390'], ['/topics/orders', '#topic-nodes', 'topic-390'],
+    ['/topics/orders/billing', '#channel-nodes', 'channel-390'], ['/nodes', '#nodes-table', 'nodes-390']]) {
+    await p.goto(ADMIN + route);
+    await p.waitForSelector(sel);
+    const overflow = await p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(overflow <= 1, `${route} overflows by ${overflow}px`);
+    await shot(p, name);
+  }
+  await p.close();
+});
+
+test('an API error is shown in a red box', async () => {
+  const p = await page();
+  await p.goto(ADMIN + '/topics/does_not_exist');
+  await p.waitForSelector('.view-error');
+  assert.match(await p.textContent('.view-error'), /UPSTREAM_ERROR: failed to query any nsqd/);
+  await shot(p, 'error-1280');
+  await p.close();
+});
