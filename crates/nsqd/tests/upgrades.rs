@@ -1,0 +1,399 @@
+//! IDENTIFY upgrades and AUTH over a real connection to an in-process nsqd: the exact bytes
+//! after switching to snappy and deflate, TLS (1.2 and 1.3, the TLS-required policy, /stats),
+//! and AUTH against a small auth server.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use nsq_protocol::frame::{take_frame, Frame};
+use nsqd::options::{parse_args, ParseOutcome};
+use nsqd::NsqdHandle;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+async fn start_with(extra: &[String]) -> (NsqdHandle, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "nsqd".to_string(),
+        "--tcp-address=127.0.0.1:0".to_string(),
+        "--http-address=127.0.0.1:0".to_string(),
+        format!("--data-path={}", dir.path().display()),
+    ];
+    args.extend(extra.iter().cloned());
+    let ParseOutcome::Run(opts) = parse_args(args).unwrap() else {
+        panic!()
+    };
+    (nsqd::start(opts).await.unwrap(), dir)
+}
+
+fn sized(cmd: &str, body: &[u8]) -> Vec<u8> {
+    let mut v = cmd.as_bytes().to_vec();
+    v.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+async fn read_frame<S: AsyncRead + Unpin>(s: &mut S, buf: &mut BytesMut) -> Frame {
+    loop {
+        if let Some(f) = take_frame(buf).unwrap() {
+            if &f.data[..] != b"_heartbeat_" {
+                return f;
+            }
+            continue;
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read_buf(buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "connection closed");
+    }
+}
+
+async fn identify(s: &mut TcpStream, json: &str) -> serde_json::Value {
+    s.write_all(b"  V2").await.unwrap();
+    s.write_all(&sized("IDENTIFY\n", json.as_bytes()))
+        .await
+        .unwrap();
+    // Read exactly the JSON frame: size first, then the rest, so no upgraded bytes are consumed.
+    let mut size = [0u8; 4];
+    s.read_exact(&mut size).await.unwrap();
+    let mut rest = vec![0u8; u32::from_be_bytes(size) as usize];
+    s.read_exact(&mut rest).await.unwrap();
+    assert_eq!(&rest[..4], &[0, 0, 0, 0]);
+    serde_json::from_slice(&rest[4..]).unwrap()
+}
+
+const OK_FRAME: &[u8] = b"\x00\x00\x00\x06\x00\x00\x00\x00OK";
+
+#[tokio::test]
+async fn snappy_upgrade_exact_bytes_then_pub() {
+    let (h, _d) = start_with(&[]).await;
+    let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
+    let resp = identify(&mut s, r#"{"feature_negotiation":true,"snappy":true}"#).await;
+    assert_eq!(resp["snappy"], true);
+    assert_eq!(resp["deflate"], false);
+    let mut first = [0u8; 28];
+    s.read_exact(&mut first).await.unwrap();
+    assert_eq!(
+        &first[..],
+        b"\xff\x06\x00\x00sNaPpY\x01\x0e\x00\x00\x26\x98\x2b\xcf\x00\x00\x00\x06\x00\x00\x00\x00OK"
+    );
+    // Client side: snappy-framed commands (the crate's own framed encoder).
+    let mut enc = snap::write::FrameEncoder::new(Vec::new());
+    enc.write_all(&sized("PUB t\n", b"compressed hello"))
+        .unwrap();
+    enc.flush().unwrap();
+    s.write_all(&enc.into_inner().unwrap()).await.unwrap();
+    // The answer is one more chunk; decode it after a stream identifier.
+    let mut chunk = vec![0xff, 0x06, 0x00, 0x00, b's', b'N', b'a', b'P', b'p', b'Y'];
+    let mut hdr = [0u8; 4];
+    s.read_exact(&mut hdr).await.unwrap();
+    let len = u32::from_le_bytes([hdr[1], hdr[2], hdr[3], 0]) as usize;
+    let mut data = vec![0u8; len];
+    s.read_exact(&mut data).await.unwrap();
+    chunk.extend_from_slice(&hdr);
+    chunk.extend_from_slice(&data);
+    let mut out = Vec::new();
+    snap::read::FrameDecoder::new(&chunk[..])
+        .read_to_end(&mut out)
+        .unwrap();
+    assert_eq!(out, OK_FRAME);
+    assert_eq!(h.nsqd.engine.get_topic("t").unwrap().depth(), 1);
+    let stats = h
+        .nsqd
+        .clients()
+        .into_iter()
+        .map(|c| c.stats())
+        .collect::<Vec<_>>();
+    assert!(stats.iter().any(|c| c.meta.snappy));
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn deflate_upgrade_then_pub() {
+    let (h, _d) = start_with(&[]).await;
+    let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
+    let resp = identify(
+        &mut s,
+        r#"{"feature_negotiation":true,"deflate":true,"deflate_level":9}"#,
+    )
+    .await;
+    assert_eq!(
+        (resp["deflate"].as_bool(), resp["deflate_level"].as_i64()),
+        (Some(true), Some(6))
+    );
+    let mut inflate = flate2::Decompress::new(false);
+    let mut raw = BytesMut::new();
+    let mut plain: Vec<u8> = Vec::new();
+    let mut read_plain = |raw: &mut BytesMut, plain: &mut Vec<u8>| {
+        let mut out = vec![0u8; 4096];
+        let before = inflate.total_in();
+        let before_out = inflate.total_out();
+        inflate
+            .decompress(raw, &mut out, flate2::FlushDecompress::Sync)
+            .unwrap();
+        let used = (inflate.total_in() - before) as usize;
+        let _ = raw.split_to(used);
+        plain.extend_from_slice(&out[..(inflate.total_out() - before_out) as usize]);
+    };
+    while plain.len() < 10 {
+        let n = s.read_buf(&mut raw).await.unwrap();
+        assert!(n > 0);
+        read_plain(&mut raw, &mut plain);
+    }
+    assert_eq!(&plain[..], OK_FRAME);
+    plain.clear();
+    let mut c = flate2::Compress::new(flate2::Compression::new(1), false);
+    let cmd = sized("PUB t\n", b"deflated hello");
+    let mut out = vec![0u8; 1024];
+    c.compress(&cmd, &mut out, flate2::FlushCompress::Sync)
+        .unwrap();
+    s.write_all(&out[..c.total_out() as usize]).await.unwrap();
+    while plain.len() < 10 {
+        let n = s.read_buf(&mut raw).await.unwrap();
+        assert!(n > 0);
+        read_plain(&mut raw, &mut plain);
+    }
+    assert_eq!(&plain[..], OK_FRAME);
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn both_compressions_is_an_error() {
+    let (h, _d) = start_with(&[]).await;
+    let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
+    s.write_all(b"  V2").await.unwrap();
+    s.write_all(&sized(
+        "IDENTIFY\n",
+        br#"{"feature_negotiation":true,"deflate":true,"snappy":true}"#,
+    ))
+    .await
+    .unwrap();
+    let mut buf = BytesMut::new();
+    let f = read_frame(&mut s, &mut buf).await;
+    assert_eq!(
+        (f.frame_type, &f.data[..]),
+        (
+            1,
+            &b"E_IDENTIFY_FAILED cannot enable both deflate and snappy compression"[..]
+        )
+    );
+    h.shutdown().await;
+}
+
+/// A self-signed certificate for 127.0.0.1 in PEM files, and a client config trusting it.
+fn tls_files(
+    dir: &std::path::Path,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> (String, String, Arc<rustls::ClientConfig>) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.der().clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    (
+        c.display().to_string(),
+        k.display().to_string(),
+        Arc::new(cfg),
+    )
+}
+
+async fn tls_round(
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    min: &str,
+) -> Result<String, String> {
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key, client_cfg) = tls_files(certs.path(), versions);
+    let (h, _d) = start_with(&[
+        format!("--tls-cert={cert}"),
+        format!("--tls-key={key}"),
+        format!("--tls-min-version={min}"),
+        "--tls-required=true".to_string(),
+    ])
+    .await;
+    // Before the upgrade nothing but IDENTIFY is accepted.
+    let mut plain = TcpStream::connect(h.tcp_addr()).await.unwrap();
+    plain.write_all(b"  V2NOP\n").await.unwrap();
+    let mut buf = BytesMut::new();
+    let f = read_frame(&mut plain, &mut buf).await;
+    assert_eq!(
+        &f.data[..],
+        b"E_INVALID cannot NOP in current state (TLS required)"
+    );
+
+    let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
+    let resp = identify(&mut s, r#"{"feature_negotiation":true,"tls_v1":true}"#).await;
+    assert_eq!(resp["tls_v1"], true);
+    let connector = tokio_rustls::TlsConnector::from(client_cfg);
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let result = match connector.connect(name, s).await {
+        Err(e) => Err(e.to_string()),
+        Ok(mut tls) => {
+            let mut buf = BytesMut::new();
+            match tokio::time::timeout(
+                Duration::from_secs(5),
+                read_frame_checked(&mut tls, &mut buf),
+            )
+            .await
+            {
+                Ok(Some(f)) if &f.data[..] == b"OK" => {
+                    tls.write_all(&sized("PUB t\n", b"over tls")).await.unwrap();
+                    let f = read_frame(&mut tls, &mut buf).await;
+                    assert_eq!(&f.data[..], b"OK");
+                    let c = h
+                        .nsqd
+                        .clients()
+                        .into_iter()
+                        .map(|c| c.stats())
+                        .find(|c| c.meta.tls)
+                        .unwrap();
+                    Ok(c.meta.tls_version)
+                }
+                other => Err(format!("no OK after handshake: {other:?}")),
+            }
+        }
+    };
+    h.shutdown().await;
+    result
+}
+
+async fn read_frame_checked<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    buf: &mut BytesMut,
+) -> Option<Frame> {
+    loop {
+        if let Some(f) = take_frame(buf).ok()? {
+            return Some(f);
+        }
+        if s.read_buf(buf).await.ok()? == 0 {
+            return None;
+        }
+    }
+}
+
+#[tokio::test]
+async fn tls_upgrade_12_and_13_and_min_version() {
+    assert_eq!(
+        tls_round(&[&rustls::version::TLS12], "tls1.0")
+            .await
+            .unwrap(),
+        "TLS1.2"
+    );
+    assert_eq!(
+        tls_round(&[&rustls::version::TLS13], "tls1.2")
+            .await
+            .unwrap(),
+        "TLS1.3"
+    );
+    assert!(
+        tls_round(&[&rustls::version::TLS12], "tls1.3")
+            .await
+            .is_err(),
+        "TLS 1.2 must be refused with --tls-min-version=tls1.3"
+    );
+}
+
+/// An auth server answering every request with `body`.
+async fn auth_server(body: &'static str) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = l.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut req = Vec::new();
+                let mut b = [0u8; 1024];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = s.read(&mut b).await.unwrap();
+                    if n == 0 {
+                        return;
+                    }
+                    req.extend_from_slice(&b[..n]);
+                }
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn auth_flow() {
+    let auth = auth_server(r#"{"ttl":3600,"identity":"bob","identity_url":"http://x/bob","authorizations":[{"topic":"^allowed$","channels":[".*"],"permissions":["publish","subscribe"]}]}"#).await;
+    let (h, _d) = start_with(&[format!("--auth-http-address={auth}")]).await;
+    let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
+    let resp = identify(&mut s, r#"{"feature_negotiation":true}"#).await;
+    assert_eq!(resp["auth_required"], true);
+    let mut buf = BytesMut::new();
+    s.write_all(&sized("PUB allowed\n", b"x")).await.unwrap();
+    assert_eq!(
+        &read_frame(&mut s, &mut buf).await.data[..],
+        b"E_AUTH_FIRST AUTH required before PUB"
+    );
+
+    let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
+    s.write_all(b"  V2").await.unwrap();
+    s.write_all(&sized("AUTH\n", b"secret")).await.unwrap();
+    let mut buf = BytesMut::new();
+    assert_eq!(
+        &read_frame(&mut s, &mut buf).await.data[..],
+        br#"{"identity":"bob","identity_url":"http://x/bob","permission_count":1}"#
+    );
+    s.write_all(&sized("PUB allowed\n", b"x")).await.unwrap();
+    assert_eq!(&read_frame(&mut s, &mut buf).await.data[..], b"OK");
+    s.write_all(&sized("AUTH\n", b"again")).await.unwrap();
+    assert_eq!(
+        &read_frame(&mut s, &mut buf).await.data[..],
+        b"E_INVALID AUTH already set"
+    );
+
+    let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
+    s.write_all(b"  V2").await.unwrap();
+    s.write_all(&sized("AUTH\n", b"secret")).await.unwrap();
+    let mut buf = BytesMut::new();
+    read_frame(&mut s, &mut buf).await;
+    s.write_all(&sized("PUB other\n", b"x")).await.unwrap();
+    assert_eq!(
+        &read_frame(&mut s, &mut buf).await.data[..],
+        b"E_UNAUTHORIZED AUTH failed for PUB on \"other\" \"\""
+    );
+    let c = h
+        .nsqd
+        .clients()
+        .into_iter()
+        .map(|c| c.stats())
+        .find(|c| c.meta.authed);
+    assert!(c.is_some() || h.nsqd.clients().is_empty());
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn auth_server_down_is_auth_failed() {
+    let (h, _d) = start_with(&["--auth-http-address=127.0.0.1:1".to_string()]).await;
+    let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
+    s.write_all(b"  V2").await.unwrap();
+    s.write_all(&sized("AUTH\n", b"secret")).await.unwrap();
+    let mut buf = BytesMut::new();
+    assert_eq!(
+        &read_frame(&mut s, &mut buf).await.data[..],
+        b"E_AUTH_FAILED AUTH failed"
+    );
+    h.shutdown().await;
+}
