@@ -67,21 +67,49 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// Installs the global subscriber: `level` is nsqd's `--log-level` (debug/info/warn/error/fatal).
+/// The level filter of the installed subscriber, so `PUT /config/log_level` takes effect.
+static RELOAD: std::sync::OnceLock<
+    tracing_subscriber::reload::Handle<
+        tracing::level_filters::LevelFilter,
+        tracing_subscriber::Registry,
+    >,
+> = std::sync::OnceLock::new();
+
+fn filter_for(level: &str) -> tracing::level_filters::LevelFilter {
+    use tracing::level_filters::LevelFilter;
+    match level.to_ascii_lowercase().as_str() {
+        "debug" => LevelFilter::DEBUG,
+        "warn" | "warning" => LevelFilter::WARN,
+        "error" | "fatal" => LevelFilter::ERROR,
+        _ => LevelFilter::INFO,
+    }
+}
+
+/// Installs the global subscriber: `level` is the `--log-level` (debug/info/warn/error/fatal).
 pub fn init(prefix: &str, level: &str) {
-    let filter = match level.to_ascii_lowercase().as_str() {
-        "debug" => tracing::level_filters::LevelFilter::DEBUG,
-        "warn" | "warning" => tracing::level_filters::LevelFilter::WARN,
-        "error" | "fatal" => tracing::level_filters::LevelFilter::ERROR,
-        _ => tracing::level_filters::LevelFilter::INFO,
-    };
-    let _ = tracing_subscriber::fmt()
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter_for(level));
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_max_level(filter)
         .event_format(NsqFormat {
             prefix: prefix.to_string(),
-        })
-        .try_init();
+        });
+    if tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .try_init()
+        .is_ok()
+    {
+        let _ = RELOAD.set(handle);
+    }
+}
+
+/// Changes the level of the running logger (no-op when [`init`] was not called).
+pub fn set_level(level: &str) {
+    if let Some(h) = RELOAD.get() {
+        let _ = h.modify(|f| *f = filter_for(level));
+    }
 }
 
 #[cfg(test)]

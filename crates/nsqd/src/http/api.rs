@@ -521,6 +521,7 @@ async fn config(st: &HttpState, opt: &str, req: Request) -> ApiResult {
                 let level = LogLevel::parse(&String::from_utf8_lossy(&body))
                     .map_err(|_| ApiError::INVALID_VALUE)?;
                 *st.runtime.log_level.lock() = level;
+                crate::logging::set_level(level.as_str());
                 tracing::info!("log level set to {level}");
             }
             _ => return Err(ApiError::INVALID_OPTION),
