@@ -269,7 +269,7 @@
 
   // series: [{name, values: [[t, v|null], ...]}]
   function chartSVG(metric, title, series, unit) {
-    var W = 600, H = 180, L = 48, R = 10, T = 12, B = 26;
+    var W = 420, H = 170, L = 44, R = 8, T = 10, B = 22;
     var pts = 0, tmin = Infinity, tmax = -Infinity, vmax = 0, last = null;
     series.forEach(function (s) {
       s.values.forEach(function (p) {
@@ -316,7 +316,7 @@
     return '<figure class="chart" data-metric="' + esc(metric) + '" data-points="' + pts +
       '" data-last="' + esc(last === null || last === undefined ? '' : last) + '">' +
       '<figcaption><span>' + esc(title) + '</span><span class="chart-last">' + esc(lastText) + '</span></figcaption>' +
-      '<svg viewBox="0 0 ' + W + ' ' + H + '" preserveAspectRatio="none" role="img" aria-label="' + esc(title) + '">' +
+      '<svg viewBox="0 0 ' + W + ' ' + H + '" role="img" aria-label="' + esc(title) + '">' +
       g + lines + '</svg><div class="legend">' + legend + '</div></figure>';
   }
 
