@@ -20,6 +20,13 @@ use tokio::time::timeout;
 /// Dial timeout and per-operation deadline, as the reference.
 const IO_TIMEOUT: Duration = Duration::from_secs(1);
 const PING_INTERVAL: Duration = Duration::from_secs(15);
+/// How often dropped connections are noticed and re-established. The reference only notices
+/// at the next PING (up to 15 s); we notice a closed connection within a second and
+/// reconnect (re-IDENTIFY, re-REGISTER) at once, so a restarted lookupd learns our topics
+/// quickly. Failed connection attempts are retried at this pace too.
+const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
+/// Background retry pace for an unreachable lookupd.
+const RETRY_BACKOFF: Duration = Duration::from_secs(5);
 
 enum Event {
     Command(LookupCommand),
@@ -86,6 +93,9 @@ pub struct LookupReceiver {
 struct Peer {
     addr: String,
     conn: Option<(TcpStream, BytesMut)>,
+    /// After a failed connection attempt, background retries wait until then (commands and
+    /// PINGs still try at once, as the reference).
+    retry_at: tokio::time::Instant,
 }
 
 /// Runs the lookup loop until the handle side is dropped.
@@ -107,8 +117,21 @@ pub async fn run(
     add_peers(&ctx, &mut peers, addrs).await;
     let mut ping =
         tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
+    let mut check = tokio::time::interval(RECONNECT_INTERVAL);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            _ = check.tick() => {
+                for p in peers.iter_mut() {
+                    if p.conn.as_ref().is_some_and(|(s, _)| peer_closed(s)) {
+                        tracing::info!("LOOKUPD({}): connection closed by peer", p.addr);
+                        p.conn = None;
+                    }
+                    if p.conn.is_none() && tokio::time::Instant::now() >= p.retry_at {
+                        p.command(&ctx, None).await;
+                    }
+                }
+            }
             _ = ping.tick() => {
                 for p in peers.iter_mut() {
                     p.command(&ctx, Some(&LookupCommand::Ping)).await;
@@ -139,7 +162,11 @@ async fn add_peers(ctx: &Ctx, peers: &mut Vec<Peer>, addrs: Vec<String>) {
             continue;
         }
         tracing::info!("LOOKUP({addr}): adding peer");
-        let mut p = Peer { addr, conn: None };
+        let mut p = Peer {
+            addr,
+            conn: None,
+            retry_at: tokio::time::Instant::now(),
+        };
         p.command(ctx, None).await;
         peers.push(p);
     }
@@ -161,6 +188,7 @@ impl Peer {
                 Ok(c) => self.conn = Some(c),
                 Err(e) => {
                     tracing::error!("LOOKUPD({}): error connecting - {e}", self.addr);
+                    self.retry_at = tokio::time::Instant::now() + RETRY_BACKOFF;
                     return;
                 }
             }
@@ -225,6 +253,16 @@ impl Peer {
             }
         }
         Ok((stream, buf))
+    }
+}
+
+/// Whether lookupd closed the connection (it never sends unsolicited data, so any readable
+/// state between commands means EOF or an error).
+fn peer_closed(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    match s.try_read(&mut b) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+        _ => true,
     }
 }
 
