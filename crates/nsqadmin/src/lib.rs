@@ -8,7 +8,8 @@ pub mod client;
 pub mod cluster;
 pub mod history;
 pub mod http;
-pub mod json;
+/// Go-compatible JSON bytes, shared with nsqd.
+pub use nsqd::http::json;
 pub mod notify;
 pub mod options;
 pub mod server;

@@ -260,10 +260,7 @@ impl Peer {
 /// state between commands means EOF or an error).
 fn peer_closed(s: &TcpStream) -> bool {
     let mut b = [0u8; 1];
-    match s.try_read(&mut b) {
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
-        _ => true,
-    }
+    !matches!(s.try_read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 /// Writes one command and reads its `[size][data]` response, each within the deadline.

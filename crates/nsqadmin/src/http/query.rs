@@ -4,6 +4,8 @@
 
 use nsq_protocol::quote::go_quote;
 
+pub use nsqd::http::query::{clean_path, decode_path, escape_path, html_escape};
+
 /// A parsed query string; lookups return the first value.
 #[derive(Debug, Default, Clone)]
 pub struct Query {
@@ -90,88 +92,6 @@ fn unescape_query(s: &str) -> Result<String, String> {
     unescape(s, true)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .map_err(|bad| format!("invalid URL escape {}", go_quote(bad.as_bytes())))
-}
-
-/// The decoded request path; `None` when its escapes are invalid.
-pub fn decode_path(raw: &str) -> Option<String> {
-    unescape(raw, false)
-        .ok()
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-}
-
-/// `url.PathEscape`-style escaping for `Location` headers.
-pub fn escape_path(p: &str) -> String {
-    let mut out = String::with_capacity(p.len());
-    for &c in p.as_bytes() {
-        if c.is_ascii_alphanumeric()
-            || matches!(
-                c,
-                b'-' | b'_'
-                    | b'.'
-                    | b'~'
-                    | b'$'
-                    | b'&'
-                    | b'+'
-                    | b','
-                    | b'/'
-                    | b':'
-                    | b';'
-                    | b'='
-                    | b'@'
-            )
-        {
-            out.push(c as char);
-        } else {
-            out.push_str(&format!("%{c:02X}"));
-        }
-    }
-    out
-}
-
-/// httprouter's `CleanPath`: `path.Clean` keeping a trailing slash.
-pub fn clean_path(p: &str) -> String {
-    if p.is_empty() {
-        return "/".to_string();
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    let elems: Vec<&str> = p.split('/').collect();
-    let last = elems.len() - 1;
-    let mut trailing = p.ends_with('/');
-    for (i, e) in elems.iter().enumerate() {
-        match *e {
-            "" => {}
-            "." => trailing |= i == last,
-            ".." => {
-                parts.pop();
-                trailing |= i == last;
-            }
-            e => parts.push(e),
-        }
-    }
-    let mut out: String = parts.iter().flat_map(|e| ["/", e]).collect();
-    if out.is_empty() {
-        return "/".to_string();
-    }
-    if trailing {
-        out.push('/');
-    }
-    out
-}
-
-/// Go's `html.EscapeString`.
-pub fn html_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&#34;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
