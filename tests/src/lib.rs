@@ -1,10 +1,11 @@
 //! Test harness for black-box tests of the real `nsqd` binary: [`Nsqd`] starts the daemon on
 //! ephemeral ports with its own data directory (like nats.rs's `nats-server` helper) and kills
-//! it on drop, [`http_get`]/[`http_post`]/[`curl`] talk to its HTTP API, and [`V2Conn`] speaks
+//! it on drop, [`Nsqlookupd`] does the same for `nsqlookupd` (and can restart it on the same
+//! ports), [`http_get`]/[`http_post`]/[`curl`] talk to its HTTP API, and [`V2Conn`] speaks
 //! the raw V2 TCP protocol with the frame/command codecs of `nsq-protocol`.
 //!
-//! The binary is not built by the tests: run `cargo build -p nsqd-bin` first (`.ci/run` does),
-//! or set `NSQD_BIN` to a binary.
+//! The binaries are not built by the tests: run `cargo build -p nsqd-bin -p nsqlookupd-bin`
+//! first, or set `NSQD_BIN` / `NSQLOOKUPD_BIN` to a binary.
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
@@ -35,9 +36,21 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// `<target>/release/nsqd` and `<target>/debug/nsqd` (`<target>` = `$CARGO_TARGET_DIR` or the
 /// workspace's `target/`). Panics with instructions when there is none.
 pub fn nsqd_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("NSQD_BIN") {
+    find_bin("NSQD_BIN", "nsqd", "nsqd-bin")
+}
+
+/// The `nsqlookupd` binary under test: `$NSQLOOKUPD_BIN` if set, else the newest of
+/// `<target>/release/nsqlookupd` and `<target>/debug/nsqlookupd`. Panics with instructions
+/// (`cargo build -p nsqlookupd-bin`) when there is none.
+pub fn nsqlookupd_bin() -> PathBuf {
+    find_bin("NSQLOOKUPD_BIN", "nsqlookupd", "nsqlookupd-bin")
+}
+
+/// `$<env>` if set, else the newest `<target>/{release,debug}/<name>`.
+fn find_bin(env: &str, name: &str, package: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
         let p = PathBuf::from(p);
-        assert!(p.is_file(), "NSQD_BIN={} is not a file", p.display());
+        assert!(p.is_file(), "{env}={} is not a file", p.display());
         return p;
     }
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -45,7 +58,7 @@ pub fn nsqd_bin() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target"));
     let newest = ["release", "debug"]
         .iter()
-        .map(|profile| target.join(profile).join("nsqd"))
+        .map(|profile| target.join(profile).join(name))
         .filter_map(|p| {
             let modified = std::fs::metadata(&p).and_then(|m| m.modified()).ok()?;
             Some((modified, p))
@@ -54,8 +67,8 @@ pub fn nsqd_bin() -> PathBuf {
     match newest {
         Some((_, p)) => p,
         None => panic!(
-            "nsqd binary not found under {}: run `cargo build -p nsqd-bin` before \
-             `cargo test -p nsq-integration-tests`, or set NSQD_BIN",
+            "{name} binary not found under {}: run `cargo build -p {package}` before \
+             `cargo test -p nsq-integration-tests`, or set {env}",
             target.display()
         ),
     }
@@ -136,75 +149,18 @@ impl Nsqd {
     /// Starts nsqd on an existing data dir (e.g. the one returned by [`Nsqd::sigterm_and_wait`]).
     pub fn start_in(data_dir: impl Into<DataDir>, extra_args: &[&str]) -> Nsqd {
         let data_dir = data_dir.into();
-        let mut child = Process::new(nsqd_bin())
-            .arg("--tcp-address=127.0.0.1:0")
+        let mut cmd = Process::new(nsqd_bin());
+        cmd.arg("--tcp-address=127.0.0.1:0")
             .arg("--http-address=127.0.0.1:0")
             .arg(format!("--data-path={}", data_dir.path().display()))
-            .args(extra_args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", nsqd_bin().display()));
-        let stderr = child.stderr.take().expect("piped stderr");
+            .args(extra_args);
         let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = mpsc::channel::<(bool, SocketAddr)>();
-        let log2 = log.clone();
-        thread::spawn(move || {
-            let mut reader = BufReader::new(stderr);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                match reader.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
-                }
-                let text = String::from_utf8_lossy(&line).trim_end().to_string();
-                for (is_tcp, marker) in
-                    [(false, "HTTP: listening on "), (true, "TCP: listening on ")]
-                {
-                    if let Some(at) = text.find(marker) {
-                        if let Ok(addr) = text[at + marker.len()..].trim().parse::<SocketAddr>() {
-                            let _ = tx.send((is_tcp, addr));
-                        }
-                        break;
-                    }
-                }
-                log2.lock().expect("log lock").push(text);
-            }
-        });
-
-        let deadline = Instant::now() + STARTUP_TIMEOUT;
-        let (mut tcp, mut http) = (None, None);
-        while tcp.is_none() || http.is_none() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left.min(Duration::from_millis(100))) {
-                Ok((true, a)) => tcp = Some(a),
-                Ok((false, a)) => http = Some(a),
-                Err(_) => {
-                    if let Ok(Some(status)) = child.try_wait() {
-                        thread::sleep(Duration::from_millis(100)); // let the drain thread finish
-                        panic!(
-                            "nsqd exited during startup ({status}):\n{}",
-                            log.lock().expect("log lock").join("\n")
-                        );
-                    }
-                    if Instant::now() >= deadline {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        panic!(
-                            "nsqd did not log both 'TCP: listening on' and 'HTTP: listening on' \
-                             within {STARTUP_TIMEOUT:?}:\n{}",
-                            log.lock().expect("log lock").join("\n")
-                        );
-                    }
-                }
-            }
-        }
+        let (child, tcp_addr, http_addr) =
+            launch(cmd, "nsqd", &log).unwrap_or_else(|e| panic!("{e}"));
         Nsqd {
             child: Some(child),
-            tcp_addr: tcp.expect("tcp"),
-            http_addr: http.expect("http"),
+            tcp_addr,
+            http_addr,
             data_dir: Some(data_dir),
             log,
         }
@@ -338,6 +294,85 @@ impl Nsqd {
     }
 }
 
+/// Spawns `cmd` (stdin/stdout null, stderr piped into `log` by a drain thread so the pipe never
+/// fills) and waits for both `TCP: listening on <addr>` and `HTTP: listening on <addr>` log
+/// lines. On failure the child is reaped and the error carries the log so far.
+fn launch(
+    mut cmd: Process,
+    what: &str,
+    log: &Arc<Mutex<Vec<String>>>,
+) -> Result<(Child, SocketAddr, SocketAddr), String> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = mpsc::channel::<(bool, SocketAddr)>();
+    let log2 = log.clone();
+    let drained = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drained2 = drained.clone();
+    thread::spawn(move || {
+        let mut reader = BufReader::new(stderr);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let text = String::from_utf8_lossy(&line).trim_end().to_string();
+            for (is_tcp, marker) in [(false, "HTTP: listening on "), (true, "TCP: listening on ")] {
+                if let Some(at) = text.find(marker) {
+                    if let Ok(addr) = text[at + marker.len()..].trim().parse::<SocketAddr>() {
+                        let _ = tx.send((is_tcp, addr));
+                    }
+                    break;
+                }
+            }
+            log2.lock().expect("log lock").push(text);
+        }
+        drained2.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    let (mut tcp, mut http) = (None, None);
+    while tcp.is_none() || http.is_none() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+            Ok((true, a)) => tcp = Some(a),
+            Ok((false, a)) => http = Some(a),
+            Err(_) => {
+                if let Ok(Some(status)) = child.try_wait() {
+                    // Let the drain thread collect the last lines.
+                    let until = Instant::now() + Duration::from_secs(2);
+                    while !drained.load(std::sync::atomic::Ordering::SeqCst)
+                        && Instant::now() < until
+                    {
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                    return Err(format!(
+                        "{what} exited during startup ({status}):\n{}",
+                        log.lock().expect("log lock").join("\n")
+                    ));
+                }
+                if Instant::now() >= deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!(
+                        "{what} did not log both 'TCP: listening on' and 'HTTP: listening on' \
+                         within {STARTUP_TIMEOUT:?}:\n{}",
+                        log.lock().expect("log lock").join("\n")
+                    ));
+                }
+            }
+        }
+    }
+    Ok((child, tcp.expect("tcp"), http.expect("http")))
+}
+
 impl Drop for Nsqd {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -352,6 +387,147 @@ impl Drop for Nsqd {
                     tail.join("\n")
                 );
             }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// nsqlookupd
+// ---------------------------------------------------------------------------------------
+
+/// A running `nsqlookupd` process on `127.0.0.1` with ephemeral TCP and HTTP ports and
+/// `--broadcast-address=127.0.0.1` (so nsqd's channel pre-creation queries reach it).
+///
+/// [`Nsqlookupd::restart_same_ports`] brings it back on the ports it had, so nsqd configured
+/// with `--lookupd-tcp-address=<tcp_addr>` keeps pointing at it. Dropping it kills the process
+/// (SIGKILL); when the test is panicking, its log (all runs) is printed.
+pub struct Nsqlookupd {
+    child: Option<Child>,
+    pub tcp_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    extra_args: Vec<String>,
+    /// Every stderr line of every run so far.
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Nsqlookupd {
+    /// Starts nsqlookupd with `extra_args` appended to `--tcp-address=127.0.0.1:0
+    /// --http-address=127.0.0.1:0 --broadcast-address=127.0.0.1`.
+    pub fn start(extra_args: &[&str]) -> Nsqlookupd {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let extra_args: Vec<String> = extra_args.iter().map(|a| a.to_string()).collect();
+        let cmd = Nsqlookupd::command("127.0.0.1:0", "127.0.0.1:0", &extra_args);
+        let (child, tcp_addr, http_addr) =
+            launch(cmd, "nsqlookupd", &log).unwrap_or_else(|e| panic!("{e}"));
+        Nsqlookupd {
+            child: Some(child),
+            tcp_addr,
+            http_addr,
+            extra_args,
+            log,
+        }
+    }
+
+    fn command(tcp: &str, http: &str, extra_args: &[String]) -> Process {
+        let mut cmd = Process::new(nsqlookupd_bin());
+        cmd.arg(format!("--tcp-address={tcp}"))
+            .arg(format!("--http-address={http}"))
+            .arg("--broadcast-address=127.0.0.1")
+            .args(extra_args);
+        cmd
+    }
+
+    /// `http://<http_addr>`, the form client libraries take.
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.http_addr)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("nsqlookupd is not running").id()
+    }
+
+    /// A copy of the daemon's stderr so far (all runs).
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().expect("log lock").clone()
+    }
+
+    /// True while the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Kills the process with SIGKILL (a crash) and reaps it. No-op if not running.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the process (SIGKILL) if it still runs, then starts a new one on the SAME TCP and
+    /// HTTP ports with the same extra arguments. Retries for a while if a port cannot be bound
+    /// yet; panics if it never comes up.
+    pub fn restart_same_ports(&mut self) {
+        self.kill9();
+        let (tcp, http) = (self.tcp_addr.to_string(), self.http_addr.to_string());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            self.log.lock().expect("log lock").push(format!(
+                "---- harness: (re)starting nsqlookupd on {tcp} / {http} ----"
+            ));
+            let cmd = Nsqlookupd::command(&tcp, &http, &self.extra_args);
+            match launch(cmd, "nsqlookupd", &self.log) {
+                Ok((child, tcp_addr, http_addr)) => {
+                    assert_eq!(
+                        (tcp_addr, http_addr),
+                        (self.tcp_addr, self.http_addr),
+                        "restarted nsqlookupd listens elsewhere"
+                    );
+                    self.child = Some(child);
+                    return;
+                }
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("nsqlookupd restart failed, retrying: {e}");
+                    thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("could not restart nsqlookupd on the same ports: {e}"),
+            }
+        }
+    }
+
+    /// `GET path` on the HTTP port.
+    pub fn get(&self, path: &str) -> HttpResponse {
+        http_get(self.http_addr, path)
+    }
+
+    /// `GET path`, asserting 200, as JSON.
+    pub fn get_json(&self, path: &str) -> Value {
+        let r = self.get(path);
+        assert_eq!(r.status, 200, "GET {path} on nsqlookupd: {}", r.text());
+        r.json()
+    }
+
+    /// `POST path` (empty body) and assert 200.
+    pub fn http_ok(&self, path: &str) {
+        let r = http_post(self.http_addr, path, b"");
+        assert_eq!(r.status, 200, "POST {path} on nsqlookupd: {}", r.text());
+    }
+}
+
+impl Drop for Nsqlookupd {
+    fn drop(&mut self) {
+        self.kill9();
+        if thread::panicking() {
+            let log = self.log();
+            let tail = &log[log.len().saturating_sub(200)..];
+            eprintln!(
+                "---- nsqlookupd log (last {} lines) ----\n{}",
+                tail.len(),
+                tail.join("\n")
+            );
         }
     }
 }
