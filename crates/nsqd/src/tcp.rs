@@ -126,6 +126,7 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
         client,
         mpub_topic: None,
     };
+    let mut freed = false;
     loop {
         loop {
             let decoded = decoder.decode_with(&mut buf, &mut gate);
@@ -149,6 +150,7 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 },
                 Ok(Some(cmd)) => {
                     gate.mpub_topic = None;
+                    freed |= matches!(cmd, Command::Fin { .. } | Command::Req { .. });
                     if let Err(e) = exec(nsqd, client, cmd).await {
                         let fatal = e.fatal();
                         send_error(client, &e);
@@ -158,7 +160,13 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                         }
                     }
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    // FIN/REQ freed window space quietly; one wake-up for the whole batch.
+                    if std::mem::take(&mut freed) {
+                        client.wake.notify_one();
+                    }
+                    break;
+                }
                 Err(DecodeError::LineTooLong) => {
                     client.close_now();
                     return;
