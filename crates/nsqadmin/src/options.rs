@@ -20,8 +20,7 @@ pub const VERSION: &str = "1.3.0";
 
 /// `nsqadmin v1.3.0 (built w/rustc1.95.0)`.
 pub fn version_string() -> String {
-    let rustc = option_env!("NSQADMIN_RUSTC_VERSION").unwrap_or("1.95.0");
-    format!("nsqadmin v{VERSION} (built w/rustc{rustc})")
+    nsqd::options::version_string_for("nsqadmin")
 }
 
 /// Every option of nsqadmin, resolved (flags > config file > defaults).

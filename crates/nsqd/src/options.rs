@@ -32,8 +32,13 @@ pub const VERSION: &str = "1.3.0";
 /// `nsqd v1.3.0 (built w/rustc1.95.0)` — the reference prints its Go version where we print the
 /// compiler's (set by `build.rs`).
 pub fn version_string() -> String {
+    version_string_for("nsqd")
+}
+
+/// `<app> v1.3.0 (built w/rustc…)` for each of the daemons (nsqlookupd and nsqadmin too).
+pub fn version_string_for(app: &str) -> String {
     let rustc = option_env!("NSQD_RUSTC_VERSION").unwrap_or("1.95.0");
-    format!("nsqd v{VERSION} (built w/rustc{rustc})")
+    format!("{app} v{VERSION} (built w/rustc{rustc})")
 }
 
 /// The machine's host name, as Go's `os.Hostname` finds it on Linux: `/proc/sys/kernel/hostname`,

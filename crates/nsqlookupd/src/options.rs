@@ -21,7 +21,7 @@ pub const VERSION: &str = nsq_protocol::VERSION;
 /// `nsqlookupd v1.3.0 (built w/rustc1.95.0)`: nsqd's string (which carries the compiler
 /// version recorded by nsqd's build script) with the program name swapped.
 pub fn version_string() -> String {
-    nsqd::options::version_string().replacen("nsqd", "nsqlookupd", 1)
+    nsqd::options::version_string_for("nsqlookupd")
 }
 
 /// Every nsqlookupd option (spec §1.1), resolved.
