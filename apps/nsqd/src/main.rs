@@ -25,10 +25,17 @@ fn main() -> ExitCode {
         }
     };
     nsqd::logging::init(&opts.log_prefix, opts.log_level.as_str());
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    // One worker per core but one: the cross-thread wake-ups of a fully used worker pool cost
+    // more than they give on small machines (2 cores: 1 worker does ~1.3x the messages per
+    // CPU second of 2, see bench/README.md), and the spare core serves the diskqueue syncer,
+    // blocking I/O and the clients. `TOKIO_WORKER_THREADS` overrides it.
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        builder.worker_threads(cores.saturating_sub(1).max(1));
+    }
+    let rt = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("failed to start runtime - {e}");
