@@ -496,10 +496,6 @@ async fn tokio_nsq_with_tls_required_and_a_self_signed_certificate() {
 /// HTTP API §1.7: with `--tls-required=true` only the plain listener answers 403; the HTTPS
 /// listener serves the API, so `/stats` there shows a TLS producer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG: with --tls-required=true the HTTPS listener also answers every request with \
-            403 {\"message\": \"TLS_REQUIRED\", \"https_port\": 0} (GET /ping and \
-            /stats?format=json over https://127.0.0.1:<https port>), so the HTTP API is \
-            unreachable; spec HTTP API §1.7: the HTTPS listener never does this"]
 async fn tls_required_stats_over_https() {
     assert!(have_program("curl"), "this test needs curl");
     let pki = self_signed_pki();
@@ -535,9 +531,6 @@ async fn tls_required_stats_over_https() {
 /// HTTP API §1.7: with `--tls-required=true` the plain listener's 403 body carries the port
 /// the HTTPS listener actually listens on (Go: `RealHTTPSAddr().Port`).
 #[test]
-#[ignore = "BUG: the 403 TLS_REQUIRED body always says \"https_port\": 0 (crates/nsqd/src/http/mod.rs \
-            hard-codes it, its comment says there is no HTTPS listener) although --https-address \
-            is listening; HTTP API spec §1.7 says it is the actual HTTPS listening port"]
 fn tls_required_403_advertises_the_https_port() {
     let pki = self_signed_pki();
     let nsqd = start_tls(&pki, &["--tls-required=true"]);

@@ -426,9 +426,10 @@ async fn run(
         }
     });
 
+    let (http_router, https_router) = crate::http::routers(nsqd.clone());
     let http_stop = Arc::new(Notify::new());
     let http_task = http.map(|l| {
-        let router = crate::http::router(nsqd.clone());
+        let router = http_router;
         let s = http_stop.clone();
         tokio::spawn(async move {
             let _ = axum::serve(l, router)
@@ -442,7 +443,7 @@ async fn run(
         (Some(l), Some(cfg)) => Some(tokio::spawn(crate::tls::serve_https(
             l,
             cfg,
-            crate::http::router(nsqd.clone()),
+            https_router,
             https_stop.clone(),
         ))),
         _ => None,

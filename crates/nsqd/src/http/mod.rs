@@ -25,17 +25,27 @@ use parking_lot::Mutex;
 use crate::options::{LogLevel, TlsRequired};
 use crate::server::Nsqd;
 
-/// Builds the HTTP API for `nsqd` (served by `server.rs` with `axum::serve`).
+/// Builds the HTTP API for `nsqd`'s plain listener (served by `server.rs`).
 pub fn router(nsqd: Arc<Nsqd>) -> Router {
-    let runtime = RuntimeOpts {
+    routers(nsqd).0
+}
+
+/// The plain-HTTP and the HTTPS routers, sharing the run-time `/config` state. They differ
+/// only in the TLS-required policy: `--tls-required=true` refuses plain HTTP, never HTTPS.
+pub fn routers(nsqd: Arc<Nsqd>) -> (Router, Router) {
+    let runtime = Arc::new(RuntimeOpts {
         log_level: Mutex::new(nsqd.opts.log_level),
         lookupd_tcp_addresses: Mutex::new(Some(nsqd.opts.lookupd_tcp_addresses.clone())),
+    });
+    let make = |over_tls: bool| {
+        let state = HttpState {
+            nsqd: nsqd.clone(),
+            runtime: runtime.clone(),
+            over_tls,
+        };
+        Router::new().fallback(dispatch).with_state(state)
     };
-    let state = HttpState {
-        nsqd,
-        runtime: Arc::new(runtime),
-    };
-    Router::new().fallback(dispatch).with_state(state)
+    (make(false), make(true))
 }
 
 /// Per-router state shared by every request.
@@ -43,6 +53,8 @@ pub fn router(nsqd: Arc<Nsqd>) -> Router {
 struct HttpState {
     nsqd: Arc<Nsqd>,
     runtime: Arc<RuntimeOpts>,
+    /// Whether this router serves the HTTPS listener.
+    over_tls: bool,
 }
 
 /// The two options `PUT /config/<opt>` may change at run time; `GET /config` reads them from
@@ -224,12 +236,13 @@ fn allowed(path: &str, req_method: Option<M>) -> Option<String> {
 // ---- dispatch -------------------------------------------------------------------------------
 
 async fn dispatch(State(st): State<HttpState>, req: Request) -> Response {
-    // §1.7: with --tls-required=true the plain listener answers 403 to everything. We serve
-    // no HTTPS listener, so the advertised port is 0.
-    if st.nsqd.opts.effective_tls_required() == TlsRequired::True {
+    // §1.7: with --tls-required=true the plain listener answers 403 to everything, pointing
+    // at the HTTPS port (0 when there is no HTTPS listener).
+    if !st.over_tls && st.nsqd.opts.effective_tls_required() == TlsRequired::True {
+        let port = st.nsqd.https_addr.map_or(0, |a| a.port());
         let mut r = raw(
             StatusCode::FORBIDDEN,
-            r#"{"message": "TLS_REQUIRED", "https_port": 0}"#,
+            format!(r#"{{"message": "TLS_REQUIRED", "https_port": {port}}}"#),
         );
         set(&mut r, header::CONTENT_TYPE, CT_JSON);
         set_nsq(&mut r);
