@@ -581,6 +581,7 @@ fn config(admin: &Arc<Admin>, ctx: &Ctx, opt: &str) -> ApiResult {
                 let s = String::from_utf8_lossy(body);
                 o.log_level = LogLevel::parse(&s)
                     .map_err(|_| err(StatusCode::BAD_REQUEST, "INVALID_VALUE"))?;
+                nsqd::logging::set_level(o.log_level.as_str());
             }
             _ => return Err(err(StatusCode::BAD_REQUEST, "INVALID_OPTION")),
         }
