@@ -396,8 +396,11 @@ pub struct DeflateReader<R> {
     buf: Box<[u8]>,
     start: usize,
     end: usize,
-    /// The final block has been inflated, or `inner` reached its end.
+    /// The final block has been inflated, or `inner` reached its end and the inflater has
+    /// given out everything it held.
     done: bool,
+    /// `inner` reached its end; the inflater may still hold output for the caller.
+    eof: bool,
 }
 
 impl<R> DeflateReader<R> {
@@ -409,6 +412,7 @@ impl<R> DeflateReader<R> {
             start: 0,
             end: 0,
             done: false,
+            eof: false,
         }
     }
 }
@@ -427,12 +431,18 @@ impl<R: AsyncRead + Unpin> AsyncRead for DeflateReader<R> {
             // Always try the inflater first, even with no new input: it may hold output that did
             // not fit the caller's buffer last time.
             let (in_before, out_before) = (this.decompress.total_in(), this.decompress.total_out());
+            // After the end of input, ask the inflater to give out all it holds.
+            let flush = if this.eof {
+                FlushDecompress::Sync
+            } else {
+                FlushDecompress::None
+            };
             let status = this
                 .decompress
                 .decompress(
                     &this.buf[this.start..this.end],
                     buf.initialize_unfilled(),
-                    FlushDecompress::None,
+                    flush,
                 )
                 .map_err(invalid)?;
             let consumed = (this.decompress.total_in() - in_before) as usize;
@@ -447,6 +457,10 @@ impl<R: AsyncRead + Unpin> AsyncRead for DeflateReader<R> {
             }
             if consumed > 0 {
                 continue;
+            }
+            if this.eof {
+                this.done = true;
+                return Poll::Ready(Ok(()));
             }
             if this.start == this.end {
                 this.start = 0;
@@ -465,8 +479,8 @@ impl<R: AsyncRead + Unpin> AsyncRead for DeflateReader<R> {
             ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rb))?;
             let n = rb.filled().len();
             if n == 0 {
-                this.done = true;
-                return Poll::Ready(Ok(()));
+                this.eof = true;
+                continue;
             }
             this.end += n;
         }
@@ -507,6 +521,8 @@ impl<W> DeflateWriter<W> {
     /// Runs the compressor over `input` (all of it) with `flush`, appending to `out`. For a sync
     /// flush, keeps going until the compressor stops filling the space it is given.
     fn run(&mut self, mut input: &[u8], flush: FlushCompress) -> io::Result<()> {
+        // zlib semantics: a call that filled the output space must be repeated with the same
+        // flush mode until it leaves space free (only then is a sync flush complete).
         loop {
             if self.out.capacity() - self.out.len() < 1024 {
                 self.out.reserve(input.len().clamp(4096, 64 * 1024));

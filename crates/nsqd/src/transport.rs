@@ -129,6 +129,9 @@ pub(crate) async fn upgrade(
         let level = negotiated.deflate_level.clamp(1, 9) as u32;
         wr = WriteSide::Boxed(Box::new(DeflateWriter::new(wr, level)));
         client.meta.lock().deflate = true;
+        // The reference's first deflate bytes are an empty sync block (its pump flushes the
+        // idle client) and then the OK: send the same bytes (spec §10.4).
+        wr.flush().await.map_err(|e| e.to_string())?;
         send_ok(&mut wr).await.map_err(|e| e.to_string())?;
     }
     Ok((rd, wr))

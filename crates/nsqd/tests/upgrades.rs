@@ -124,8 +124,18 @@ async fn deflate_upgrade_then_pub() {
         (resp["deflate"].as_bool(), resp["deflate_level"].as_i64()),
         (Some(true), Some(6))
     );
+    // The first bytes are exactly the reference's (spec §10.4, deflate level 6).
+    let mut first = [0u8; 21];
+    s.read_exact(&mut first).await.unwrap();
+    assert_eq!(
+        first,
+        [
+            0x00, 0x00, 0x00, 0xff, 0xff, 0x62, 0x60, 0x60, 0x60, 0x63, 0x60, 0x60, 0x60, 0xf0,
+            0xf7, 0x06, 0x00, 0x00, 0x00, 0xff, 0xff
+        ]
+    );
     let mut inflate = flate2::Decompress::new(false);
-    let mut raw = BytesMut::new();
+    let mut raw = BytesMut::from(&first[..]);
     let mut plain: Vec<u8> = Vec::new();
     let mut read_plain = |raw: &mut BytesMut, plain: &mut Vec<u8>| {
         let mut out = vec![0u8; 4096];
@@ -138,6 +148,7 @@ async fn deflate_upgrade_then_pub() {
         let _ = raw.split_to(used);
         plain.extend_from_slice(&out[..(inflate.total_out() - before_out) as usize]);
     };
+    read_plain(&mut raw, &mut plain);
     while plain.len() < 10 {
         let n = s.read_buf(&mut raw).await.unwrap();
         assert!(n > 0);
