@@ -10,6 +10,7 @@ use nsq_core::{Channel, Topic};
 use serde::Serialize;
 
 use crate::client::{Client, ClientStats};
+use crate::logging::civil_from_days;
 use crate::server::Nsqd;
 
 /// What the query string asks for.
@@ -500,7 +501,6 @@ fn rfc3339(secs: i64, offset: i64) -> String {
     )
 }
 
-use crate::logging::civil_from_days;
 
 /// Go's `time.Duration.String()` for a nanosecond count (`1h2m3.5s`, `1.5ms`, `0s`).
 pub(crate) fn go_duration(ns: i128) -> String {
