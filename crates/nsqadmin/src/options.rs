@@ -8,7 +8,6 @@
 //! nsqd's; the flag table is our own because nsqadmin's flag set differs.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::time::Duration;
 
 use nsq_protocol::quote::go_quote;
@@ -191,37 +190,9 @@ pub enum ParseOutcome {
     Help,
 }
 
-/// Why the command line or config file was rejected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FlagError {
-    /// Command-line error: print it and [`usage`] to stderr, exit 2.
-    Usage(String),
-    /// Fatal startup error (config file, coercion): log at FATAL, exit 1.
-    Fatal(String),
-}
-
-impl FlagError {
-    pub fn message(&self) -> &str {
-        match self {
-            FlagError::Usage(m) | FlagError::Fatal(m) => m,
-        }
-    }
-
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            FlagError::Usage(_) => 2,
-            FlagError::Fatal(_) => 1,
-        }
-    }
-}
-
-impl fmt::Display for FlagError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.message())
-    }
-}
-
-impl std::error::Error for FlagError {}
+/// Why the command line or config file was rejected (shared with nsqd: `Usage` → exit 2,
+/// `Fatal` → exit 1).
+pub use nsqd::options::FlagError;
 
 /// Parses the command line (program name first), then the `--config` file.
 pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<ParseOutcome, FlagError> {

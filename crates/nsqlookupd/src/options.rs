@@ -7,7 +7,6 @@
 //! lookup are nsqd's; only the flag table, which is nsqlookupd's own, lives here.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::time::Duration;
 
 use nsq_protocol::quote::go_quote;
@@ -85,37 +84,9 @@ pub enum ParseOutcome {
     Help,
 }
 
-/// Why the command line or config file was rejected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FlagError {
-    /// Go `flag` error: print it and [`usage`] to stderr, exit 2.
-    Usage(String),
-    /// Config file problem: log it as FATAL, exit 1.
-    Fatal(String),
-}
-
-impl FlagError {
-    pub fn message(&self) -> &str {
-        match self {
-            FlagError::Usage(m) | FlagError::Fatal(m) => m,
-        }
-    }
-
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            FlagError::Usage(_) => 2,
-            FlagError::Fatal(_) => 1,
-        }
-    }
-}
-
-impl fmt::Display for FlagError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.message())
-    }
-}
-
-impl std::error::Error for FlagError {}
+/// Why the command line or config file was rejected (shared with nsqd: `Usage` → exit 2,
+/// `Fatal` → exit 1).
+pub use nsqd::options::FlagError;
 
 /// How a flag's value is parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
