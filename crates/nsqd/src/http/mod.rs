@@ -9,14 +9,14 @@ mod api;
 mod debug;
 pub mod json;
 pub mod query;
+pub mod reply;
 mod stats;
 mod tz;
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::response::Response;
 use axum::Router;
 use bytes::Bytes;
@@ -24,6 +24,7 @@ use parking_lot::Mutex;
 
 use crate::options::{LogLevel, TlsRequired};
 use crate::server::Nsqd;
+use reply::{raw, redirect, set, set_nsq, v1_error, CT_HTML, CT_JSON, CT_TEXT};
 
 /// Builds the HTTP API for `nsqd`'s plain listener (served by `server.rs`).
 pub fn router(nsqd: Arc<Nsqd>) -> Router {
@@ -299,56 +300,7 @@ async fn dispatch(State(st): State<HttpState>, req: Request) -> Response {
     v1_error(StatusCode::NOT_FOUND, "NOT_FOUND")
 }
 
-/// `http.Redirect` to `path` (query kept): GET gets the small HTML body, others none.
-fn redirect(code: StatusCode, path: &str, query: Option<&str>, is_get: bool) -> Response {
-    let mut url = query::redirect_clean(&query::escape_path(path));
-    if let Some(q) = query {
-        url.push('?');
-        url.push_str(q);
-    }
-    let body = if is_get {
-        format!(
-            "<a href=\"{}\">{}</a>.\n\n",
-            query::html_escape(&url),
-            code.canonical_reason().unwrap_or("")
-        )
-    } else {
-        String::new()
-    };
-    let mut r = raw(code, body);
-    if let Ok(v) = HeaderValue::from_str(&url) {
-        r.headers_mut().insert(header::LOCATION, v);
-    }
-    if is_get {
-        set(&mut r, header::CONTENT_TYPE, CT_HTML);
-    }
-    r
-}
-
 // ---- response styles (§1.4) -----------------------------------------------------------------
-
-const CT_JSON: &str = "application/json; charset=utf-8";
-const CT_TEXT: &str = "text/plain; charset=utf-8";
-const CT_HTML: &str = "text/html; charset=utf-8";
-const NSQ_CT_NAME: &str = "x-nsq-content-type";
-const NSQ_CT: &str = "nsq; version=1.0";
-
-fn raw(code: StatusCode, body: impl Into<Bytes>) -> Response {
-    let mut r = Response::new(Body::from(body.into()));
-    *r.status_mut() = code;
-    r
-}
-
-fn set(r: &mut Response, name: header::HeaderName, value: &str) {
-    if let Ok(v) = HeaderValue::from_str(value) {
-        r.headers_mut().insert(name, v);
-    }
-}
-
-fn set_nsq(r: &mut Response) {
-    r.headers_mut()
-        .insert(NSQ_CT_NAME, HeaderValue::from_static(NSQ_CT));
-}
 
 /// What a "v1" endpoint returns on success (`RespondV1` with code 200).
 enum Reply {
@@ -406,17 +358,6 @@ fn v1(result: ApiResult) -> Response {
         }
         Err(ApiError(code, msg)) => return v1_error(code, msg),
     };
-    set_nsq(&mut r);
-    r
-}
-
-fn v1_error(code: StatusCode, msg: &str) -> Response {
-    #[derive(serde::Serialize)]
-    struct Message<'a> {
-        message: &'a str,
-    }
-    let mut r = raw(code, json::to_vec(&Message { message: msg }));
-    set(&mut r, header::CONTENT_TYPE, CT_JSON);
     set_nsq(&mut r);
     r
 }

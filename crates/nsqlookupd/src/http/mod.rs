@@ -7,6 +7,7 @@
 
 use nsqd::http::json;
 use nsqd::http::query;
+use nsqd::http::reply::{raw, redirect, set, set_nsq, v1_error, CT_JSON, CT_TEXT};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -17,10 +18,9 @@ use std::time::Instant;
 
 use axum::body::{Body, HttpBody};
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::response::Response;
 use axum::Router;
-use bytes::Bytes;
 use nsq_protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use serde::Serialize;
 
@@ -216,32 +216,6 @@ async fn route(lookupd: &Nsqlookupd, req: Request) -> Response {
     v1_error(StatusCode::NOT_FOUND, "NOT_FOUND")
 }
 
-/// `http.Redirect` to `path` (query kept): GET gets the small HTML body, others none.
-fn redirect(code: StatusCode, path: &str, query: Option<&str>, is_get: bool) -> Response {
-    let mut url = query::redirect_clean(&query::escape_path(path));
-    if let Some(q) = query {
-        url.push('?');
-        url.push_str(q);
-    }
-    let body = if is_get {
-        format!(
-            "<a href=\"{}\">{}</a>.\n\n",
-            query::html_escape(&url),
-            code.canonical_reason().unwrap_or("")
-        )
-    } else {
-        String::new()
-    };
-    let mut r = raw(code, body);
-    if let Ok(v) = HeaderValue::from_str(&url) {
-        r.headers_mut().insert(header::LOCATION, v);
-    }
-    if is_get {
-        set(&mut r, header::CONTENT_TYPE, CT_HTML);
-    }
-    r
-}
-
 /// Runs one endpoint: parameters first (as `NewReqParams`), then the handler, whose panic
 /// becomes the reference's `500 INTERNAL_ERROR`.
 async fn endpoint(lookupd: &Nsqlookupd, ep: Endpoint, req: Request) -> Response {
@@ -387,12 +361,6 @@ fn topic_channel_args(q: &Query) -> Result<(&str, &str), ApiError> {
 
 // ---- response styles ------------------------------------------------------------------------
 
-const CT_JSON: &str = "application/json; charset=utf-8";
-const CT_TEXT: &str = "text/plain; charset=utf-8";
-const CT_HTML: &str = "text/html; charset=utf-8";
-const NSQ_CT_NAME: &str = "x-nsq-content-type";
-const NSQ_CT: &str = "nsq; version=1.0";
-
 /// A "v1" error: the status and the `{"message":…}` text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ApiError(StatusCode, &'static str);
@@ -412,23 +380,6 @@ fn json<T: Serialize + ?Sized>(v: &T) -> ApiResult {
     Ok(Some(json::to_vec(v)))
 }
 
-fn raw(code: StatusCode, body: impl Into<Bytes>) -> Response {
-    let mut r = Response::new(Body::from(body.into()));
-    *r.status_mut() = code;
-    r
-}
-
-fn set(r: &mut Response, name: header::HeaderName, value: &str) {
-    if let Ok(v) = HeaderValue::from_str(value) {
-        r.headers_mut().insert(name, v);
-    }
-}
-
-fn set_nsq(r: &mut Response) {
-    r.headers_mut()
-        .insert(NSQ_CT_NAME, HeaderValue::from_static(NSQ_CT));
-}
-
 /// `RespondV1`: JSON data with `Content-Type`, or an empty body without; always the
 /// `X-NSQ-Content-Type` header.
 fn v1(result: ApiResult) -> Response {
@@ -441,17 +392,6 @@ fn v1(result: ApiResult) -> Response {
         }
         Err(ApiError(code, msg)) => return v1_error(code, msg),
     };
-    set_nsq(&mut r);
-    r
-}
-
-fn v1_error(code: StatusCode, msg: &str) -> Response {
-    #[derive(Serialize)]
-    struct Message<'a> {
-        message: &'a str,
-    }
-    let mut r = raw(code, json::to_vec(&Message { message: msg }));
-    set(&mut r, header::CONTENT_TYPE, CT_JSON);
     set_nsq(&mut r);
     r
 }
