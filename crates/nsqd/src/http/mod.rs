@@ -10,6 +10,9 @@ mod debug;
 pub mod json;
 pub mod query;
 pub mod reply;
+
+/// Go's `time.Duration.String()` for a nanosecond count (shared with nsqlookupd's log).
+pub use stats::go_duration;
 mod stats;
 mod tz;
 

@@ -502,7 +502,7 @@ fn rfc3339(secs: i64, offset: i64) -> String {
 }
 
 /// Go's `time.Duration.String()` for a nanosecond count (`1h2m3.5s`, `1.5ms`, `0s`).
-pub(crate) fn go_duration(ns: i128) -> String {
+pub fn go_duration(ns: i128) -> String {
     let neg = ns < 0;
     let mut u = ns.unsigned_abs();
     let mut out = String::new();

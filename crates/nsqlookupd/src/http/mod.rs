@@ -398,22 +398,7 @@ fn v1(result: ApiResult) -> Response {
 
 /// Go's `time.Duration.String` for the request log (`1.5ms`, `42.1µs`, `2s`).
 fn go_duration(d: std::time::Duration) -> String {
-    let ns = d.as_nanos();
-    if ns == 0 {
-        return "0s".to_string();
-    }
-    let (v, unit) = if ns < 1_000 {
-        return format!("{ns}ns");
-    } else if ns < 1_000_000 {
-        (ns as f64 / 1e3, "µs")
-    } else if ns < 1_000_000_000 {
-        (ns as f64 / 1e6, "ms")
-    } else {
-        (ns as f64 / 1e9, "s")
-    };
-    let s = format!("{v:.9}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    format!("{s}{unit}")
+    nsqd::http::go_duration(d.as_nanos() as i128)
 }
 
 #[cfg(test)]
