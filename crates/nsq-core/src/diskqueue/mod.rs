@@ -151,7 +151,7 @@ impl DiskQueue {
             )));
         }
         let meta_path = opts.data_path.join(format!("{name}.diskqueue.meta.dat"));
-        let m = recovery::recover(name, &opts, &meta_path)?;
+        let m = recovery::recover(name, &opts, &meta_path);
 
         let queue = Arc::new_cyclic(|weak| DiskQueue {
             name: name.to_string(),

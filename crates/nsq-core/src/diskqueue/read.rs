@@ -83,10 +83,21 @@ impl ReadSide {
             self.buf.reserve(want.max(READ_CHUNK));
         }
         self.buf.resize(old + want, 0);
-        if let Err(e) = file.read_exact_at(&mut self.buf[old..], end as u64) {
-            self.buf.truncate(old);
-            return Err(e);
+        // Keep whatever a short read returns (the file may be shorter than the metadata
+        // says): the complete records in it are still served before the EOF is reported.
+        let mut got = 0;
+        while got < want {
+            match file.read_at(&mut self.buf[old + got..], (end + got as i64) as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.buf.truncate(old + got);
+                    return Err(e);
+                }
+            }
         }
+        self.buf.truncate(old + got);
         if self.buf.len() < need {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
@@ -137,6 +148,8 @@ enum ReadOutcome {
     FileDone,
     /// Corruption or I/O error at `end_pos` (diskqueue.go, handleReadError).
     Error(String),
+    /// The data file does not exist: go on with the next one that does.
+    Missing(String),
 }
 
 impl DiskQueue {
@@ -187,6 +200,10 @@ impl DiskQueue {
             rs.reset(rfn, rpos);
             match File::open(self.data_file(rfn)) {
                 Ok(f) => rs.file = Some(f),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    step.outcome = ReadOutcome::Missing(e.to_string());
+                    return step;
+                }
                 Err(e) => {
                     step.outcome = ReadOutcome::Error(e.to_string());
                     return step;
@@ -278,6 +295,30 @@ impl DiskQueue {
                     rs.close();
                     delete.push(self.data_file(st.read_file_num));
                     st.read_file_num += 1;
+                    st.read_pos = 0;
+                    force = true;
+                }
+                ReadOutcome::Missing(err) => {
+                    // go-diskqueue treats this like corruption and steps one file number at
+                    // a time; with metadata pointing far ahead that is endless, so jump to
+                    // the next data file that exists (or the writer's).
+                    let wfn = st.write_file_num;
+                    let next = super::recovery::data_file_nums(&self.name, &self.opts)
+                        .into_iter()
+                        .find(|&n| n > st.read_file_num)
+                        .map_or(wfn, |n| n.min(wfn));
+                    tracing::error!(
+                        "DISKQUEUE({}) reading {} - {err} - jumping to file {next}",
+                        self.name,
+                        self.data_file(st.read_file_num).display()
+                    );
+                    if st.read_file_num == wfn {
+                        st.write_file = None;
+                        st.write_file_num += 1;
+                        st.write_pos = 0;
+                    }
+                    rs.close();
+                    st.read_file_num = next.max(st.read_file_num + 1);
                     st.read_pos = 0;
                     force = true;
                 }
