@@ -99,6 +99,8 @@ struct State {
     write_pos: i64,
     /// `Arc` so a sync job can fsync it after the lock is released, without a `dup`.
     write_file: Option<Arc<File>>,
+    /// A failed write could not be cut back off the write file: retry before the next put.
+    torn_tail: bool,
     exiting: bool,
     ops_since_sync: i64,
     /// When the first operation after the last sync happened (for `sync_timeout`).
@@ -171,6 +173,7 @@ impl DiskQueue {
                 write_file_num: m.write_file_num,
                 write_pos: m.write_pos,
                 write_file: None,
+                torn_tail: false,
                 exiting: false,
                 ops_since_sync: 0,
                 dirty_since: None,
