@@ -10,6 +10,7 @@ pub mod httpclient;
 pub mod logging;
 pub mod lookup;
 pub mod metadata;
+pub mod metrics;
 pub mod options;
 pub mod server;
 pub mod statsd;

@@ -36,6 +36,7 @@ pub(super) async fn handle(
         Endpoint::Pub => v1(publish(nsqd, req).await),
         Endpoint::Mpub => v1(mpublish(nsqd, req).await),
         Endpoint::Stats => v1(stats(nsqd, req).await),
+        Endpoint::Metrics => crate::metrics::response(nsqd, req.uri().query()),
         Endpoint::TopicCreate => v1(topic_create(nsqd, req).await),
         Endpoint::TopicDelete => v1(topic_delete(nsqd, req).await),
         Endpoint::TopicEmpty => v1(topic_empty(nsqd, req).await),

@@ -106,6 +106,8 @@ enum Endpoint {
     Pub,
     Mpub,
     Stats,
+    /// `/metrics` (Prometheus; crate::metrics).
+    Metrics,
     TopicCreate,
     TopicDelete,
     TopicEmpty,
@@ -134,6 +136,7 @@ const ROUTES: &[(M, &str, Endpoint)] = &[
     (M::Post, "/pub", Endpoint::Pub),
     (M::Post, "/mpub", Endpoint::Mpub),
     (M::Get, "/stats", Endpoint::Stats),
+    (M::Get, "/metrics", Endpoint::Metrics),
     (M::Post, "/topic/create", Endpoint::TopicCreate),
     (M::Post, "/topic/delete", Endpoint::TopicDelete),
     (M::Post, "/topic/empty", Endpoint::TopicEmpty),

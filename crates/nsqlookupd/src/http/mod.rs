@@ -74,6 +74,8 @@ enum Endpoint {
     ChannelCreate,
     ChannelDelete,
     TopicTombstone,
+    /// `/metrics` (Prometheus; crate::metrics).
+    Metrics,
 }
 
 impl Endpoint {
@@ -82,7 +84,12 @@ impl Endpoint {
     fn takes_params(self) -> bool {
         !matches!(
             self,
-            Endpoint::Ping | Endpoint::Info | Endpoint::Debug | Endpoint::Topics | Endpoint::Nodes
+            Endpoint::Ping
+                | Endpoint::Info
+                | Endpoint::Debug
+                | Endpoint::Topics
+                | Endpoint::Nodes
+                | Endpoint::Metrics
         )
     }
 }
@@ -102,6 +109,7 @@ const ROUTES: &[(M, &str, Endpoint)] = &[
     (M::Post, "/channel/create", Endpoint::ChannelCreate),
     (M::Post, "/channel/delete", Endpoint::ChannelDelete),
     (M::Post, "/topic/tombstone", Endpoint::TopicTombstone),
+    (M::Get, "/metrics", Endpoint::Metrics),
 ];
 
 /// The exact (case-sensitive) route for `method` and `path`.
@@ -267,6 +275,7 @@ fn handle(lookupd: &Nsqlookupd, ep: Endpoint, q: &Query) -> Response {
             })
         }
         Endpoint::Debug => json(&db.debug()),
+        Endpoint::Metrics => return crate::metrics::response(lookupd),
         Endpoint::Topics => {
             let mut m = BTreeMap::new();
             m.insert("topics", db.topics());
