@@ -8,6 +8,7 @@ pub mod client;
 pub mod cluster;
 pub mod history;
 pub mod http;
+pub mod metrics;
 /// Go-compatible JSON bytes, shared with nsqd.
 pub use nsqd::http::json;
 pub mod notify;

@@ -84,11 +84,14 @@ pub(crate) enum Endpoint {
     HistoryTotal,
     HistoryTopic,
     HistoryChannel,
+    /// `/metrics` (Prometheus; crate::metrics).
+    Metrics,
 }
 
 const ROUTES: &[(M, &str, Endpoint)] = &[
     (M::Get, "/", Endpoint::Index),
     (M::Get, "/ping", Endpoint::Ping),
+    (M::Get, "/metrics", Endpoint::Metrics),
     (M::Get, "/topics", Endpoint::Index),
     (M::Get, "/topics/:topic", Endpoint::Index),
     (M::Get, "/topics/:topic/:channel", Endpoint::Index),
@@ -418,6 +421,8 @@ async fn route(admin: Arc<Admin>, peer: SocketAddr, req: Request) -> Reply {
                     Endpoint::Index | Endpoint::Static | Endpoint::Render | Endpoint::Ping => {
                         ui::handle(&admin, ep, params, ctx).await
                     }
+                    Endpoint::Metrics => Reply::new(StatusCode::OK, crate::metrics::render())
+                        .with(header::CONTENT_TYPE, nsq_prometheus::CONTENT_TYPE),
                     _ => api::handle(&admin, ep, params, ctx).await,
                 }
             });
