@@ -1,5 +1,6 @@
 //! The `nsqd` binary: parses flags (Go-style `-flag` and `--flag`), starts the daemon, and
-//! shuts it down gracefully on SIGINT/SIGTERM.
+//! shuts it down gracefully on SIGINT/SIGTERM (or drains first: `--sigterm=drain`, see
+//! nsqd::drain).
 
 use std::process::ExitCode;
 
@@ -50,18 +51,8 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        wait_for_signal().await;
-        handle.shutdown().await;
+        // Signals, drain mode and PUT /config/shutdown; returns after the clean shutdown.
+        nsqd::drain::run(handle).await;
         ExitCode::SUCCESS
     })
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
 }

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod client;
 pub mod compress;
+pub mod drain;
 pub mod http;
 pub mod httpclient;
 pub mod logging;

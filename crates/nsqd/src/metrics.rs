@@ -143,6 +143,12 @@ pub fn render(nsqd: &Nsqd, per_client: bool) -> String {
         "1 when nsqd is healthy (/ping answers OK), 0 after a backend write error.",
         b(nsqd.engine.health().is_healthy()),
     );
+    e.single(
+        "nsq_nsqd_draining",
+        Kind::Gauge,
+        "1 while nsqd is draining (--sigterm=drain, PUT /config/drain): no new messages, exit when empty.",
+        b(nsqd.drain.is_draining()),
+    );
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());

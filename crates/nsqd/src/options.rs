@@ -277,6 +277,8 @@ pub struct NsqdOptions {
     pub deflate: bool,
     pub max_deflate_level: i64,
     pub snappy: bool,
+    /// `-sigterm`: `shutdown` (default) or `drain` (crate::drain); not in the reference.
+    pub sigterm: String,
 }
 
 impl Default for NsqdOptions {
@@ -350,6 +352,7 @@ impl NsqdOptions {
             deflate: true,
             max_deflate_level: 6,
             snappy: true,
+            sigterm: "shutdown".to_string(),
         }
     }
 
@@ -381,6 +384,9 @@ impl NsqdOptions {
             return Err(
                 "cannot require TLS client connections without TLS key and cert".to_string(),
             );
+        }
+        if let Err(e) = crate::drain::SigtermMode::parse(&self.sigterm) {
+            return Err(format!("invalid sigterm {:?}: {e}", self.sigterm));
         }
         for &v in &self.e2e_processing_latency_percentiles {
             if v <= 0.0 || v > 1.0 {
@@ -624,6 +630,14 @@ pub fn parse_args_with_defaults<I: IntoIterator<Item = String>>(
                 return Err(FlagError::Usage(format!("flag needs an argument: -{name}")));
             };
             match field.set_flag(v) {
+                Ok(()) if spec.name == "sigterm" => {
+                    if let Err(e) = crate::drain::SigtermMode::parse(v) {
+                        return Err(FlagError::Usage(format!(
+                            "invalid value {} for flag -{name}: {e}",
+                            go_quote(v.as_bytes())
+                        )));
+                    }
+                }
                 Ok(()) => {}
                 Err(SetError::Fatal(m)) => return Err(FlagError::Fatal(m)),
                 Err(e) => {
@@ -862,6 +876,7 @@ option_fields! {
     "deflate" => deflate: Bool, Some("deflate");
     "max-deflate-level" => max_deflate_level: Int, Some("max_deflate_level");
     "snappy" => snappy: Bool, Some("snappy");
+    "sigterm" => sigterm: Str, Some("sigterm");
 }
 
 /// A flag value that did not parse.
@@ -1496,6 +1511,8 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
     	number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts (default 20)
   -queue-scan-worker-pool-max int
     	max concurrency for checking in-flight and deferred message timeouts (default 4)
+  -sigterm string
+    	what SIGTERM does: 'shutdown' (clean shutdown) or 'drain' (accept no new messages, deliver the queued ones, then shut down) (default "shutdown")
   -snappy
     	enable snappy feature negotiation (client compression) (default true)
   -statsd-address string

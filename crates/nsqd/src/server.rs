@@ -86,6 +86,8 @@ pub struct Nsqd {
     pub lookup: Lookup,
     /// Serialises metadata writes (async scheduled ones and synchronous pause writes).
     metadata_lock: Mutex<()>,
+    /// Drain mode (crate::drain).
+    pub drain: crate::drain::Drain,
 }
 
 impl Nsqd {
@@ -116,6 +118,10 @@ impl Nsqd {
     pub async fn topic(&self, name: &str) -> Result<Arc<Topic>, BackendError> {
         if let Some(t) = self.engine.get_topic(name) {
             return Ok(t);
+        }
+        if self.drain.is_draining() {
+            // A draining node creates no topics (crate::drain); callers refuse earlier.
+            return Err(BackendError::Exiting);
         }
         let lookupds = self.lookup.http_addresses();
         if lookupds.is_empty() {
@@ -338,6 +344,7 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
         metadata_dirty: metadata_dirty.clone(),
         lookup,
         metadata_lock: Mutex::new(()),
+        drain: crate::drain::Drain::default(),
     });
 
     engine.begin_loading();

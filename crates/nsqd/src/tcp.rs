@@ -325,6 +325,9 @@ fn send_response(client: &Client, data: &[u8]) {
 
 /// Runs one decoded command. `Err` is the error frame to send (fatal or not, per its code).
 async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<(), NsqError> {
+    if nsqd.drain.is_draining() {
+        crate::drain::check_tcp(nsqd, &cmd)?;
+    }
     match cmd {
         Command::Nop => Ok(()),
         Command::Fin { id } => {

@@ -31,6 +31,19 @@ pub(super) async fn handle(
 ) -> Response {
     let nsqd = &st.nsqd;
     match ep {
+        Endpoint::Pub | Endpoint::Mpub | Endpoint::TopicCreate | Endpoint::ChannelCreate
+            if nsqd.drain.is_draining() =>
+        {
+            crate::drain::http_refused()
+        }
+        Endpoint::Config if matches!(param.as_deref(), Some("drain")) => {
+            crate::drain::http_config(nsqd, req.method(), "drain")
+        }
+        Endpoint::Config
+            if param.as_deref() == Some("shutdown") && req.method() == axum::http::Method::PUT =>
+        {
+            crate::drain::http_config(nsqd, req.method(), "shutdown")
+        }
         Endpoint::Ping => ping(nsqd),
         Endpoint::Info => v1(info(nsqd)),
         Endpoint::Pub => v1(publish(nsqd, req).await),
@@ -227,6 +240,8 @@ fn info(nsqd: &Nsqd) -> ApiResult {
         max_output_buffer_size: i64,
         max_output_buffer_timeout: i64,
         max_deflate_level: i64,
+        /// Drain mode (crate::drain); not in the reference.
+        draining: bool,
     }
     let o = &nsqd.opts;
     let info = Info {
@@ -240,6 +255,7 @@ fn info(nsqd: &Nsqd) -> ApiResult {
         max_output_buffer_size: o.max_output_buffer_size,
         max_output_buffer_timeout: nanos(o.max_output_buffer_timeout),
         max_deflate_level: o.max_deflate_level,
+        draining: nsqd.drain.is_draining(),
     };
     Ok(Reply::Json(json::to_vec(&info)))
 }

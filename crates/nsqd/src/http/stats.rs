@@ -35,6 +35,8 @@ pub(crate) struct StatsJson {
     memory: Option<MemStats>,
     /// `null` when there are no producers or clients are excluded.
     producers: Option<Vec<ClientJson>>,
+    /// Drain mode (crate::drain); not in the reference.
+    draining: bool,
 }
 
 #[derive(Serialize)]
@@ -143,6 +145,7 @@ pub(crate) fn collect(nsqd: &Nsqd, q: &StatsQuery<'_>) -> StatsJson {
         topics: None,
         memory: q.include_mem.then(mem_stats),
         producers: None,
+        draining: nsqd.drain.is_draining(),
     };
     let topics: Vec<Arc<Topic>> = if q.topic.is_empty() {
         nsqd.engine.topics()
