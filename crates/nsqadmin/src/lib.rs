@@ -8,8 +8,8 @@ pub mod client;
 pub mod cluster;
 pub mod history;
 pub mod http;
-/// Go-compatible JSON bytes, shared with nsqd.
-pub use nsqd::http::json;
+/// Go-compatible JSON bytes.
+pub use nsq_go::json;
 pub mod notify;
 pub mod options;
 pub mod server;

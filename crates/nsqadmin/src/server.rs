@@ -112,7 +112,7 @@ pub async fn start(opts: AdminOptions) -> Result<AdminHandle, String> {
         cidr,
         notifier: Notifier::start(&opts.notification_http_endpoint, client),
         history: history.clone(),
-        hostname: nsqd::options::hostname(),
+        hostname: nsq_go::os::hostname(),
         opts: RwLock::new(Arc::new(opts)),
     });
     let (stop, stop_rx) = watch::channel(false);
@@ -140,4 +140,32 @@ pub async fn start(opts: AdminOptions) -> Result<AdminHandle, String> {
         stop,
         done,
     })
+}
+
+impl nsq_http::daemon::Daemon for AdminHandle {
+    type Options = AdminOptions;
+    type Error = String;
+    const NAME: &'static str = "nsqadmin";
+
+    fn parse_args(
+        args: Vec<String>,
+    ) -> Result<crate::options::ParseOutcome, crate::options::FlagError> {
+        crate::options::parse_args(args)
+    }
+
+    fn usage() -> String {
+        crate::options::usage()
+    }
+
+    fn log_settings(opts: &AdminOptions) -> (&str, crate::options::LogLevel) {
+        (&opts.log_prefix, opts.log_level)
+    }
+
+    async fn start(opts: AdminOptions) -> Result<Self, String> {
+        start(opts).await
+    }
+
+    async fn shutdown(self) {
+        AdminHandle::shutdown(self).await
+    }
 }

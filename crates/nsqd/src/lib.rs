@@ -7,7 +7,6 @@ pub mod client;
 pub mod compress;
 pub mod http;
 pub mod httpclient;
-pub mod logging;
 pub mod lookup;
 pub mod metadata;
 pub mod options;

@@ -498,3 +498,31 @@ async fn run(
     let engine = nsqd.engine.clone();
     let _ = tokio::task::spawn_blocking(move || engine.close()).await;
 }
+
+impl nsq_http::daemon::Daemon for NsqdHandle {
+    type Options = NsqdOptions;
+    type Error = String;
+    const NAME: &'static str = "nsqd";
+
+    fn parse_args(
+        args: Vec<String>,
+    ) -> Result<crate::options::ParseOutcome, crate::options::FlagError> {
+        crate::options::parse_args(args)
+    }
+
+    fn usage() -> String {
+        crate::options::usage().to_string()
+    }
+
+    fn log_settings(opts: &NsqdOptions) -> (&str, crate::options::LogLevel) {
+        (&opts.log_prefix, opts.log_level)
+    }
+
+    async fn start(opts: NsqdOptions) -> Result<Self, String> {
+        start(opts).await
+    }
+
+    async fn shutdown(self) {
+        NsqdHandle::shutdown(self).await
+    }
+}

@@ -10,8 +10,9 @@ use nsq_core::{Channel, Topic};
 use serde::Serialize;
 
 use crate::client::{Client, ClientStats};
-use crate::logging::civil_from_days;
 use crate::server::Nsqd;
+use nsq_go::duration::format_nanos as go_duration;
+use nsq_http::logging::civil_from_days;
 
 /// What the query string asks for.
 pub(crate) struct StatsQuery<'a> {
@@ -501,68 +502,9 @@ fn rfc3339(secs: i64, offset: i64) -> String {
     )
 }
 
-/// Go's `time.Duration.String()` for a nanosecond count (`1h2m3.5s`, `1.5ms`, `0s`).
-pub fn go_duration(ns: i128) -> String {
-    let neg = ns < 0;
-    let mut u = ns.unsigned_abs();
-    let mut out = String::new();
-    if u < 1_000_000_000 {
-        let (prec, unit) = match u {
-            0 => return "0s".to_string(),
-            1..=999 => (0, "ns"),
-            1_000..=999_999 => (3, "µs"),
-            _ => (6, "ms"),
-        };
-        let frac = frac_str(&mut u, prec);
-        out.push_str(&format!("{u}{frac}{unit}"));
-    } else {
-        let frac = frac_str(&mut u, 9);
-        let secs = u % 60;
-        let mins = u / 60;
-        if mins > 0 {
-            let hours = mins / 60;
-            if hours > 0 {
-                out.push_str(&format!("{hours}h"));
-            }
-            out.push_str(&format!("{}m", mins % 60));
-        }
-        out.push_str(&format!("{secs}{frac}s"));
-    }
-    if neg {
-        out.insert(0, '-');
-    }
-    out
-}
-
-/// Go's `fmtFrac`: splits `prec` decimal digits off `*v` and renders them as `.ddd` without
-/// trailing zeros (empty when they are all zero).
-fn frac_str(v: &mut u128, prec: u32) -> String {
-    let p = 10u128.pow(prec);
-    let frac = *v % p;
-    *v /= p;
-    if frac == 0 {
-        return String::new();
-    }
-    let s = format!("{frac:0width$}", width = prec as usize);
-    format!(".{}", s.trim_end_matches('0'))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(go_duration(0), "0s");
-        assert_eq!(go_duration(58_575_750_838), "58.575750838s");
-        assert_eq!(go_duration(84_219_939_907), "1m24.219939907s");
-        assert_eq!(go_duration(7_384_500_000_000), "2h3m4.5s");
-        assert_eq!(go_duration(1_500), "1.5µs");
-        assert_eq!(go_duration(2_000_000), "2ms");
-        assert_eq!(go_duration(999), "999ns");
-        assert_eq!(go_duration(3_600_000_000_000), "1h0m0s");
-        assert_eq!(go_duration(-1_000_000_000), "-1s");
-    }
 
     #[test]
     fn human_nanos() {
