@@ -4,6 +4,7 @@
 //! admin-action notifications ([`notify`]) and keeps its own short stats history for charts
 //! ([`history`]). `apps/nsqadmin` only parses flags ([`options`]) and calls [`server::start`].
 
+pub mod admin;
 pub mod client;
 pub mod cluster;
 pub mod history;
@@ -15,4 +16,5 @@ pub mod options;
 pub mod server;
 pub mod stats;
 
+pub use admin::Admin;
 pub use server::{start, AdminHandle};

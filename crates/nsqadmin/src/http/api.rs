@@ -13,9 +13,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{Ctx, Endpoint, Reply};
+use crate::admin::Admin;
 use crate::cluster::Producer;
 use crate::notify::AdminAction;
-use crate::server::Admin;
 use crate::stats::{ChannelStats, TopicStats};
 use nsq_go::url::{escape_path, Query};
 

@@ -24,7 +24,7 @@ use axum::response::Response;
 use axum::Router;
 use bytes::Bytes;
 
-use crate::server::Admin;
+use crate::admin::Admin;
 
 /// Builds the router (served with `axum::serve` and `ConnectInfo<SocketAddr>`).
 pub fn router(admin: Arc<Admin>) -> Router {

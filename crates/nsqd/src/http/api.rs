@@ -18,8 +18,8 @@ use serde_json::Value;
 
 use super::stats::{self, StatsQuery};
 use super::{debug, json, plain, v1, ApiError, ApiResult, Endpoint, HttpState, Reply};
+use crate::nsqd::Nsqd;
 use crate::options::LogLevel;
-use crate::server::Nsqd;
 use nsq_go::url::{self as query, Query};
 
 pub(super) async fn handle(

@@ -24,8 +24,8 @@ use nsq_http::reply::{raw, set, set_nsq, v1_error, CT_HTML, CT_JSON, CT_TEXT};
 use nsq_http::router::{self, Route};
 use parking_lot::Mutex;
 
+use crate::nsqd::Nsqd;
 use crate::options::{LogLevel, TlsRequired};
-use crate::server::Nsqd;
 
 /// Builds the HTTP API for `nsqd`'s plain listener (served by `server.rs`).
 pub fn router(nsqd: Arc<Nsqd>) -> Router {

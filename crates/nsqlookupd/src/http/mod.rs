@@ -26,7 +26,7 @@ use nsq_protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use serde::Serialize;
 
 use crate::db::{now_nanos, NodeView, ProducerView};
-use crate::server::Nsqlookupd;
+use crate::nsqlookupd::Nsqlookupd;
 
 /// Builds the HTTP API; serve it with `into_make_service_with_connect_info::<SocketAddr>()`.
 pub fn router(lookupd: Arc<Nsqlookupd>) -> Router {
