@@ -299,5 +299,5 @@ fn sigterm_flag_is_validated_like_go() {
         ),
         "{err}"
     );
-    assert!(err.contains("  -sigterm string\n"), "{err}");
+    assert!(err.contains("  -sigterm value\n"), "{err}");
 }

@@ -34,8 +34,10 @@ use nsq_protocol::command::Command;
 use nsq_protocol::error::{ErrorCode, NsqError};
 use tokio::sync::Notify;
 
-use crate::http::reply::{raw, set, set_nsq, v1_error, CT_JSON};
-use crate::server::{Nsqd, NsqdHandle};
+use nsq_http::reply::{raw, set, set_nsq, v1_error, CT_JSON};
+
+use crate::nsqd::Nsqd;
+use crate::server::NsqdHandle;
 
 /// Why a publish is refused (after the reference's `PUB failed ` prefix).
 const REFUSED_PUB: &str = "nsqd is draining: publish to another nsqd";
@@ -65,6 +67,29 @@ impl SigtermMode {
             "drain" => Ok(SigtermMode::Drain),
             _ => Err("must be 'shutdown' or 'drain'".to_string()),
         }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SigtermMode::Shutdown => "shutdown",
+            SigtermMode::Drain => "drain",
+        }
+    }
+}
+
+/// `--sigterm` on the command line and as `sigterm` in the config file.
+impl nsq_go::flag::Value for SigtermMode {
+    fn set(&mut self, text: &str) -> Result<(), String> {
+        *self = SigtermMode::parse(text)?;
+        Ok(())
+    }
+
+    fn usage_default(&self) -> Option<String> {
+        Some(self.as_str().to_string())
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::Value::from(self.as_str())
     }
 }
 
@@ -206,7 +231,7 @@ fn remaining(nsqd: &Nsqd) -> Remaining {
 pub async fn run(handle: NsqdHandle) {
     use tokio::signal::unix::{signal, SignalKind};
     let nsqd = handle.nsqd.clone();
-    let mode = SigtermMode::parse(&nsqd.opts.sigterm).unwrap_or(SigtermMode::Shutdown);
+    let mode = nsqd.opts.sigterm;
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let mut tick = tokio::time::interval(CHECK_EVERY);

@@ -1,5 +1,5 @@
 //! `GET /metrics`: the node's stats in the Prometheus text exposition format (nsqio/nsq #732),
-//! rendered from the same topic/channel/client readings `/stats` reports, so a scrape and a
+//! rendered from the same [`Snapshot`] that feeds `/stats` and statsd, so a scrape and a
 //! `/stats` taken at the same moment agree. docs/metrics.md lists every family.
 //!
 //! Per-client series are off by default (one series per connection multiplies the
@@ -11,105 +11,14 @@
 //! `topic`/`channel` labels); the `process_*` families are the standard ones of every client
 //! library (see `nsq_prometheus::process`).
 
-use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use nsq_core::e2e::{quantiles, E2eSnapshot};
-use nsq_core::Channel;
 use nsq_prometheus::process::ProcessStats;
 use nsq_prometheus::{Exposition, Kind};
 
-use crate::client::{Client, ClientStats};
-use crate::server::Nsqd;
-
-/// One topic's reading, channels sorted by name.
-struct TopicRow {
-    name: String,
-    depth: i64,
-    backend_depth: i64,
-    message_count: u64,
-    message_bytes: u64,
-    paused: bool,
-    /// Merged over all channels, as `/stats`' topic `e2e_processing_latency`.
-    e2e: Option<E2eSnapshot>,
-    channels: Vec<ChannelRow>,
-}
-
-struct ChannelRow {
-    name: String,
-    depth: i64,
-    backend_depth: i64,
-    in_flight: usize,
-    deferred: usize,
-    message_count: u64,
-    requeue_count: u64,
-    timeout_count: u64,
-    clients: Vec<ClientStats>,
-    client_count: usize,
-    paused: bool,
-    e2e: Option<E2eSnapshot>,
-}
-
-/// Reads every topic and channel (the reference's `GetStats` with clients).
-fn topics(nsqd: &Nsqd) -> Vec<TopicRow> {
-    let percentiles = &nsqd.engine.options().e2e_percentiles;
-    let mut rows: Vec<TopicRow> = nsqd
-        .engine
-        .topics()
-        .into_iter()
-        .map(|t| {
-            let ts = t.stats();
-            let mut channels: Vec<ChannelRow> = ts.channels.iter().map(|c| channel(c)).collect();
-            channels.sort_by(|a, b| a.name.cmp(&b.name));
-            TopicRow {
-                e2e: topic_e2e(&ts.channels, percentiles),
-                name: ts.name,
-                depth: ts.depth,
-                backend_depth: ts.backend_depth,
-                message_count: ts.message_count,
-                message_bytes: ts.message_bytes,
-                paused: ts.paused,
-                channels,
-            }
-        })
-        .collect();
-    rows.sort_by(|a, b| a.name.cmp(&b.name));
-    rows
-}
-
-fn channel(c: &Channel) -> ChannelRow {
-    let cs = c.stats();
-    let mut clients: Vec<ClientStats> = cs
-        .consumers
-        .iter()
-        .filter_map(|cons| cons.as_any().downcast_ref::<Client>().map(Client::stats))
-        .collect();
-    clients.sort_by(|a, b| a.remote_address.cmp(&b.remote_address));
-    ChannelRow {
-        name: cs.name,
-        depth: cs.depth,
-        backend_depth: cs.backend_depth,
-        in_flight: cs.in_flight_count,
-        deferred: cs.deferred_count,
-        message_count: cs.message_count,
-        requeue_count: cs.requeue_count,
-        timeout_count: cs.timeout_count,
-        client_count: cs.consumers.len(),
-        clients,
-        paused: cs.paused,
-        e2e: c.e2e().snapshot(),
-    }
-}
-
-fn topic_e2e(channels: &[Arc<Channel>], percentiles: &[f64]) -> Option<E2eSnapshot> {
-    let enabled: Vec<&Arc<Channel>> = channels.iter().filter(|c| c.e2e().enabled()).collect();
-    if enabled.is_empty() || percentiles.is_empty() {
-        return None;
-    }
-    let mut samples = Vec::new();
-    let count = enabled.iter().map(|c| c.e2e().collect(&mut samples)).sum();
-    Some(quantiles(percentiles, count, samples))
-}
+use crate::client::ClientStats;
+use crate::nsqd::Nsqd;
+use crate::stats::{ChannelSnapshot, Filter, Snapshot, TopicSnapshot};
 
 fn b(v: bool) -> f64 {
     if v {
@@ -121,7 +30,14 @@ fn b(v: bool) -> f64 {
 
 /// Renders the whole exposition.
 pub fn render(nsqd: &Nsqd, per_client: bool) -> String {
-    let topics = topics(nsqd);
+    let snapshot = Snapshot::take(
+        nsqd,
+        &Filter {
+            include_clients: per_client,
+            ..Filter::default()
+        },
+    );
+    let topics = &snapshot.topics;
     let mut e = Exposition::new();
 
     e.family(
@@ -141,13 +57,13 @@ pub fn render(nsqd: &Nsqd, per_client: bool) -> String {
         "nsq_nsqd_healthy",
         Kind::Gauge,
         "1 when nsqd is healthy (/ping answers OK), 0 after a backend write error.",
-        b(nsqd.engine.health().is_healthy()),
+        b(snapshot.health == "OK"),
     );
     e.single(
         "nsq_nsqd_draining",
         Kind::Gauge,
         "1 while nsqd is draining (--sigterm=drain, PUT /config/drain): no new messages, exit when empty.",
-        b(nsqd.drain.is_draining()),
+        b(snapshot.draining),
     );
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -156,20 +72,19 @@ pub fn render(nsqd: &Nsqd, per_client: bool) -> String {
         "nsq_nsqd_start_time_seconds",
         Kind::Gauge,
         "When nsqd started, in seconds since the Unix epoch (/stats start_time).",
-        nsqd.start_time as f64,
+        snapshot.start_time as f64,
     );
     e.single(
         "nsq_nsqd_uptime_seconds",
         Kind::Gauge,
         "Seconds since nsqd started.",
-        (now - nsqd.start_time as f64).max(0.0),
+        (now - snapshot.start_time as f64).max(0.0),
     );
-    let clients = nsqd.clients();
     e.single(
         "nsq_nsqd_tcp_connections",
         Kind::Gauge,
         "Connected TCP clients (producers and consumers).",
-        clients.len() as f64,
+        nsqd.clients().len() as f64,
     );
     e.single(
         "nsq_nsqd_topics",
@@ -184,17 +99,18 @@ pub fn render(nsqd: &Nsqd, per_client: bool) -> String {
         topics.iter().map(|t| t.channels.len()).sum::<usize>() as f64,
     );
 
-    topic_families(&mut e, &topics);
-    channel_families(&mut e, &topics);
+    topic_families(&mut e, &snapshot);
+    channel_families(&mut e, &snapshot);
     if per_client {
-        client_families(&mut e, &topics, &clients);
+        client_families(&mut e, &snapshot);
     }
     ProcessStats::read().write(&mut e);
     e.finish()
 }
 
-fn topic_families(e: &mut Exposition, topics: &[TopicRow]) {
-    type Get = fn(&TopicRow) -> f64;
+fn topic_families(e: &mut Exposition, s: &Snapshot) {
+    let topics = &s.topics;
+    type Get = fn(&TopicSnapshot) -> f64;
     let gauges: [(&str, Kind, &str, Get); 5] = [
         (
             "nsq_topic_depth",
@@ -241,14 +157,15 @@ fn topic_families(e: &mut Exposition, topics: &[TopicRow]) {
          --e2e-processing-latency-window-time (only with --e2e-processing-latency-percentile).",
     );
     for t in topics {
-        if let Some(s) = &t.e2e {
-            quantile_samples(e, name, &[("topic", &t.name)], s);
+        if t.e2e_count.is_some() {
+            quantile_samples(e, name, &[("topic", &t.name)], &s.percentiles, &t.e2e);
         }
     }
 }
 
-fn channel_families(e: &mut Exposition, topics: &[TopicRow]) {
-    type Get = fn(&ChannelRow) -> f64;
+fn channel_families(e: &mut Exposition, s: &Snapshot) {
+    let topics = &s.topics;
+    type Get = fn(&ChannelSnapshot) -> f64;
     let families: [(&str, Kind, &str, Get); 9] = [
         (
             "nsq_channel_depth",
@@ -266,13 +183,13 @@ fn channel_families(e: &mut Exposition, topics: &[TopicRow]) {
             "nsq_channel_in_flight",
             Kind::Gauge,
             "Messages sent to a consumer and not yet finished, requeued or timed out.",
-            |c| c.in_flight as f64,
+            |c| c.in_flight_count as f64,
         ),
         (
             "nsq_channel_deferred",
             Kind::Gauge,
             "Messages waiting for their defer or requeue delay to pass.",
-            |c| c.deferred as f64,
+            |c| c.deferred_count as f64,
         ),
         (
             "nsq_channel_messages_total",
@@ -296,7 +213,7 @@ fn channel_families(e: &mut Exposition, topics: &[TopicRow]) {
             "nsq_channel_clients",
             Kind::Gauge,
             "Consumers subscribed to the channel (/stats client_count).",
-            |c| c.client_count as f64,
+            |c| c.clients as f64,
         ),
         (
             "nsq_channel_paused",
@@ -322,8 +239,9 @@ fn channel_families(e: &mut Exposition, topics: &[TopicRow]) {
     );
     for t in topics {
         for c in &t.channels {
-            if let Some(s) = &c.e2e {
-                quantile_samples(e, name, &[("topic", &t.name), ("channel", &c.name)], s);
+            if c.e2e_count.is_some() {
+                let labels = [("topic", t.name.as_str()), ("channel", c.name.as_str())];
+                quantile_samples(e, name, &labels, &s.percentiles, &c.e2e);
             }
         }
     }
@@ -331,8 +249,14 @@ fn channel_families(e: &mut Exposition, topics: &[TopicRow]) {
 
 /// The quantile series of a summary (nanoseconds → seconds). No `_sum`/`_count`: NSQ keeps
 /// only a sliding window of samples, whose count is not the monotonic total `_count` means.
-fn quantile_samples(e: &mut Exposition, name: &str, labels: &[(&str, &str)], s: &E2eSnapshot) {
-    for (q, v) in &s.percentiles {
+fn quantile_samples(
+    e: &mut Exposition,
+    name: &str,
+    labels: &[(&str, &str)],
+    percentiles: &[f64],
+    values: &[f64],
+) {
+    for (q, v) in percentiles.iter().zip(values) {
         let q = q.to_string();
         let mut l = labels.to_vec();
         l.push(("quantile", &q));
@@ -340,7 +264,8 @@ fn quantile_samples(e: &mut Exposition, name: &str, labels: &[(&str, &str)], s: 
     }
 }
 
-fn client_families(e: &mut Exposition, topics: &[TopicRow], clients: &[Arc<Client>]) {
+fn client_families(e: &mut Exposition, s: &Snapshot) {
+    let topics = &s.topics;
     type Get = fn(&ClientStats) -> f64;
     let families: [(&str, Kind, &str, Get); 5] = [
         (
@@ -378,7 +303,9 @@ fn client_families(e: &mut Exposition, topics: &[TopicRow], clients: &[Arc<Clien
         e.family(name, kind, help);
         for t in topics {
             for ch in &t.channels {
-                for c in &ch.clients {
+                let mut clients: Vec<&ClientStats> = ch.client_stats.iter().collect();
+                clients.sort_by(|a, b| a.remote_address.cmp(&b.remote_address));
+                for c in clients {
                     let labels = [
                         ("topic", t.name.as_str()),
                         ("channel", ch.name.as_str()),
@@ -397,13 +324,9 @@ fn client_families(e: &mut Exposition, topics: &[TopicRow], clients: &[Arc<Clien
         Kind::Counter,
         "Messages a connected producer published to a topic over TCP (PUB/MPUB/DPUB).",
     );
-    let mut producers: Vec<ClientStats> = clients
-        .iter()
-        .filter(|c| c.is_producer())
-        .map(|c| c.stats())
-        .collect();
+    let mut producers: Vec<&ClientStats> = s.producers.iter().collect();
     producers.sort_by(|a, b| a.remote_address.cmp(&b.remote_address));
-    for p in &producers {
+    for p in producers {
         for (topic, n) in &p.pub_counts {
             let labels = [
                 ("topic", topic.as_str()),
@@ -419,8 +342,9 @@ fn client_families(e: &mut Exposition, topics: &[TopicRow], clients: &[Arc<Clien
 /// The `/metrics` response: `per_client` is read as Go's `strconv.ParseBool` (absent or
 /// unparsable = off).
 pub fn response(nsqd: &Nsqd, raw_query: Option<&str>) -> axum::response::Response {
-    use crate::http::query::{parse_go_bool, Query};
-    use crate::http::reply::{raw, set};
+    use nsq_go::strconv::parse_bool as parse_go_bool;
+    use nsq_go::url::Query;
+    use nsq_http::reply::{raw, set};
     let q = Query::parse_lenient(raw_query.unwrap_or(""));
     let per_client = q.get("per_client").and_then(parse_go_bool).unwrap_or(false);
     let mut r = raw(axum::http::StatusCode::OK, render(nsqd, per_client));

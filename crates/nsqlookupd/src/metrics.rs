@@ -7,7 +7,7 @@ use nsq_prometheus::process::ProcessStats;
 use nsq_prometheus::{Exposition, Kind};
 
 use crate::db::{now_nanos, Category};
-use crate::server::Nsqlookupd;
+use crate::nsqlookupd::Nsqlookupd;
 
 /// Renders the whole exposition.
 pub fn render(lookupd: &Nsqlookupd) -> String {
@@ -74,7 +74,7 @@ pub fn render(lookupd: &Nsqlookupd) -> String {
 
 /// The `/metrics` response.
 pub fn response(lookupd: &Nsqlookupd) -> axum::response::Response {
-    use nsqd::http::reply::{raw, set};
+    use nsq_http::reply::{raw, set};
     let mut r = raw(axum::http::StatusCode::OK, render(lookupd));
     set(
         &mut r,
