@@ -14,7 +14,7 @@ namespaces the test creates (names carry the test's PID), so no traffic leaves t
 namespaces and every process are removed even when the test fails.
 
 Root only (creating namespaces needs CAP_SYS_ADMIN); skipped with a message otherwise. CI runs
-as root and installs iproute2. Scenarios, in order, on one cluster (~45 s):
+as root and installs iproute2. Scenarios, in order, on one cluster (~30 s):
   1. every message published on every host arrives exactly once;
   2. an nsqd tombstoned on one lookupd is still found through the other;
   3. an nsqd killed with SIGKILL: lookupds drop it, consumers carry on with the others;
