@@ -4,7 +4,8 @@
 
 pub mod auth;
 pub mod client;
-pub mod compress;
+/// The snappy/deflate stream layers live in their own crate (shared with nsq-client).
+pub use nsq_compress as compress;
 pub mod http;
 pub mod httpclient;
 pub mod logging;
