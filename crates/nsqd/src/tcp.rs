@@ -156,12 +156,22 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
     // Consecutive FINs of one read, finished together under one channel lock (see
     // `Fins::flush`); any other command flushes them first, so responses keep their order.
     let mut fins = Fins::default();
+    // The read deadline of the command being read: set when the previous command completed
+    // (or at the start) to now + 2 × heartbeat and NOT moved by reads that only bring part of
+    // a command, so a body trickled in byte by byte cannot hold the connection open
+    // (nsqd/protocol_v2.go, IOLoop: SetReadDeadline once per command, before its line; the
+    // body is read under the same deadline).
+    let mut deadline: Option<Instant> = None;
+    let mut started = false;
     loop {
+        let mut completed = !started;
+        started = true;
         loop {
             let decoded = decoder.decode_with(&mut buf, &mut gate);
             if !matches!(decoded, Ok(Some(Command::Fin { .. }))) {
                 freed |= fins.flush(client);
             }
+            completed |= matches!(decoded, Ok(Some(_)));
             match decoded {
                 Ok(Some(Command::Fin { id })) => {
                     gate.mpub_topic = None;
@@ -220,10 +230,16 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(64 * 1024);
         }
-        let deadline = client.settings.lock().heartbeat.map(|h| h * 2);
+        if completed {
+            deadline = client
+                .settings
+                .lock()
+                .heartbeat
+                .map(|h| Instant::now() + h * 2);
+        }
         let read = async {
             match deadline {
-                Some(d) => timeout(d, rd.read_buf(&mut buf)).await.ok(),
+                Some(d) => tokio::time::timeout_at(d, rd.read_buf(&mut buf)).await.ok(),
                 None => Some(rd.read_buf(&mut buf).await),
             }
         };
