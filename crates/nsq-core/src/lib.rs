@@ -4,9 +4,11 @@
 
 pub mod backend;
 pub mod channel;
+pub mod deferred;
 pub mod diskqueue;
 pub mod e2e;
 pub mod engine;
+pub mod inflight;
 pub mod message;
 pub mod options;
 pub mod scanner;
