@@ -153,7 +153,7 @@ impl Client {
     }
 
     /// `n` FINs succeeded. The reader wakes the writer once per batch of commands (see
-    /// `tcp::read_loop`), not once per FIN.
+    /// `protocol_v2::read_loop`), not once per FIN.
     pub fn finished(&self, n: usize) {
         if n == 0 {
             return;

@@ -16,11 +16,11 @@ use nsq_core::{Channel, Topic};
 use nsq_protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use serde_json::Value;
 
-use super::query::{self, Query};
 use super::stats::{self, StatsQuery};
 use super::{debug, json, plain, v1, ApiError, ApiResult, Endpoint, HttpState, Reply};
+use crate::nsqd::Nsqd;
 use crate::options::LogLevel;
-use crate::server::Nsqd;
+use nsq_go::url::{self as query, Query};
 
 pub(super) async fn handle(
     st: &HttpState,
@@ -31,11 +31,25 @@ pub(super) async fn handle(
 ) -> Response {
     let nsqd = &st.nsqd;
     match ep {
+        Endpoint::Pub | Endpoint::Mpub | Endpoint::TopicCreate | Endpoint::ChannelCreate
+            if nsqd.drain.is_draining() =>
+        {
+            crate::drain::http_refused()
+        }
+        Endpoint::Config if matches!(param.as_deref(), Some("drain")) => {
+            crate::drain::http_config(nsqd, req.method(), "drain")
+        }
+        Endpoint::Config
+            if param.as_deref() == Some("shutdown") && req.method() == axum::http::Method::PUT =>
+        {
+            crate::drain::http_config(nsqd, req.method(), "shutdown")
+        }
         Endpoint::Ping => ping(nsqd),
         Endpoint::Info => v1(info(nsqd)),
         Endpoint::Pub => v1(publish(nsqd, req).await),
         Endpoint::Mpub => v1(mpublish(nsqd, req).await),
         Endpoint::Stats => v1(stats(nsqd, req).await),
+        Endpoint::Metrics => crate::metrics::response(nsqd, req.uri().query()),
         Endpoint::TopicCreate => v1(topic_create(nsqd, req).await),
         Endpoint::TopicDelete => v1(topic_delete(nsqd, req).await),
         Endpoint::TopicEmpty => v1(topic_empty(nsqd, req).await),
@@ -138,7 +152,7 @@ impl BodyReader {
 
 fn parse_query(req: &Request) -> Result<Query, ApiError> {
     let raw = req.uri().query().unwrap_or("");
-    Query::parse(raw).map_err(|()| {
+    Query::parse(raw).map_err(|_| {
         tracing::error!("failed to parse request params - invalid query {raw:?}");
         ApiError::INVALID_REQUEST
     })
@@ -226,6 +240,8 @@ fn info(nsqd: &Nsqd) -> ApiResult {
         max_output_buffer_size: i64,
         max_output_buffer_timeout: i64,
         max_deflate_level: i64,
+        /// Drain mode (crate::drain); not in the reference.
+        draining: bool,
     }
     let o = &nsqd.opts;
     let info = Info {
@@ -239,6 +255,7 @@ fn info(nsqd: &Nsqd) -> ApiResult {
         max_output_buffer_size: o.max_output_buffer_size,
         max_output_buffer_timeout: nanos(o.max_output_buffer_timeout),
         max_deflate_level: o.max_deflate_level,
+        draining: nsqd.drain.is_draining(),
     };
     Ok(Reply::Json(json::to_vec(&info)))
 }
@@ -291,7 +308,7 @@ async fn mpublish(nsqd: &Nsqd, req: Request) -> ApiResult {
     // Text mode by default; an unparsable `binary` value counts as true.
     let binary = q
         .get("binary")
-        .is_some_and(|v| query::parse_go_bool(v).unwrap_or(true));
+        .is_some_and(|v| nsq_go::strconv::parse_bool(v).unwrap_or(true));
     let mut body = BodyReader::new(req.into_body());
     let msgs = if binary {
         read_mpub_binary(&mut body, limits.max_msg_size, limits.max_body_size).await?
@@ -521,7 +538,7 @@ async fn config(st: &HttpState, opt: &str, req: Request) -> ApiResult {
                 let level = LogLevel::parse(&String::from_utf8_lossy(&body))
                     .map_err(|_| ApiError::INVALID_VALUE)?;
                 *st.runtime.log_level.lock() = level;
-                crate::logging::set_level(level.as_str());
+                nsq_http::logging::set_level(level);
                 tracing::info!("log level set to {level}");
             }
             _ => return Err(ApiError::INVALID_OPTION),
