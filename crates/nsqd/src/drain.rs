@@ -235,12 +235,19 @@ pub async fn run(handle: NsqdHandle) {
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let mut tick = tokio::time::interval(CHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut was_draining = false;
     let mut last_log = tokio::time::Instant::now();
     // Two empty readings in a row: a message moving between queues is never counted twice
     // nor missed by both.
     let mut empty_once = false;
     loop {
         let draining = nsqd.drain.is_draining();
+        if draining && !was_draining {
+            // The checks start a full period after the drain does, one period apart.
+            was_draining = true;
+            tick.reset();
+        }
         tokio::select! {
             _ = term.recv() => {
                 if mode == SigtermMode::Drain && !draining {
