@@ -6,8 +6,9 @@
 
 pub mod auth;
 pub mod client;
-pub mod compress;
 pub mod drain;
+/// The snappy/deflate stream layers live in their own crate (shared with nsq-client).
+pub use nsq_compress as compress;
 pub mod http;
 pub mod httpclient;
 pub mod lookup;
