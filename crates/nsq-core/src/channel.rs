@@ -413,7 +413,7 @@ impl Channel {
         {
             let mut st = self.state.lock();
             for id in ids {
-                match st.remove_owned(client_id, id) {
+                match st.in_flight.remove_owned(client_id, id) {
                     Ok(f) => {
                         ok += 1;
                         if e2e {
