@@ -272,6 +272,16 @@ fn put_config_drain_and_shutdown() {
     assert_eq!((r.status, r.text().as_str()), (200, "true"));
     let r = http_post(nsqd.http_addr, "/pub?topic=cfg", b"three");
     assert_eq!(r.status, 503);
+    let r = http_request(
+        nsqd.http_addr,
+        "PUT",
+        "/config/nsqlookupd_tcp_addresses",
+        Some(br#"["127.0.0.1:4160"]"#),
+    );
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, r#"{"message":"DRAINING"}"#)
+    );
     thread::sleep(Duration::from_millis(300));
     assert!(nsqd.is_running(), "the channel still holds a message");
 

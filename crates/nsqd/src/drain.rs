@@ -9,7 +9,8 @@
 //!   fails with `E_SUB_FAILED SUB failed nsqd is draining: no new topics or channels`,
 //!   `/topic/create` and `/channel/create` answer `503 {"message":"DRAINING"}`;
 //! * unregisters every topic and channel from nsqlookupd and then disconnects from it, so
-//!   lookupd stops listing the node and discovery moves on;
+//!   lookupd stops listing the node and discovery moves on (`PUT
+//!   /config/nsqlookupd_tcp_addresses` is refused with the 503 from then on);
 //! * keeps delivering to its consumers (SUB to existing channels, RDY, FIN, REQ, TOUCH work as
 //!   before) until every topic and channel is empty with nothing in flight or deferred, then
 //!   shuts down cleanly (exit status 0).
