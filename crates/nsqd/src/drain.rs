@@ -22,8 +22,8 @@
 //! SIGINT, shuts down cleanly at once: what is left is persisted to disk, as in any clean
 //! shutdown, and served after a restart.
 //!
-//! A drain waits as long as it takes: a paused topic or channel, or a topic with messages and
-//! no channel, keeps it waiting (the log names what is left every few seconds) until it is
+//! A drain waits as long as it takes: a channel without consumers, a paused topic or channel,
+//! or a topic with messages and no channel keeps it waiting (the log names what is left every few seconds) until it is
 //! unpaused, emptied or deleted, or until a second signal.
 
 use std::sync::atomic::{AtomicBool, Ordering};
