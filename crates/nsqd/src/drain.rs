@@ -23,8 +23,9 @@
 //! shutdown, and served after a restart.
 //!
 //! A drain waits as long as it takes: a channel without consumers, a paused topic or channel,
-//! or a topic with messages and no channel keeps it waiting (the log names what is left every few seconds) until it is
-//! unpaused, emptied or deleted, or until a second signal.
+//! or a topic with messages and no channel keeps it waiting (the log names what is left every
+//! few seconds) until consumers come, it is unpaused, emptied or deleted, or a second signal
+//! arrives.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
