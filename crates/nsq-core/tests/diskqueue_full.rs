@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use nsq_core::backend::{BackendError, BackendQueue};
+use nsq_core::backend::{BackendError, BackendQueue, WriteTicket};
 use nsq_core::diskqueue::{DiskQueue, DiskQueueOptions};
 
 fn opts(dir: &Path, max_bytes_per_file: i64) -> DiskQueueOptions {
@@ -54,12 +54,12 @@ fn put_batch(
     next: &mut usize,
     n: usize,
     len: usize,
-) -> Result<(), BackendError> {
+) -> Result<WriteTicket, BackendError> {
     let batch: Vec<Vec<u8>> = (0..n).map(|k| payload(*next + k, len)).collect();
     *next += n;
-    q.put_batch(n, &mut |i, out| out.extend_from_slice(&batch[i]))?;
+    let t = q.put_batch(n, &mut |i, out| out.extend_from_slice(&batch[i]))?;
     acked.extend(batch);
-    Ok(())
+    Ok(t)
 }
 
 fn assert_exactly(got: &[Bytes], acked: &[Vec<u8>]) {
@@ -130,7 +130,7 @@ fn full_disk_fails_puts_cleanly_and_resumes_when_space_returns() {
             (100, 1000)
         };
         match put_batch(&q, &mut acked, &mut next, n, len) {
-            Ok(()) => {}
+            Ok(_) => {}
             Err(e) => {
                 assert!(is_enospc(&e), "unexpected error {e}");
                 failures += 1;
@@ -166,7 +166,7 @@ fn failed_rotation_leaves_nothing_behind() {
     let name = "rot";
     let q = DiskQueue::open(name, opts(d, 1000)).unwrap();
     let (mut acked, mut next) = (Vec::new(), 0usize);
-    put_batch(&q, &mut acked, &mut next, 5, 96).unwrap(); // 500 bytes in file 0
+    let first = put_batch(&q, &mut acked, &mut next, 5, 96).unwrap(); // 500 bytes in file 0
     std::os::unix::fs::symlink("/dev/full", data_file(d, name, 1)).unwrap();
     // 10 records: 5 fit in file 0, the rest would rotate into file 1.
     // (Opening it fails first: /dev/full cannot be truncated; any error must roll back.)
@@ -177,6 +177,16 @@ fn failed_rotation_leaves_nothing_behind() {
         fs::metadata(data_file(d, name, 0)).unwrap().len(),
         500,
         "file 0 cut back"
+    );
+    // The records acknowledged before the failure still get a real fdatasync.
+    let syncs = q.data_syncs();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(q.wait_durable(first)).unwrap();
+    assert!(
+        q.data_syncs() > syncs,
+        "wait_durable returned without syncing file 0"
     );
     assert!(
         fs::symlink_metadata(data_file(d, name, 1)).is_err(),

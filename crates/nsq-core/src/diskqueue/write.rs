@@ -129,7 +129,7 @@ impl DiskQueue {
         st.write_file_num = file_num;
         st.write_pos = chunk_pos + (off - chunk_start) as i64;
         st.write_file = file;
-        st.depth += eb.ends.len() as i64;
+        st.depth = st.depth.saturating_add(eb.ends.len() as i64);
         st.ticket += 1;
         // A rotation forces a sync (fsync of the old files + metadata), in the background.
         self.count_ops(st, eb.ends.len(), rotated, retired);
@@ -166,10 +166,9 @@ impl DiskQueue {
 
     /// Undoes a failed batch (e.g. ENOSPC after a partial write): the write file is cut back
     /// to `writePos` and files the batch rotated into are removed, so no byte of it can be
-    /// read later or after a restart. The write file is closed and reopened by the next put
-    /// (as go-diskqueue's writeOne does after an error).
+    /// read later or after a restart. Unlike go-diskqueue's writeOne the write file stays
+    /// open: records written before the failure still need their fdatasync from it.
     fn roll_back(&self, st: &mut State, reached: i64) {
-        st.write_file = None;
         for num in st.write_file_num + 1..=reached {
             self.remove_data_file(&self.data_file(num));
         }
