@@ -56,6 +56,11 @@ pub fn nsq_tail_bin() -> PathBuf {
     util_bin("NSQ_TAIL_BIN", "nsq_tail", "nsq_tail-bin")
 }
 
+/// The `nsq_stat` utility under test (`cargo build -p nsq_stat-bin`); see [`util_bin`].
+pub fn nsq_stat_bin() -> PathBuf {
+    util_bin("NSQ_STAT_BIN", "nsq_stat", "nsq_stat-bin")
+}
+
 /// A utility binary: `$<env>` if set, else `<name>` next to `$NSQD_BIN` if that is set and
 /// holds one, else the newest `<target>/{release,debug}/<name>`.
 pub fn util_bin(env: &str, name: &str, package: &str) -> PathBuf {
