@@ -243,3 +243,30 @@ fn validation_messages_and_exit_codes() {
         assert!(err.contains(&format!("  {flag}\n")), "{flag}: {err}");
     }
 }
+
+#[test]
+fn discovers_nsqd_via_lookupd() {
+    let lookupd = nsq_integration_tests::Nsqlookupd::start(&[]);
+    let reg = format!("--lookupd-tcp-address={}", lookupd.tcp_addr);
+    let nsqd = Nsqd::start(&["--broadcast-address=127.0.0.1", &reg]);
+    publish_all(&nsqd, "found", &[b"x1", b"x2", b"x3"]);
+    let deadline = Instant::now() + TIMEOUT;
+    while lookupd.get("/lookup?topic=found").status != 200 {
+        assert!(Instant::now() < deadline, "no registration");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let lh = lookupd.http_addr.to_string();
+    let out = run_tool(
+        &nsq_tail_bin(),
+        &["--topic=found", "--lookupd-http-address", &lh, "-n=3"],
+        b"",
+        TIMEOUT,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"x1\nx2\nx3\n");
+}
