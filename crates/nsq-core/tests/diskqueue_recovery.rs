@@ -251,3 +251,24 @@ fn write_file_cut_while_open_still_delivers_records_before_the_cut() {
     assert!(PathBuf::from(format!("{}.bad", data_file(d, name, 0).display())).exists());
     assert_usable(d, name, &q);
 }
+
+#[test]
+fn leftover_file_of_an_empty_queue_is_not_served_again() {
+    // The queue was fully consumed (reader == writer at file 3, not created yet) but an old
+    // data file survived its deletion: go-diskqueue ignores it, and so do we.
+    let dir = tempfile::tempdir().unwrap();
+    let (d, name) = (dir.path(), "left");
+    fs::write(
+        data_file(d, name, 1),
+        [&(126i32).to_be_bytes()[..], &payload(1)].concat(),
+    )
+    .unwrap();
+    fs::write(meta_file(d, name), b"0\n3,0\n3,0\n").unwrap();
+    let q = DiskQueue::open(name, opts(d)).unwrap();
+    assert_eq!(q.depth(), 0);
+    assert!(read_all(&q).is_empty());
+    q.put(&payload(2)).unwrap();
+    assert_eq!(read_all(&q), vec![Bytes::from(payload(2))]);
+    q.close().unwrap();
+    assert_eq!(fs::read(meta_file(d, name)).unwrap(), b"0\n3,130\n3,130\n");
+}

@@ -102,11 +102,15 @@ fn check(name: &str, opts: &DiskQueueOptions, m: &Meta) -> Result<(), String> {
             m.read_pos,
             md.len()
         )),
+        // An empty queue (reader at the writer) whose write file is not created yet: other
+        // data files are leftovers of consumed data (a failed or interrupted deletion), not
+        // records to serve.
+        Err(_) if (m.read_file_num, m.read_pos) == (m.write_file_num, m.write_pos) => Ok(()),
         Err(_) => {
             // A missing read file is normal after a crash (go-diskqueue deletes a finished
             // file before the metadata moves on): the reader goes on with the next file. But
-            // if none of the files the positions name exists while other data files do, the
-            // numbers are wrong, not the data.
+            // if records are claimed and none of the files the positions name exists while
+            // other data files do, the numbers are wrong, not the data.
             let nums = data_file_nums(name, opts);
             let in_range = nums
                 .iter()
