@@ -68,6 +68,9 @@ fn main() {
         .build()
         .unwrap_or_else(|e| fatal(&e.to_string()));
     runtime.block_on(run(opts));
+    // A stdin read may still be parked in a blocking thread (SIGTERM before EOF); the
+    // runtime's drop would wait for it, so leave at once, as the reference's main returns.
+    runtime.shutdown_background();
 }
 
 async fn run(opts: Options) {
