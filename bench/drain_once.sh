@@ -1,0 +1,32 @@
+#!/bin/bash
+# bench/drain_once.sh NSQD [none|strace|perf] [fin-mode] [secs]
+#
+# One drain measurement for A/B comparisons: starts NSQD in memory on free ports, fills a
+# channel with MSGS (default 3,000,000) 200-byte messages, then runs bench_reader
+# --fin-mode MODE (default go) for SECS (default 5) and prints its RESULT line with the
+# daemon's CPU (utime+stime from /proc) per consumed message. With `strace` it also prints
+# `strace -c -f -p` for the drain; with `perf` it writes /tmp/perf.data (perf record -g).
+# Build the tools first: cargo build --release -p nsq-bench.
+NSQD=$1; TOOL=${2:-none}; MODE=${3:-go}; SECS=${4:-5}
+T=$(cd "$(dirname "$0")/.." && pwd)/target/release
+D=$(mktemp -d); PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+HP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+$NSQD --tcp-address=127.0.0.1:$PORT --http-address=127.0.0.1:$HP --data-path=$D --mem-queue-size=100000000 >$D/log 2>&1 &
+P=$!
+sleep 0.5
+A=--nsqd-tcp-address=127.0.0.1:$PORT
+$T/bench_reader $A --runfor=100ms --connections=1 --fin-mode=batch >/dev/null 2>&1
+$T/bench_writer $A --msgs=${MSGS:-3000000} --runfor=60s >/dev/null 2>&1
+ticks() { s=$(cat /proc/$P/stat); s=${s##*) }; set -- $s; echo $((${12}+${13})); }
+t0=$(ticks)
+case $TOOL in
+  strace) strace -c -f -p $P -o $D/strace.out & SP=$!; sleep 0.3;;
+  perf) perf record -g -p $P -o /tmp/perf.data -- sleep $SECS >/dev/null 2>&1 & SP=$!; sleep 0.3;;
+esac
+R=$($T/bench_reader $A --runfor=${SECS}s --fin-mode=$MODE 2>/dev/null | grep RESULT)
+t1=$(ticks)
+case $TOOL in strace) kill -INT $SP; wait $SP; cat $D/strace.out | head -20;; perf) wait $SP;; esac
+kill $P; wait $P 2>/dev/null
+msgs=$(echo $R | sed 's/.*msgs=\([0-9]*\).*/\1/')
+echo "$R cpu_s=$(awk -v t=$((t1-t0)) 'BEGIN{print t/100}') us_per_msg=$(awk -v t=$((t1-t0)) -v n=$msgs 'BEGIN{printf "%.3f", t/100*1e6/n}')"
+rm -rf $D
