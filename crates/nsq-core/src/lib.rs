@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod channel;
 pub mod deferred;
+pub mod deferred_store;
 pub mod diskqueue;
 pub mod e2e;
 pub mod engine;
