@@ -305,7 +305,8 @@ impl Channel {
     fn write_backend(&self, rest: Vec<Message>) -> Result<(), BackendError> {
         let r = self
             .backend
-            .put_batch(rest.len(), &mut |i, out| rest[i].encode_into(out));
+            .put_batch(rest.len(), &mut |i, out| rest[i].encode_into(out))
+            .map(drop);
         if self.durable {
             self.health.record(&r);
         }
@@ -592,6 +593,7 @@ impl Channel {
         } else {
             self.backend
                 .put_batch(msgs.len(), &mut |i, out| msgs[i].encode_into(out))
+                .map(drop)
         };
         if let Err(e) = &r {
             tracing::error!(channel = %self.name, "failed to flush channel to backend - {e}");

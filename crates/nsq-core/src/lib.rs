@@ -15,7 +15,7 @@ pub mod options;
 pub mod scanner;
 pub mod topic;
 
-pub use backend::{BackendError, BackendQueue, DropSink};
+pub use backend::{BackendError, BackendQueue, DropSink, DurableWait, RecordPos, WriteTicket};
 pub use channel::{Channel, ChannelStats, Consumer, FinishError, RequeueError, SubscribeError};
 pub use engine::{Engine, Hooks, NoHooks};
 pub use message::Message;
