@@ -12,6 +12,7 @@ pub mod engine;
 pub mod inflight;
 pub mod message;
 pub mod options;
+pub mod receipt;
 pub mod scanner;
 pub mod topic;
 
@@ -20,4 +21,5 @@ pub use channel::{Channel, ChannelStats, Consumer, FinishError, RequeueError, Su
 pub use engine::{Engine, Hooks, NoHooks};
 pub use message::Message;
 pub use options::{Health, Options, ScanOptions};
+pub use receipt::PutReceipt;
 pub use topic::{Topic, TopicStats};
