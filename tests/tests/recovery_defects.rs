@@ -1,7 +1,7 @@
 //! Issue 9, defects 1 and 2, reproduced over the nsqd binary exactly as filed: a corrupt or
 //! empty diskqueue meta file (channel and topic) must not brick the queue, and a truncated
-//! data file must still deliver every complete record before the cut (the damaged tail is set
-//! aside as `.bad`, as go-diskqueue's `handleReadError` does).
+//! data file must still deliver every complete record before the cut (a damaged tail — a cut
+//! inside a record — is set aside as `.bad`, as go-diskqueue's `handleReadError` does).
 //!
 //! Setup of both: `--mem-queue-size=0`, topic `cr` with channel `c`, MPUBs of 100-byte bodies
 //! (130-byte records on disk), SIGTERM.
@@ -143,10 +143,12 @@ fn truncated_data_file(len: u64, complete: usize) {
         .unwrap();
     let nsqd = Nsqd::start_in(dir, ARGS);
     assert_delivers_exactly(&nsqd, "cr", complete);
-    assert!(
-        has_bad_file(nsqd.data_path()),
-        "the damaged tail is set aside as .bad"
-    );
+    if len % 130 != 0 {
+        assert!(
+            has_bad_file(nsqd.data_path()),
+            "the damaged tail is set aside as .bad"
+        );
+    }
 }
 
 fn has_bad_file(dir: &Path) -> bool {
