@@ -99,7 +99,10 @@ pub trait BackendQueue: Send + Sync + 'static {
     fn read_batch(&self, max: usize, out: &mut Vec<Bytes>) -> usize;
 
     /// Like [`BackendQueue::read_batch`], also giving each record's start position (for
-    /// [`BackendQueue::set_read_watermark`]).
+    /// [`BackendQueue::set_read_watermark`]). Records taken this way are unsettled until the
+    /// caller says otherwise: with no watermark set, the first of them becomes the watermark,
+    /// so a caller of this method must call `set_read_watermark` after it (`None` once
+    /// everything is settled), or finished data files are kept.
     fn read_batch_pos(&self, max: usize, out: &mut Vec<(Bytes, RecordPos)>) -> usize;
 
     /// The durable-read watermark: `Some(pos)` = the oldest record the caller has read but not

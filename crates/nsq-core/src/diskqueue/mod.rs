@@ -99,6 +99,8 @@ struct State {
     write_pos: i64,
     /// `Arc` so a sync job can fsync it after the lock is released, without a `dup`.
     write_file: Option<Arc<File>>,
+    /// A failed write could not be cut back off the write file: retry before the next put.
+    torn_tail: bool,
     exiting: bool,
     ops_since_sync: i64,
     /// When the first operation after the last sync happened (for `sync_timeout`).
@@ -171,6 +173,7 @@ impl DiskQueue {
                 write_file_num: m.write_file_num,
                 write_pos: m.write_pos,
                 write_file: None,
+                torn_tail: false,
                 exiting: false,
                 ops_since_sync: 0,
                 dirty_since: None,
@@ -232,14 +235,15 @@ impl DiskQueue {
         }
     }
 
-    /// Marks the queue exiting and closes its files; returns the final snapshot.
-    fn shut(&self, rs: &mut ReadSide, st: &mut State) -> SyncJob {
+    /// Marks the queue exiting and closes its files; returns the final snapshot and the held
+    /// data files the watermark no longer needs.
+    fn shut(&self, rs: &mut ReadSide, st: &mut State) -> (SyncJob, Vec<i64>) {
         st.exiting = true;
         self.exiting.store(true, Ordering::Release);
         let job = self.snapshot_with_pending(st);
         st.write_file = None;
         rs.close();
-        job
+        (job, st.watermark.released())
     }
 }
 
@@ -257,11 +261,11 @@ impl BackendQueue for DiskQueue {
     }
 
     fn read_batch(&self, max: usize, out: &mut Vec<Bytes>) -> usize {
-        self.read_into(max, &mut |b, _| out.push(b))
+        self.read_into(max, false, &mut |b, _| out.push(b))
     }
 
     fn read_batch_pos(&self, max: usize, out: &mut Vec<(Bytes, RecordPos)>) -> usize {
-        self.read_into(max, &mut |b, pos| out.push((b, pos)))
+        self.read_into(max, true, &mut |b, pos| out.push((b, pos)))
     }
 
     fn set_read_watermark(&self, pos: Option<RecordPos>) {
@@ -300,6 +304,7 @@ impl BackendQueue for DiskQueue {
             }
         }
         st.watermark.reset();
+        st.torn_tail = false;
         st.write_file_num += 1;
         st.write_pos = 0;
         st.read_file_num = st.write_file_num;
@@ -331,8 +336,12 @@ impl BackendQueue for DiskQueue {
             tracing::info!("DISKQUEUE({}): closing", self.name);
             self.shut(&mut rs, &mut st)
         };
+        let (job, released) = job;
         let result = self.perform(&mut mw, job);
         mw.closed = true;
+        for num in released {
+            self.remove_data_file(&self.data_file(num));
+        }
         result.map_err(BackendError::Io)
     }
 
@@ -346,7 +355,7 @@ impl BackendQueue for DiskQueue {
         tracing::info!("DISKQUEUE({}): deleting", self.name);
         mw.closed = true;
         // Dropping the job without performing it fails its waiters with `exiting`.
-        drop(self.shut(&mut rs, &mut st));
+        drop(self.shut(&mut rs, &mut st).0);
         Ok(())
     }
 }

@@ -7,6 +7,7 @@
 //! Also here: the durable-read watermark, which holds the persisted read position back to the
 //! oldest record the caller has not settled.
 
+use std::collections::VecDeque;
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -105,31 +106,91 @@ impl ReadSide {
     }
 }
 
+/// Most record positions remembered for depth accounting behind the watermark; beyond this
+/// the persisted depth may undercount (never the read position).
+const MAX_TRACKED: usize = 1 << 20;
+
 /// The durable-read watermark of `BackendQueue::set_read_watermark`.
+///
+/// Records taken by `read_batch_pos` are unsettled until the caller says otherwise: if no
+/// watermark is set, the first of them becomes it. While the watermark is set, the persisted
+/// read position is the watermark (and the persisted depth counts the records read since), and
+/// data files the reader finished at or after the watermark's file are held instead of deleted,
+/// until the watermark moves past them. With `None` everything is as go-diskqueue.
 #[derive(Default)]
 pub(super) struct Watermark {
     pos: Option<RecordPos>,
+    /// Start positions of records taken by `read_batch_pos`, ascending, none before `pos`.
+    read: VecDeque<RecordPos>,
+    /// Finished data files kept for the watermark, ascending.
+    held: Vec<i64>,
 }
 
 impl Watermark {
     pub(super) fn set(&mut self, pos: Option<RecordPos>) {
         self.pos = pos;
+        match pos {
+            None => self.read.clear(),
+            Some(w) => {
+                while self.read.front().is_some_and(|p| *p < w) {
+                    self.read.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Records taken by `read_batch_pos` (consumed now, unsettled until the caller says).
+    fn taken(&mut self, positions: &[RecordPos]) {
+        let Some(first) = positions.first() else {
+            return;
+        };
+        if self.pos.is_none() {
+            self.pos = Some(*first);
+        }
+        self.read.extend(positions.iter().copied());
+        while self.read.len() > MAX_TRACKED {
+            self.read.pop_front();
+        }
+    }
+
+    /// Whether a finished data file must be held rather than deleted.
+    fn holds(&self, file_num: i64) -> bool {
+        self.pos.is_some_and(|w| w.file_num <= file_num)
+    }
+
+    /// Held files the watermark has moved past: to be deleted now.
+    pub(super) fn released(&mut self) -> Vec<i64> {
+        let keep_from = self.pos.map_or(i64::MAX, |w| w.file_num);
+        let split = self.held.partition_point(|n| *n < keep_from);
+        self.held.drain(..split).collect()
     }
 
     /// The read position to persist and how many consumed records lie between it and the
     /// real read position (added to the persisted depth).
     pub(super) fn persisted_read(&self, st: &State) -> (i64, i64, i64) {
-        (st.read_file_num, st.read_pos, 0)
+        match self.pos {
+            Some(w) if (w.file_num, w.offset) < (st.read_file_num, st.read_pos) => {
+                let unsettled = self.read.len() - self.read.partition_point(|p| *p < w);
+                (w.file_num, w.offset, unsettled as i64)
+            }
+            _ => (st.read_file_num, st.read_pos, 0),
+        }
     }
 
-    /// The oldest data file still needed (files before the reader's are kept for the
-    /// watermark).
+    /// The oldest data file still needed (held files and the watermark's come first).
     pub(super) fn oldest_kept_file(&self, read_file_num: i64) -> i64 {
-        read_file_num
+        let mut oldest = read_file_num;
+        if let Some(&n) = self.held.first() {
+            oldest = oldest.min(n);
+        }
+        if let Some(w) = self.pos {
+            oldest = oldest.min(w.file_num);
+        }
+        oldest
     }
 
     pub(super) fn reset(&mut self) {
-        self.pos = None;
+        *self = Watermark::default();
     }
 }
 
@@ -138,6 +199,8 @@ struct ReadStep {
     file_num: i64,
     end_pos: i64,
     records: usize,
+    /// Start of each record taken, when the caller tracks positions (`read_batch_pos`).
+    positions: Vec<RecordPos>,
     outcome: ReadOutcome,
 }
 
@@ -153,10 +216,17 @@ enum ReadOutcome {
 }
 
 impl DiskQueue {
-    /// Takes up to `max` records, handing each with its position to `sink`.
-    pub(super) fn read_into(&self, max: usize, sink: &mut dyn FnMut(Bytes, RecordPos)) -> usize {
+    /// Takes up to `max` records, handing each with its position to `sink`. `track`: the
+    /// caller settles records through the watermark (`read_batch_pos`).
+    pub(super) fn read_into(
+        &self,
+        max: usize,
+        track: bool,
+        sink: &mut dyn FnMut(Bytes, RecordPos),
+    ) -> usize {
         let mut rs = self.reader.lock();
         let mut taken = 0;
+        let mut tracked = Vec::new();
         while taken < max {
             let positions = {
                 let st = self.state.lock();
@@ -174,7 +244,13 @@ impl DiskQueue {
             if !(rfn < wfn || (rfn == wfn && rpos < wpos)) {
                 break;
             }
-            let step = self.read_step(&mut rs, positions, max - taken, sink);
+            let mut step = self.read_step(&mut rs, positions, max - taken, &mut |b, p| {
+                if track {
+                    tracked.push(p);
+                }
+                sink(b, p)
+            });
+            step.positions = std::mem::take(&mut tracked);
             taken += step.records;
             self.commit_read(&mut rs, step);
         }
@@ -194,6 +270,7 @@ impl DiskQueue {
             file_num: rfn,
             end_pos: rpos,
             records: 0,
+            positions: Vec::new(),
             outcome: ReadOutcome::Stopped,
         };
         if rs.file.is_none() || rs.file_num != rfn || rs.buf_pos != rpos {
@@ -288,12 +365,18 @@ impl DiskQueue {
             debug_assert_eq!(st.read_file_num, step.file_num);
             st.read_pos = step.end_pos;
             st.depth -= step.records as i64;
+            st.watermark.taken(&step.positions);
             let mut force = false;
             match step.outcome {
                 ReadOutcome::Stopped => {}
                 ReadOutcome::FileDone => {
                     rs.close();
-                    delete.push(self.data_file(st.read_file_num));
+                    let num = st.read_file_num;
+                    if st.watermark.holds(num) {
+                        st.watermark.held.push(num);
+                    } else {
+                        delete.push(self.data_file(num));
+                    }
                     st.read_file_num += 1;
                     st.read_pos = 0;
                     force = true;
@@ -348,6 +431,9 @@ impl DiskQueue {
                 }
             }
             force |= self.check_tail(&mut st, rs, &mut delete);
+            for num in st.watermark.released() {
+                delete.push(self.data_file(num));
+            }
             self.count_ops(&mut st, step.records, force, Vec::new());
         }
         // File-system work outside the state lock (the reader lock keeps these files ours).
@@ -413,5 +499,14 @@ impl DiskQueue {
             changed = true;
         }
         changed
+    }
+
+    /// Deletes the held data files the watermark has moved past (no-op when none). Called by
+    /// the syncer's timer, since `set_read_watermark` must not do I/O.
+    pub(super) fn reap_held_files(&self) {
+        let released = self.state.lock().watermark.released();
+        for num in released {
+            self.remove_data_file(&self.data_file(num));
+        }
     }
 }

@@ -5,8 +5,8 @@
 //! nothing). We never let metadata make a queue unusable and never lose a complete record:
 //! - metadata that is missing is a new queue (positions 0), as go-diskqueue;
 //! - metadata that is unreadable, does not parse, has negative or absurd values, a reader
-//!   beyond the writer, or a read position past the end of its data file, is logged and the
-//!   positions are rebuilt by scanning the data files that exist: read from the oldest at 0,
+//!   beyond the writer, a read position past the end of its data file, or names no existing
+//!   data file while others exist, is logged and the positions are rebuilt by scanning the data files that exist: read from the oldest at 0,
 //!   write after the last complete record of the newest, depth = the complete records;
 //! - a write position past the end of the write file (the file was truncated) keeps the
 //!   reader and moves the writer to a new file, so the damaged file is read as a finished one:
@@ -99,10 +99,11 @@ fn check(name: &str, opts: &DiskQueueOptions, m: &Meta) -> Result<(), String> {
             m.read_pos,
             md.len()
         )),
-        Err(_) if m.read_pos > 0 => Err(format!("readPos {} of a missing file", m.read_pos)),
-        Err(_) if (m.read_file_num, m.read_pos) < (m.write_file_num, m.write_pos) => {
-            // Records are claimed but none of the files they would be in exists, while
-            // other data files do: the numbers are wrong, not the data.
+        Err(_) => {
+            // A missing read file is normal after a crash (go-diskqueue deletes a finished
+            // file before the metadata moves on): the reader goes on with the next file. But
+            // if none of the files the positions name exists while other data files do, the
+            // numbers are wrong, not the data.
             let nums = data_file_nums(name, opts);
             let in_range = nums
                 .iter()

@@ -371,7 +371,10 @@ fn run(rx: Receiver<Msg>) {
         let now = Instant::now();
         if now >= next_tick {
             queues.retain(|w| match w.upgrade() {
-                Some(q) => q.sync_if_stale(now),
+                Some(q) => {
+                    q.reap_held_files();
+                    q.sync_if_stale(now)
+                }
                 None => false,
             });
             next_tick = now + TICK;

@@ -3,7 +3,8 @@
 //! before any record that would push a file past `max_bytes_per_file` (go-diskqueue
 //! diskqueue.go, writeOne). Positions are published only once every byte is written; on a
 //! write error every byte of the batch is taken back (truncated away) so neither a later read
-//! nor a restart can deliver a record that was never acknowledged.
+//! nor a restart can deliver a record that was never acknowledged, and a full disk only
+//! fails the puts that do not fit.
 
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
@@ -81,9 +82,14 @@ impl DiskQueue {
     }
 
     /// Writes the encoded batch, rotating before any record that would push the file past
-    /// `max_bytes_per_file`. Positions are published only once every byte is written, so on
-    /// error nothing of the batch counts.
+    /// `max_bytes_per_file`. Positions are published only once every byte is written; on
+    /// error the batch is rolled back and nothing of it counts.
     fn write_locked(&self, st: &mut State, eb: &EncodeBuf) -> Result<u64, BackendError> {
+        if st.torn_tail {
+            // A previous rollback could not truncate: nothing may be appended after bytes
+            // that a reader or a restart would take for records.
+            self.truncate_tail(st).map_err(BackendError::Io)?;
+        }
         let max_bytes = self.opts.max_bytes_per_file;
         let mut file_num = st.write_file_num;
         let mut file = st.write_file.clone();
@@ -92,17 +98,16 @@ impl DiskQueue {
         let mut retired: Vec<(i64, Arc<File>)> = Vec::new();
         let mut off = 0usize;
         let mut rotated = false;
+        let mut result = Ok(());
         for &end in &eb.ends {
             let len = (end - off) as i64;
             let cur = chunk_pos + (off - chunk_start) as i64;
             if cur > 0 && cur.saturating_add(len) > max_bytes {
-                self.write_chunk(
-                    st,
-                    &mut file,
-                    file_num,
-                    chunk_pos,
-                    &eb.bytes[chunk_start..off],
-                )?;
+                result =
+                    self.write_chunk(&mut file, file_num, chunk_pos, &eb.bytes[chunk_start..off]);
+                if result.is_err() {
+                    break;
+                }
                 if let Some(f) = file.take() {
                     retired.push((file_num, f));
                 }
@@ -113,13 +118,13 @@ impl DiskQueue {
             }
             off = end;
         }
-        self.write_chunk(
-            st,
-            &mut file,
-            file_num,
-            chunk_pos,
-            &eb.bytes[chunk_start..off],
-        )?;
+        if result.is_ok() {
+            result = self.write_chunk(&mut file, file_num, chunk_pos, &eb.bytes[chunk_start..off]);
+        }
+        if let Err(e) = result {
+            self.roll_back(st, file_num);
+            return Err(BackendError::Io(e));
+        }
 
         st.write_file_num = file_num;
         st.write_pos = chunk_pos + (off - chunk_start) as i64;
@@ -133,12 +138,11 @@ impl DiskQueue {
 
     fn write_chunk(
         &self,
-        st: &mut State,
         file: &mut Option<Arc<File>>,
         file_num: i64,
         pos: i64,
         bytes: &[u8],
-    ) -> Result<(), BackendError> {
+    ) -> io::Result<()> {
         if bytes.is_empty() {
             return Ok(());
         }
@@ -150,19 +154,50 @@ impl DiskQueue {
                 .expect("opened above")
                 .write_all_at(bytes, pos as u64)
         })();
-        if let Err(e) = result {
+        if let Err(e) = &result {
             tracing::error!(
                 "DISKQUEUE({}) writing to {} at {pos} - {e}",
                 self.name,
                 self.data_file(file_num).display()
             );
-            // As the reference: close the write file; it is reopened at writePos next time.
-            if file_num == st.write_file_num {
-                st.write_file = None;
-            }
-            return Err(BackendError::Io(e));
         }
-        Ok(())
+        result
+    }
+
+    /// Undoes a failed batch (e.g. ENOSPC after a partial write): the write file is cut back
+    /// to `writePos` and files the batch rotated into are removed, so no byte of it can be
+    /// read later or after a restart. Unlike go-diskqueue's writeOne the write file stays
+    /// open: records written before the failure still need their fdatasync from it.
+    fn roll_back(&self, st: &mut State, reached: i64) {
+        for num in st.write_file_num + 1..=reached {
+            self.remove_data_file(&self.data_file(num));
+        }
+        if let Err(e) = self.truncate_tail(st) {
+            tracing::error!(
+                "DISKQUEUE({}) failed to cut {} back to {} after a failed write - {e}; puts fail until it can be",
+                self.name,
+                self.data_file(st.write_file_num).display(),
+                st.write_pos
+            );
+        }
+    }
+
+    /// Cuts the write file back to `writePos`; records success in `torn_tail`.
+    fn truncate_tail(&self, st: &mut State) -> io::Result<()> {
+        let result = match OpenOptions::new()
+            .write(true)
+            .open(self.data_file(st.write_file_num))
+        {
+            Ok(f) => match f.metadata() {
+                Ok(md) if md.len() as i64 > st.write_pos => f.set_len(st.write_pos as u64),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        };
+        st.torn_tail = result.is_err();
+        result
     }
 
     fn open_write_file(&self, num: i64, pos: i64) -> io::Result<File> {
