@@ -249,9 +249,12 @@ impl Topic {
                         }
                     }
                     Err(e) => {
+                        // Nothing went to disk: memory may take new puts again if it can.
+                        if st.backend_writers == 0 && self.backend.depth() <= 0 {
+                            st.spill = false;
+                        }
                         drop(st);
                         tracing::error!(topic = %self.name, "failed to write message to backend - {e}");
-                        // The spill flag may be set with nothing behind it: the pump clears it.
                         self.ensure_pump();
                         return Err(e);
                     }
