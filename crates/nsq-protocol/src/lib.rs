@@ -15,7 +15,9 @@ pub mod identify;
 pub mod lookup;
 pub mod message;
 pub mod names;
-pub mod quote;
+
+/// Go's `%q`, used in error descriptions; it lives in `nsq-go` with the other Go rules.
+pub use nsq_go::quote;
 
 pub use command::{Command, CommandKind, DecodeError, Decoder, Limits};
 pub use error::{ErrorCode, NsqError};

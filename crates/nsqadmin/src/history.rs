@@ -236,7 +236,7 @@ impl History {
 
 /// The polling loop; ends when `stop` fires.
 pub async fn run(
-    admin: Arc<crate::server::Admin>,
+    admin: Arc<crate::admin::Admin>,
     history: Arc<History>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {

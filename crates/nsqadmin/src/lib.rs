@@ -4,15 +4,17 @@
 //! admin-action notifications ([`notify`]) and keeps its own short stats history for charts
 //! ([`history`]). `apps/nsqadmin` only parses flags ([`options`]) and calls [`server::start`].
 
+pub mod admin;
 pub mod client;
 pub mod cluster;
 pub mod history;
 pub mod http;
-/// Go-compatible JSON bytes, shared with nsqd.
-pub use nsqd::http::json;
+/// Go-compatible JSON bytes.
+pub use nsq_go::json;
 pub mod notify;
 pub mod options;
 pub mod server;
 pub mod stats;
 
+pub use admin::Admin;
 pub use server::{start, AdminHandle};

@@ -1,25 +1,23 @@
-//! nsqadmin's command line and config file (nsqadmin.md §1): every flag of the reference with
-//! its default, Go `flag`-package parsing (`-name`/`--name`, `=value` or next argument, bool
-//! flags never consume the next argument, repeatable list flags), the TOML `--config` file with
-//! the reference's coercions and precedence (flag > file > default), startup validation
-//! (§1.3), and the `/config/<opt>` view of each option (§9).
-//!
-//! The scalar parsers (`parse_go_bool`, `parse_go_int`, `parse_go_duration`, log levels) are
-//! nsqd's; the flag table is our own because nsqadmin's flag set differs.
+//! nsqadmin's options (nsqadmin/options.go, `NewOptions`; apps/nsqadmin/main.go): every flag of
+//! the reference with its default, declared once as a [`FlagSet`] (Go `flag` parsing, the `-h`
+//! text and the TOML `--config` file with precedence flag > file > default come from
+//! `nsq_go::flag`), startup validation (nsqadmin/nsqadmin.go, `New`), and the `/config/<opt>`
+//! view of each option.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
-use nsq_protocol::quote::go_quote;
-use nsqd::options::{go_format_float, parse_go_bool, parse_go_duration, parse_go_int, LogLevel};
+use nsq_go::flag::{self, FlagSet};
 use serde_json::Value;
 
+pub use nsq_go::flag::FlagError;
+pub use nsq_go::LogLevel;
+
 /// The version nsqadmin reports (`--version`, the UI).
-pub const VERSION: &str = "1.3.0";
+pub const VERSION: &str = nsq_http::version::VERSION;
 
 /// `nsqadmin v1.3.0 (built w/rustc1.95.0)`.
 pub fn version_string() -> String {
-    nsqd::options::version_string_for("nsqadmin")
+    nsq_http::version::version_string("nsqadmin")
 }
 
 /// Every option of nsqadmin, resolved (flags > config file > defaults).
@@ -94,321 +92,80 @@ impl Default for AdminOptions {
     }
 }
 
-/// A mutable view of one option's field, typed by how it is parsed.
-enum FieldMut<'a> {
-    Bool(&'a mut bool),
-    Str(&'a mut String),
-    Int(&'a mut i64),
-    Dur(&'a mut Duration),
-    List(&'a mut Vec<String>),
-    Level(&'a mut LogLevel),
-}
-
-/// A shared view of one option's field.
-enum FieldRef<'a> {
-    Bool(&'a bool),
-    Str(&'a String),
-    Int(&'a i64),
-    Dur(&'a Duration),
-    List(&'a Vec<String>),
-    Level(&'a LogLevel),
-}
-
-/// One flag: its name (without `-`), its config-file key, its usage line.
-struct FlagSpec {
-    name: &'static str,
-    cfg_key: Option<&'static str>,
-}
-
-/// Declares the flag table and the name → field accessors from one list.
-macro_rules! option_fields {
-    ($( $flag:literal => $field:ident : $kind:ident, $cfg:expr; )*) => {
-        /// Every flag except `--version`, in the reference's order.
-        const FLAGS: &[FlagSpec] = &[ $( FlagSpec { name: $flag, cfg_key: $cfg } ),* ];
-
-        impl AdminOptions {
-            fn field_mut(&mut self, flag: &str) -> Option<FieldMut<'_>> {
-                match flag {
-                    $( $flag => Some(FieldMut::$kind(&mut self.$field)), )*
-                    _ => None,
-                }
-            }
-
-            fn field(&self, flag: &str) -> Option<FieldRef<'_>> {
-                match flag {
-                    $( $flag => Some(FieldRef::$kind(&self.$field)), )*
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-
-option_fields! {
-    "config" => config: Str, None;
-    "log-level" => log_level: Level, Some("log_level");
-    "log-prefix" => log_prefix: Str, Some("log_prefix");
-    "verbose" => verbose: Bool, None;
-    "http-address" => http_address: Str, Some("http_address");
-    "base-path" => base_path: Str, Some("base_path");
-    "dev-static-dir" => dev_static_dir: Str, Some("dev_static_dir");
-    "graphite-url" => graphite_url: Str, Some("graphite_url");
-    "proxy-graphite" => proxy_graphite: Bool, Some("proxy_graphite");
-    "statsd-counter-format" => statsd_counter_format: Str, Some("statsd_counter_format");
-    "statsd-gauge-format" => statsd_gauge_format: Str, Some("statsd_gauge_format");
-    "statsd-prefix" => statsd_prefix: Str, Some("statsd_prefix");
-    "statsd-interval" => statsd_interval: Dur, Some("statsd_interval");
-    "notification-http-endpoint" => notification_http_endpoint: Str,
-        Some("notification_http_endpoint");
-    "http-client-connect-timeout" => http_client_connect_timeout: Dur,
-        Some("http_client_connect_timeout");
-    "http-client-request-timeout" => http_client_request_timeout: Dur,
-        Some("http_client_request_timeout");
-    "http-client-tls-insecure-skip-verify" => http_client_tls_insecure_skip_verify: Bool,
-        Some("http_client_tls_insecure_skip_verify");
-    "http-client-tls-root-ca-file" => http_client_tls_root_ca_file: Str,
-        Some("http_client_tls_root_ca_file");
-    "http-client-tls-cert" => http_client_tls_cert: Str, Some("http_client_tls_cert");
-    "http-client-tls-key" => http_client_tls_key: Str, Some("http_client_tls_key");
-    "allow-config-from-cidr" => allow_config_from_cidr: Str, Some("allow_config_from_cidr");
-    "acl-http-header" => acl_http_header: Str, Some("acl_http_header");
-    "admin-user" => admin_users: List, Some("admin_users");
-    "lookupd-http-address" => lookupd_http_addresses: List, Some("nsqlookupd_http_addresses");
-    "nsqd-http-address" => nsqd_http_addresses: List, Some("nsqd_http_addresses");
-    "history-interval" => history_interval: Dur, Some("history_interval");
-    "history-size" => history_size: Int, Some("history_size");
-}
-
 /// What the command line asks for.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq)]
-pub enum ParseOutcome {
-    Run(AdminOptions),
-    /// `--version`: print [`version_string`], exit 0.
-    Version,
-    /// `-h`/`-help`: print [`usage`] to stderr, exit 0.
-    Help,
-}
+pub type ParseOutcome = flag::ParseOutcome<AdminOptions>;
 
-/// Why the command line or config file was rejected (shared with nsqd: `Usage` → exit 2,
-/// `Fatal` → exit 1).
-pub use nsqd::options::FlagError;
+/// Every flag except `--version`, in the reference's order (apps/nsqadmin/main.go,
+/// `nsqadminFlagSet`), plus our chart-history flags.
+pub static FLAGS: FlagSet<AdminOptions> = FlagSet {
+    program: "nsqadmin",
+    flags: nsq_go::flags![AdminOptions;
+        "config" => config: Str, None,
+            "path to config file";
+        "log-level" => log_level: Custom, Some("log_level"),
+            "set log verbosity: debug, info, warn, error, or fatal";
+        "log-prefix" => log_prefix: Str, Some("log_prefix"),
+            "log message prefix";
+        "verbose" => verbose: Bool, None,
+            "[deprecated] has no effect, use --log-level";
+        "http-address" => http_address: Str, Some("http_address"),
+            "<addr>:<port> to listen on for HTTP clients";
+        "base-path" => base_path: Str, Some("base_path"),
+            "URL base path";
+        "dev-static-dir" => dev_static_dir: Str, Some("dev_static_dir"),
+            "(development use only)";
+        "graphite-url" => graphite_url: Str, Some("graphite_url"),
+            "graphite HTTP address";
+        "proxy-graphite" => proxy_graphite: Bool, Some("proxy_graphite"),
+            "proxy HTTP requests to graphite";
+        "statsd-counter-format" => statsd_counter_format: Str, Some("statsd_counter_format"),
+            "The counter stats key formatting applied by the implementation of statsd. If no formatting is desired, set this to an empty string.";
+        "statsd-gauge-format" => statsd_gauge_format: Str, Some("statsd_gauge_format"),
+            "The gauge stats key formatting applied by the implementation of statsd. If no formatting is desired, set this to an empty string.";
+        "statsd-prefix" => statsd_prefix: Str, Some("statsd_prefix"),
+            "prefix used for keys sent to statsd (%s for host replacement, must match nsqd)";
+        "statsd-interval" => statsd_interval: Dur, Some("statsd_interval"),
+            "time interval nsqd is configured to push to statsd (must match nsqd)";
+        "notification-http-endpoint" => notification_http_endpoint: Str, Some("notification_http_endpoint"),
+            "HTTP endpoint (fully qualified) to which POST notifications of admin actions will be sent";
+        "http-client-connect-timeout" => http_client_connect_timeout: Dur, Some("http_client_connect_timeout"),
+            "timeout for HTTP connect";
+        "http-client-request-timeout" => http_client_request_timeout: Dur, Some("http_client_request_timeout"),
+            "timeout for HTTP request";
+        "http-client-tls-insecure-skip-verify" => http_client_tls_insecure_skip_verify: Bool, Some("http_client_tls_insecure_skip_verify"),
+            "configure the HTTP client to skip verification of TLS certificates";
+        "http-client-tls-root-ca-file" => http_client_tls_root_ca_file: Str, Some("http_client_tls_root_ca_file"),
+            "path to CA file for the HTTP client";
+        "http-client-tls-cert" => http_client_tls_cert: Str, Some("http_client_tls_cert"),
+            "path to certificate file for the HTTP client";
+        "http-client-tls-key" => http_client_tls_key: Str, Some("http_client_tls_key"),
+            "path to key file for the HTTP client";
+        "allow-config-from-cidr" => allow_config_from_cidr: Str, Some("allow_config_from_cidr"),
+            "A CIDR from which to allow HTTP requests to the /config endpoint";
+        "acl-http-header" => acl_http_header: Str, Some("acl_http_header"),
+            "HTTP header to check for authenticated admin users";
+        "admin-user" => admin_users: StrList, Some("admin_users"),
+            "admin user (may be given multiple times; if specified, only these users will be able to perform privileged actions; acl-http-header is used to determine the authenticated user)";
+        "lookupd-http-address" => lookupd_http_addresses: StrList, Some("nsqlookupd_http_addresses"),
+            "lookupd HTTP address (may be given multiple times)";
+        "nsqd-http-address" => nsqd_http_addresses: StrList, Some("nsqd_http_addresses"),
+            "nsqd HTTP address (may be given multiple times)";
+        "history-interval" => history_interval: Dur, Some("history_interval"),
+            "how often nsqadmin polls /stats for its own charts; 0 disables";
+        "history-size" => history_size: Int, Some("history_size"),
+            "samples kept per topic/channel chart";
+    ],
+    config_checks: &["log_level"],
+};
 
 /// Parses the command line (program name first), then the `--config` file.
 pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<ParseOutcome, FlagError> {
-    let args: Vec<String> = args.into_iter().skip(1).collect();
-    let mut opts = AdminOptions::default();
-    let mut explicit: HashSet<&'static str> = HashSet::new();
-    let mut version = false;
-    let mut i = 0;
-    while i < args.len() {
-        let s = args[i].as_str();
-        if s.len() < 2 || !s.starts_with('-') {
-            break;
-        }
-        let minuses = if s.as_bytes()[1] == b'-' { 2 } else { 1 };
-        if minuses == 2 && s.len() == 2 {
-            break;
-        }
-        let body = &s[minuses..];
-        if body.is_empty() || body.starts_with('-') || body.starts_with('=') {
-            return Err(FlagError::Usage(format!("bad flag syntax: {s}")));
-        }
-        i += 1;
-        let (name, mut value) = match body[1..].find('=') {
-            Some(p) => (&body[..p + 1], Some(&body[p + 2..])),
-            None => (body, None),
-        };
-        if name == "version" {
-            version = match value {
-                None => true,
-                Some(v) => parse_go_bool(v).ok_or_else(|| {
-                    FlagError::Usage(format!(
-                        "invalid boolean value {} for -{name}: parse error",
-                        go_quote(v.as_bytes())
-                    ))
-                })?,
-            };
-            continue;
-        }
-        let Some(spec) = FLAGS.iter().find(|f| f.name == name) else {
-            if name == "help" || name == "h" {
-                return Ok(ParseOutcome::Help);
-            }
-            return Err(FlagError::Usage(format!(
-                "flag provided but not defined: -{name}"
-            )));
-        };
-        let field = opts.field_mut(spec.name).expect("flag has a field");
-        if let FieldMut::Bool(b) = field {
-            let v = value.unwrap_or("true");
-            *b = parse_go_bool(v).ok_or_else(|| {
-                FlagError::Usage(format!(
-                    "invalid boolean value {} for -{name}: parse error",
-                    go_quote(v.as_bytes())
-                ))
-            })?;
-        } else {
-            if value.is_none() && i < args.len() {
-                value = Some(args[i].as_str());
-                i += 1;
-            }
-            let Some(v) = value else {
-                return Err(FlagError::Usage(format!("flag needs an argument: -{name}")));
-            };
-            set_flag(field, v).map_err(|e| {
-                FlagError::Usage(format!(
-                    "invalid value {} for flag -{name}: {e}",
-                    go_quote(v.as_bytes())
-                ))
-            })?;
-        }
-        explicit.insert(spec.name);
-    }
-    if version {
-        return Ok(ParseOutcome::Version);
-    }
-    if !opts.config.is_empty() {
-        let path = opts.config.clone();
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| FlagError::Fatal(format!("failed to load config file {path} - {e}")))?;
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            FlagError::Fatal(format!(
-                "failed to load config file {path} - toml: {}",
-                e.message().trim_end()
-            ))
-        })?;
-        apply_config(&mut opts, &table, &explicit)?;
-    }
-    Ok(ParseOutcome::Run(opts))
-}
-
-/// A flag's `Value.Set`.
-fn set_flag(field: FieldMut<'_>, v: &str) -> Result<(), String> {
-    match field {
-        FieldMut::Bool(b) => *b = parse_go_bool(v).ok_or("parse error")?,
-        FieldMut::Str(s) => *s = v.to_string(),
-        FieldMut::Int(i) => *i = parse_go_int(v).map_err(|_| "parse error")?,
-        FieldMut::Dur(d) => *d = parse_go_duration(v).map_err(|_| "parse error")?,
-        FieldMut::List(l) => l.push(v.to_string()),
-        FieldMut::Level(l) => *l = LogLevel::parse(v)?,
-    }
-    Ok(())
-}
-
-/// go-options' resolution of config-file values for every flag not given explicitly.
-fn apply_config(
-    opts: &mut AdminOptions,
-    table: &toml::Table,
-    explicit: &HashSet<&'static str>,
-) -> Result<(), FlagError> {
-    if let Some(v) = table.get("log_level") {
-        let level = LogLevel::parse(&format_value(v)).map_err(|_| {
-            FlagError::Fatal(format!("failed parsing log_level {}", format_value(v)))
-        })?;
-        if !explicit.contains("log-level") {
-            opts.log_level = level;
-        }
-    }
-    for spec in FLAGS {
-        let Some(key) = spec.cfg_key else { continue };
-        if explicit.contains(spec.name) || key == "log_level" {
-            continue;
-        }
-        let Some(v) = table.get(key) else { continue };
-        let field = opts.field_mut(spec.name).expect("flag has a field");
-        set_config(field, v).map_err(|e| {
-            FlagError::Fatal(format!(
-                "option resolution failed to coerce {} for {} - {e}",
-                format_value(v),
-                spec.name
-            ))
-        })?;
-    }
-    Ok(())
-}
-
-/// go-options' `coerce` of a TOML value into a field.
-fn set_config(field: FieldMut<'_>, v: &toml::Value) -> Result<(), String> {
-    use toml::Value as T;
-    let bad = || "invalid value type".to_string();
-    match field {
-        FieldMut::Str(s) => {
-            *s = match v {
-                T::String(x) => x.clone(),
-                T::Integer(i) => i.to_string(),
-                T::Boolean(b) => b.to_string(),
-                T::Float(f) => go_format_float(*f),
-                _ => return Err(bad()),
-            }
-        }
-        FieldMut::Bool(b) => {
-            *b = match v {
-                T::Boolean(x) => *x,
-                T::Integer(i) => *i != 0,
-                T::String(x) => parse_go_bool(x).ok_or_else(|| {
-                    format!(
-                        "strconv.ParseBool: parsing {}: invalid syntax",
-                        go_quote(x.as_bytes())
-                    )
-                })?,
-                _ => return Err(bad()),
-            }
-        }
-        FieldMut::Int(i) => {
-            *i = match v {
-                T::Integer(x) => *x,
-                T::String(x) => x.parse().map_err(|_| {
-                    format!(
-                        "strconv.ParseInt: parsing {}: invalid syntax",
-                        go_quote(x.as_bytes())
-                    )
-                })?,
-                _ => return Err(bad()),
-            }
-        }
-        FieldMut::Dur(d) => {
-            *d = match v {
-                T::Integer(ms) => u64::try_from(*ms)
-                    .map(Duration::from_millis)
-                    .map_err(|_| "negative durations are not supported".to_string())?,
-                T::String(x) if !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit()) => {
-                    Duration::from_millis(x.parse().map_err(|_| "value out of range")?)
-                }
-                T::String(x) => parse_go_duration(x).map_err(|e| format!("{e:?}"))?,
-                _ => return Err(bad()),
-            }
-        }
-        FieldMut::List(l) => {
-            *l = match v {
-                T::String(x) if x.is_empty() => Vec::new(),
-                T::String(x) => x.split(',').map(str::to_string).collect(),
-                T::Array(items) => items
-                    .iter()
-                    .map(|i| match i {
-                        T::String(s) => Ok(s.clone()),
-                        _ => Err(bad()),
-                    })
-                    .collect::<Result<_, _>>()?,
-                _ => return Err(bad()),
-            }
-        }
-        FieldMut::Level(_) => unreachable!("log_level is resolved by apply_config"),
-    }
-    Ok(())
-}
-
-/// A TOML value as Go's `%v` prints it (error messages).
-fn format_value(v: &toml::Value) -> String {
-    match v {
-        toml::Value::String(s) => s.clone(),
-        toml::Value::Float(f) => go_format_float(*f),
-        other => other.to_string(),
-    }
+    FLAGS.parse(args, AdminOptions::default())
 }
 
 impl AdminOptions {
-    /// §2.1: empty → `/`; leading `/` added; cleaned; trailing slash removed.
+    /// Empty → `/`; leading `/` added; cleaned; trailing slash removed (nsqadmin/nsqadmin.go,
+    /// `New`).
     pub fn normalized_base_path(&self) -> String {
         normalize_base_path(&self.base_path)
     }
@@ -419,18 +176,15 @@ impl AdminOptions {
         if key == "base_path" {
             return Some(Err(self.normalized_base_path()));
         }
-        let spec = FLAGS.iter().find(|f| f.cfg_key == Some(key))?;
-        Some(match self.field(spec.name)? {
-            FieldRef::Str(s) => Err(s.clone()),
-            FieldRef::Bool(b) => Ok(Value::from(*b)),
-            FieldRef::Int(i) => Ok(Value::from(*i)),
-            FieldRef::Dur(d) => Ok(Value::from(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))),
-            FieldRef::List(l) => Ok(Value::from(l.clone())),
-            FieldRef::Level(l) => Ok(Value::from(l.code())),
+        let spec = FLAGS.by_config_key(key)?;
+        let mut copy = self.clone();
+        Some(match (spec.slot)(&mut copy).to_json() {
+            Value::String(s) => Err(s),
+            v => Ok(v),
         })
     }
 
-    /// §1.3 checks that need no I/O beyond reading the TLS files (listening is checked by
+    /// nsqadmin/nsqadmin.go `New`'s checks that need no I/O beyond reading the TLS files (listening is checked by
     /// the server). The text follows `failed to instantiate nsqadmin - `.
     pub fn validate(&self) -> Result<(), String> {
         if self.lookupd_http_addresses.is_empty() && self.nsqd_http_addresses.is_empty() {
@@ -508,7 +262,7 @@ fn check_host_port(a: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// §2.1 base-path normalisation.
+/// The base-path normalisation of nsqadmin/nsqadmin.go, `New`.
 pub fn normalize_base_path(p: &str) -> String {
     let p = if p.starts_with('/') {
         p.to_string()
@@ -575,11 +329,16 @@ impl Cidr {
 }
 
 /// The `-h` text.
-pub fn usage() -> &'static str {
-    USAGE
+pub fn usage() -> String {
+    FLAGS.usage(&AdminOptions::default())
 }
 
-const USAGE: &str = "Usage of nsqadmin:
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reference's text plus our two history flags, which [`usage`] must reproduce.
+    const USAGE: &str = "Usage of nsqadmin:
   -acl-http-header string
     \tHTTP header to check for authenticated admin users (default \"X-Forwarded-User\")
   -admin-user value
@@ -638,9 +397,10 @@ const USAGE: &str = "Usage of nsqadmin:
     \tprint version string
 ";
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    #[test]
+    fn usage_is_the_reference_text() {
+        assert_eq!(usage(), USAGE);
+    }
 
     fn run(args: &[&str]) -> AdminOptions {
         let mut v = vec!["nsqadmin".to_string()];

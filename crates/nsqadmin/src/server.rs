@@ -8,57 +8,12 @@ use parking_lot::RwLock;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::admin::Admin;
 use crate::client::HttpClient;
-use crate::cluster::ClusterInfo;
 use crate::history::History;
 use crate::http::Routes;
 use crate::notify::Notifier;
 use crate::options::{AdminOptions, Cidr};
-
-/// Shared state of a running nsqadmin.
-pub struct Admin {
-    /// The options; `PUT /config/<opt>` replaces them atomically (a short write lock, never
-    /// held across an `.await`).
-    opts: RwLock<Arc<AdminOptions>>,
-    pub(crate) routes: Routes,
-    pub base_path: String,
-    pub cidr: Option<Cidr>,
-    pub notifier: Notifier,
-    pub history: Option<Arc<History>>,
-    /// nsqadmin's host name (`via` in notifications).
-    pub hostname: String,
-}
-
-impl Admin {
-    pub fn opts(&self) -> Arc<AdminOptions> {
-        self.opts.read().clone()
-    }
-
-    pub fn set_opts(&self, o: AdminOptions) {
-        *self.opts.write() = Arc::new(o);
-    }
-
-    pub fn client(&self) -> HttpClient {
-        let o = self.opts();
-        HttpClient {
-            connect_timeout: o.http_client_connect_timeout,
-            request_timeout: o.http_client_request_timeout,
-        }
-    }
-
-    /// The upstream view for one request (current lookupd/nsqd lists).
-    pub fn cluster(&self) -> ClusterInfo {
-        let o = self.opts();
-        ClusterInfo {
-            client: HttpClient {
-                connect_timeout: o.http_client_connect_timeout,
-                request_timeout: o.http_client_request_timeout,
-            },
-            lookupds: o.lookupd_http_addresses.clone(),
-            nsqds: o.nsqd_http_addresses.clone(),
-        }
-    }
-}
 
 /// A running nsqadmin: its address and how to stop it.
 pub struct AdminHandle {
@@ -112,7 +67,7 @@ pub async fn start(opts: AdminOptions) -> Result<AdminHandle, String> {
         cidr,
         notifier: Notifier::start(&opts.notification_http_endpoint, client),
         history: history.clone(),
-        hostname: nsqd::options::hostname(),
+        hostname: nsq_go::os::hostname(),
         opts: RwLock::new(Arc::new(opts)),
     });
     let (stop, stop_rx) = watch::channel(false);
@@ -140,4 +95,32 @@ pub async fn start(opts: AdminOptions) -> Result<AdminHandle, String> {
         stop,
         done,
     })
+}
+
+impl nsq_http::daemon::Daemon for AdminHandle {
+    type Options = AdminOptions;
+    type Error = String;
+    const NAME: &'static str = "nsqadmin";
+
+    fn parse_args(
+        args: Vec<String>,
+    ) -> Result<crate::options::ParseOutcome, crate::options::FlagError> {
+        crate::options::parse_args(args)
+    }
+
+    fn usage() -> String {
+        crate::options::usage()
+    }
+
+    fn log_settings(opts: &AdminOptions) -> (&str, crate::options::LogLevel) {
+        (&opts.log_prefix, opts.log_level)
+    }
+
+    async fn start(opts: AdminOptions) -> Result<Self, String> {
+        start(opts).await
+    }
+
+    async fn shutdown(self) {
+        AdminHandle::shutdown(self).await
+    }
 }

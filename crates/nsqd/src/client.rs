@@ -153,7 +153,7 @@ impl Client {
     }
 
     /// FIN succeeded. The reader wakes the writer once per batch of commands (see
-    /// `tcp::read_loop`), not once per FIN.
+    /// `protocol_v2::read_loop`), not once per FIN.
     pub fn finished(&self) {
         self.finish_count.fetch_add(1, Ordering::Relaxed);
         self.dec_in_flight_quiet();

@@ -1,20 +1,24 @@
-//! The nsqd daemon as a library: the V2 TCP protocol ([`tcp`]), the HTTP API ([`http`]),
-//! `nsqd.dat` ([`metadata`]) and startup/shutdown ([`server`]). `apps/nsqd` only parses flags
-//! and calls [`server::start`].
+//! The nsqd daemon as a library: the shared daemon state ([`nsqd`]), the V2 TCP protocol
+//! ([`protocol_v2`], one connection's reader and writer; [`client`] its state), the HTTP API
+//! ([`http`]), the stats snapshot ([`stats`]) behind `/stats` and statsd ([`statsd`]),
+//! `nsqd.dat` ([`metadata`]), nsqlookupd registration ([`lookup`]), TLS, AUTH and compression,
+//! and startup/shutdown ([`server`]). `apps/nsqd` only calls `nsq_http::daemon::run`.
 
 pub mod auth;
 pub mod client;
 pub mod compress;
 pub mod http;
 pub mod httpclient;
-pub mod logging;
 pub mod lookup;
 pub mod metadata;
+pub mod nsqd;
 pub mod options;
+pub mod protocol_v2;
 pub mod server;
+pub mod stats;
 pub mod statsd;
-pub mod tcp;
 pub mod tls;
 mod transport;
 
-pub use server::{start, Nsqd, NsqdHandle};
+pub use nsqd::Nsqd;
+pub use server::{start, NsqdHandle};

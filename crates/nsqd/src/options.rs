@@ -1,108 +1,29 @@
-//! nsqd's command line and config file: every flag of the reference nsqd v1.3.0 with its
-//! default, Go `flag`-package parsing, the TOML `--config` file with the reference's value
-//! coercions and precedence (flag > config > default), startup validation, the `-h` text,
-//! and the `/config/<key>` JSON view of each option.
-//!
-//! # Why a hand-written parser instead of clap
-//!
-//! Scripts written for the reference pass Go-style flags, and Go's `flag` package differs from
-//! clap in ways that are visible to them: `-name` and `--name` are the same thing; bool flags
-//! never consume the next argument (`-verbose foo` stops parsing at `foo`) but take `=false`;
-//! any other flag consumes the next argument even when it starts with `-`; parsing stops at the
-//! first non-flag argument and ignores the rest; integers take Go's base prefixes and durations
-//! Go's syntax; and the error texts (`flag provided but not defined: -bogus`,
-//! `invalid value "x" for flag -y: parse error`) are part of the contract. The whole algorithm
-//! is ~60 lines (a transcription of Go's `FlagSet.parseOne`), so it is written out here rather
-//! than bending clap into it. The flag set is one table ([`FLAGS`]) that also maps each flag to
-//! its config-file key and to its field.
+//! nsqd's options: every flag of the reference nsqd v1.3.0 with its default and usage line
+//! (declared once as a [`FlagSet`], which gives the Go `flag` parsing, the `-h` text and the
+//! TOML `--config` resolution; see `nsq_go::flag`), nsqd's own flag types (`--tls-required`,
+//! `--tls-min-version`), startup validation, and the `/config/<key>` JSON view of each option.
+//! The reference's counterparts are nsqd/options.go (`NewOptions`) and apps/nsqd/options.go
+//! (`nsqdFlagSet`).
 
-use std::collections::HashSet;
-use std::fmt;
-use std::io::Read;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use nsq_protocol::quote::go_quote;
+use nsq_go::flag::{self, FlagSet};
+use nsq_go::quote::go_quote;
+use nsq_go::strconv::{format_float, parse_bool};
 use serde_json::Value;
 
+pub use nsq_go::flag::FlagError;
+pub use nsq_go::os::hostname;
+pub use nsq_go::LogLevel;
+
 /// The version nsqd reports (`-version`, `/info`, `/stats`).
-pub const VERSION: &str = "1.3.0";
+pub const VERSION: &str = nsq_http::version::VERSION;
 
-/// `nsqd v1.3.0 (built w/rustc1.95.0)` — the reference prints its Go version where we print the
-/// compiler's (set by `build.rs`).
+/// `nsqd v1.3.0 (built w/rustc1.95.0)`.
 pub fn version_string() -> String {
-    version_string_for("nsqd")
-}
-
-/// `<app> v1.3.0 (built w/rustc…)` for each of the daemons (nsqlookupd and nsqadmin too).
-pub fn version_string_for(app: &str) -> String {
-    let rustc = option_env!("NSQD_RUSTC_VERSION").unwrap_or("1.95.0");
-    format!("{app} v{VERSION} (built w/rustc{rustc})")
-}
-
-/// The machine's host name, as Go's `os.Hostname` finds it on Linux: `/proc/sys/kernel/hostname`,
-/// else `$HOSTNAME`, else `localhost`. It is the default of `--broadcast-address` and the input
-/// of the default `--node-id`.
-pub fn hostname() -> String {
-    if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
-        let s = s.trim();
-        if !s.is_empty() {
-            return s.to_string();
-        }
-    }
-    match std::env::var("HOSTNAME") {
-        Ok(s) if !s.trim().is_empty() => s.trim().to_string(),
-        _ => "localhost".to_string(),
-    }
-}
-
-/// `--log-level`; the numbers are what `/config/log_level` shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum LogLevel {
-    Debug = 1,
-    Info = 2,
-    Warn = 3,
-    Error = 4,
-    Fatal = 5,
-}
-
-impl LogLevel {
-    /// Parses a level name case-insensitively (no trimming), with the reference's error text.
-    pub fn parse(s: &str) -> Result<LogLevel, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "debug" => Ok(LogLevel::Debug),
-            "info" => Ok(LogLevel::Info),
-            "warn" => Ok(LogLevel::Warn),
-            "error" => Ok(LogLevel::Error),
-            "fatal" => Ok(LogLevel::Fatal),
-            _ => Err(format!(
-                "invalid log level '{s}' (debug, info, warn, error, fatal)"
-            )),
-        }
-    }
-
-    /// 1 (debug) … 5 (fatal).
-    pub fn code(self) -> i64 {
-        self as i64
-    }
-
-    /// The upper-case name used in log lines (`INFO`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogLevel::Debug => "DEBUG",
-            LogLevel::Info => "INFO",
-            LogLevel::Warn => "WARNING",
-            LogLevel::Error => "ERROR",
-            LogLevel::Fatal => "FATAL",
-        }
-    }
-}
-
-impl fmt::Display for LogLevel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+    nsq_http::version::version_string("nsqd")
 }
 
 /// `--tls-required`: a bool flag that also accepts `tcp-https`. The numbers are what
@@ -125,7 +46,7 @@ impl TlsRequired {
         if s == "tcp-https" {
             return Ok(TlsRequired::TcpHttps);
         }
-        match parse_go_bool(&s) {
+        match parse_bool(&s) {
             Some(true) => Ok(TlsRequired::True),
             Some(false) => Ok(TlsRequired::False),
             None => Err(format!(
@@ -183,7 +104,44 @@ impl TlsVersion {
     }
 }
 
-/// Every nsqd option, one field per flag (nsqd-flags.md §2), holding the resolved value.
+impl flag::Value for TlsRequired {
+    fn is_bool_flag(&self) -> bool {
+        true
+    }
+
+    fn set(&mut self, text: &str) -> Result<(), String> {
+        *self = TlsRequired::parse(text)?;
+        Ok(())
+    }
+
+    fn usage_default(&self) -> Option<String> {
+        None
+    }
+
+    fn to_json(&self) -> Value {
+        Value::from(self.code())
+    }
+}
+
+impl flag::Value for TlsVersion {
+    fn set(&mut self, text: &str) -> Result<(), String> {
+        if let Some(v) = TlsVersion::parse(text)? {
+            *self = v;
+        }
+        Ok(())
+    }
+
+    fn usage_default(&self) -> Option<String> {
+        Some(self.name().to_string())
+    }
+
+    fn to_json(&self) -> Value {
+        Value::from(self.code())
+    }
+}
+
+/// Every nsqd option, one field per flag (nsqd/options.go, `Options`), holding the resolved
+/// value.
 ///
 /// Integers the reference stores as Go `int`/`int64` are `i64` here so that out-of-range values
 /// survive until [`NsqdOptions::validate`] (or the consumer) can report them as the reference
@@ -368,8 +326,8 @@ impl NsqdOptions {
         }
     }
 
-    /// The option checks the reference makes at startup (nsqd-flags.md §4), in its order, with
-    /// its messages. Not checked here (the daemon does them): the data-path lock, loading the
+    /// The option checks the reference makes at startup (nsqd/nsqd.go, `New`), in its order,
+    /// with its messages. Not checked here (the daemon does them): the data-path lock, loading the
     /// TLS cert/key/CA files (`failed to build TLS config - …`, which the reference checks
     /// between the node-id and the TLS-required rule), and binding the listeners.
     pub fn validate(&self) -> Result<(), String> {
@@ -391,14 +349,15 @@ impl NsqdOptions {
             if v <= 0.0 || v > 1.0 {
                 return Err(format!(
                     "invalid E2E processing latency percentile: {}",
-                    go_format_float(v)
+                    format_float(v)
                 ));
             }
         }
         Ok(())
     }
 
-    /// Startup steps 5 and 6 (nsqd-internals §10.1), given the ports actually bound (`None`
+    /// The broadcast ports and statsd prefix as nsqd/nsqd.go's `New` and `Main` settle them,
+    /// given the ports actually bound (`None`
     /// when that listener is a unix socket or disabled): a broadcast port of 0 becomes the
     /// bound port, then `%s` in a non-empty statsd prefix becomes
     /// `<broadcast_address>_<broadcast_http_port>` (`.` and `:` → `_`) and a trailing `.` is
@@ -475,84 +434,146 @@ impl NsqdOptions {
     }
 
     /// The value of the option whose config-file key is `key`, shaped as the reference's
-    /// `GET /config/<key>` renders it (nsqd-http-api.md §8.1): strings as
+    /// `GET /config/<key>` renders it (nsqd/http.go, `doConfig`): strings as
     /// [`Value::String`] (the HTTP layer sends those raw, not JSON-quoted), integers and bools
     /// as JSON, durations as integer nanoseconds, lists as arrays, `log_level` 1–5,
     /// `tls_required` 0–2, `tls_min_version` 769–772. `None` for unknown keys and for options
     /// without a config key (`node_id`, `verbose`, …) → `400 INVALID_OPTION`.
     pub fn get_json(&self, key: &str) -> Option<Value> {
-        let spec = FLAGS.iter().find(|f| f.cfg_key == Some(key))?;
+        let spec = FLAGS.by_config_key(key)?;
         if spec.name == "tls-required" {
             return Some(Value::from(self.effective_tls_required().code()));
         }
-        Some(match self.field(spec.name)? {
-            FieldRef::Bool(b) => Value::Bool(*b),
-            FieldRef::Str(s) => Value::String(s.clone()),
-            FieldRef::Int(i) => Value::from(*i),
-            FieldRef::Dur(d) => Value::from(duration_nanos(*d)),
-            FieldRef::StrList(l) => Value::Array(l.iter().cloned().map(Value::String).collect()),
-            FieldRef::FloatList(l) => Value::Array(l.iter().map(|&f| go_json_float(f)).collect()),
-            FieldRef::Level(l) => Value::from(l.code()),
-            FieldRef::TlsReq(t) => Value::from(t.code()),
-            FieldRef::TlsVer(v) => Value::from(v.code()),
-        })
+        let mut copy = self.clone();
+        let json = (spec.slot)(&mut copy).to_json();
+        Some(json)
     }
 }
 
 /// What the command line asks for.
-// Built once at startup and consumed at once; boxing the big variant would buy nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq)]
-pub enum ParseOutcome {
-    /// Start the daemon with these (resolved, not yet validated) options.
-    Run(NsqdOptions),
-    /// `-version`: print [`version_string`] to stdout, exit 0.
-    Version,
-    /// `-h`/`-help`: print [`usage`] to stderr, exit 0.
-    Help,
-}
+pub type ParseOutcome = flag::ParseOutcome<NsqdOptions>;
 
-/// Why the command line or config file was rejected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FlagError {
-    /// A command-line error (Go `flag` semantics): print the message and then [`usage`] to
-    /// stderr, exit status 2.
-    Usage(String),
-    /// A fatal startup error (config file, value coercion, unparsable percentile): log it at
-    /// FATAL level, exit status 1. (The reference prints `Could not parse: <s>` with Go's plain
-    /// `log` timestamp rather than the nsqd prefix; callers may do the same or not.)
-    Fatal(String),
-}
+/// Every flag except `-version`, in apps/nsqd/options.go order (also the order in which config
+/// values are resolved).
+pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
+    program: "nsqd",
+    flags: nsq_go::flags![NsqdOptions;
+    "config" => config: Str, None,
+        "path to config file";
+    "log-level" => log_level: Custom, Some("log_level"),
+        "set log verbosity: debug, info, warn, error, or fatal";
+    "log-prefix" => log_prefix: Str, Some("log_prefix"),
+        "log message prefix";
+    "verbose" => verbose: Bool, None,
+        "[deprecated] has no effect, use --log-level";
+    "node-id" => node_id: Int, Some("id"),
+        "unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)";
+    "worker-id" => worker_id: Bool, None,
+        "[deprecated] use --node-id";
+    "tcp-address" => tcp_address: Str, Some("tcp_address"),
+        "address to listen on for TCP clients (<addr>:<port> for TCP/IP or <path> for unix socket)";
+    "http-address" => http_address: Str, Some("http_address"),
+        "address to listen on for HTTP clients (<addr>:<port> for TCP/IP or <path> for unix socket)";
+    "https-address" => https_address: Str, Some("https_address"),
+        "<addr>:<port> to listen on for HTTPS clients";
+    "broadcast-address" => broadcast_address: Str, Some("broadcast_address"),
+        "address that will be registered with lookupd (defaults to the OS hostname)";
+    "broadcast-tcp-port" => broadcast_tcp_port: Int, Some("broadcast_tcp_port"),
+        "TCP port that will be registered with lookupd (defaults to the TCP port that this nsqd is listening on)";
+    "broadcast-http-port" => broadcast_http_port: Int, Some("broadcast_http_port"),
+        "HTTP port that will be registered with lookupd (defaults to the HTTP port that this nsqd is listening on)";
+    "lookupd-tcp-address" => lookupd_tcp_addresses: StrList, Some("nsqlookupd_tcp_addresses"),
+        "lookupd TCP address (may be given multiple times)";
+    "auth-http-address" => auth_http_addresses: StrList, Some("auth_http_addresses"),
+        "<addr>:<port> or a full url to query auth server (may be given multiple times)";
+    "http-client-connect-timeout" => http_client_connect_timeout: Dur, Some("http_client_connect_timeout"),
+        "timeout for HTTP connect";
+    "http-client-request-timeout" => http_client_request_timeout: Dur, Some("http_client_request_timeout"),
+        "timeout for HTTP request";
+    "data-path" => data_path: Str, Some("data_path"),
+        "path to store disk-backed messages";
+    "mem-queue-size" => mem_queue_size: Int, Some("mem_queue_size"),
+        "number of messages to keep in memory (per topic/channel)";
+    "max-bytes-per-file" => max_bytes_per_file: Int, Some("max_bytes_per_file"),
+        "number of bytes per diskqueue file before rolling";
+    "sync-every" => sync_every: Int, Some("sync_every"),
+        "number of messages per diskqueue fsync";
+    "sync-timeout" => sync_timeout: Dur, Some("sync_timeout"),
+        "duration of time per diskqueue fsync";
+    "durable" => durable: Bool, Some("durable"),
+        "acknowledge a publish only once it is fdatasync'd, and keep in-flight and deferred messages across crashes (implies -mem-queue-size=0)";
+    "queue-scan-worker-pool-max" => queue_scan_worker_pool_max: Int, Some("queue_scan_worker_pool_max"),
+        "max concurrency for checking in-flight and deferred message timeouts";
+    "queue-scan-selection-count" => queue_scan_selection_count: Int, Some("queue_scan_selection_count"),
+        "number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts";
+    "msg-timeout" => msg_timeout: Dur, Some("msg_timeout"),
+        "default duration to wait before auto-requeing a message";
+    "max-msg-timeout" => max_msg_timeout: Dur, Some("max_msg_timeout"),
+        "maximum duration before a message will timeout";
+    "max-msg-size" => max_msg_size: Int, Some("max_msg_size"),
+        "maximum size of a single message in bytes";
+    "max-body-size" => max_body_size: Int, Some("max_body_size"),
+        "maximum size of a single command body";
+    "max-req-timeout" => max_req_timeout: Dur, Some("max_req_timeout"),
+        "maximum requeuing timeout for a message";
+    "max-heartbeat-interval" => max_heartbeat_interval: Dur, Some("max_heartbeat_interval"),
+        "maximum client configurable duration of time between client heartbeats";
+    "max-rdy-count" => max_rdy_count: Int, Some("max_rdy_count"),
+        "maximum RDY count for a client";
+    "max-output-buffer-size" => max_output_buffer_size: Int, Some("max_output_buffer_size"),
+        "maximum client configurable size (in bytes) for a client output buffer";
+    "max-output-buffer-timeout" => max_output_buffer_timeout: Dur, Some("max_output_buffer_timeout"),
+        "maximum client configurable duration of time between flushing to a client";
+    "min-output-buffer-timeout" => min_output_buffer_timeout: Dur, Some("min_output_buffer_timeout"),
+        "minimum client configurable duration of time between flushing to a client";
+    "output-buffer-timeout" => output_buffer_timeout: Dur, Some("output_buffer_timeout"),
+        "default duration of time between flushing data to clients";
+    "max-channel-consumers" => max_channel_consumers: Int, Some("max_channel_consumers"),
+        "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)";
+    "statsd-address" => statsd_address: Str, Some("statsd_address"),
+        "UDP <addr>:<port> of a statsd daemon for pushing stats";
+    "statsd-interval" => statsd_interval: Dur, Some("statsd_interval"),
+        "duration between pushing to statsd";
+    "statsd-mem-stats" => statsd_mem_stats: Bool, Some("statsd_mem_stats"),
+        "toggle sending memory and GC stats to statsd";
+    "statsd-prefix" => statsd_prefix: Str, Some("statsd_prefix"),
+        "prefix used for keys sent to statsd (%s for host replacement)";
+    "statsd-udp-packet-size" => statsd_udp_packet_size: Int, Some("statsd_udp_packet_size"),
+        "the size in bytes of statsd UDP packets";
+    "statsd-exclude-ephemeral" => statsd_exclude_ephemeral: Bool, Some("statsd_exclude_ephemeral"),
+        "Skip ephemeral topics and channels when sending stats to statsd";
+    "e2e-processing-latency-percentile" => e2e_processing_latency_percentiles: FloatList, Some("e2e_processing_latency_percentiles"),
+        "message processing time percentiles (as float (0, 1.0]) to track (can be specified multiple times or comma separated '1.0,0.99,0.95', default none)";
+    "e2e-processing-latency-window-time" => e2e_processing_latency_window_time: Dur, Some("e2e_processing_latency_window_time"),
+        "calculate end to end latency quantiles for this duration of time (ie: 60s would only show quantile calculations from the past 60 seconds)";
+    "tls-cert" => tls_cert: Str, Some("tls_cert"),
+        "path to certificate file";
+    "tls-key" => tls_key: Str, Some("tls_key"),
+        "path to key file";
+    "tls-client-auth-policy" => tls_client_auth_policy: Str, Some("tls_client_auth_policy"),
+        "client certificate auth policy ('require' or 'require-verify')";
+    "tls-root-ca-file" => tls_root_ca_file: Str, Some("tls_root_ca_file"),
+        "path to certificate authority file";
+    "tls-required" => tls_required: Custom, Some("tls_required"),
+        "require TLS for client connections (true, false, tcp-https)";
+    "tls-min-version" => tls_min_version: Custom, Some("tls_min_version"),
+        "minimum SSL/TLS version acceptable ('ssl3.0', 'tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')";
+    "deflate" => deflate: Bool, Some("deflate"),
+        "enable deflate feature negotiation (client compression)";
+    "max-deflate-level" => max_deflate_level: Int, Some("max_deflate_level"),
+        "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)";
+    "snappy" => snappy: Bool, Some("snappy"),
+        "enable snappy feature negotiation (client compression)";
+    ],
+    // nsqd's `cfg.Validate()` (apps/nsqd/main.go) checks these three before resolving.
+    config_checks: &["tls_required", "tls_min_version", "log_level"],
+};
 
-impl FlagError {
-    pub fn message(&self) -> &str {
-        match self {
-            FlagError::Usage(m) | FlagError::Fatal(m) => m,
-        }
-    }
-
-    /// 2 for command-line errors, 1 for fatal ones.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            FlagError::Usage(_) => 2,
-            FlagError::Fatal(_) => 1,
-        }
-    }
-}
-
-impl fmt::Display for FlagError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.message())
-    }
-}
-
-impl std::error::Error for FlagError {}
-
-/// Parses nsqd's command line given **with the program name first** (`std::env::args()`, the
-/// clap `parse_from` convention; the first item is skipped), then loads `-config` if given, and
-/// resolves every option as flag (if given, even equal to its default) > config-file value >
-/// default. A `tls_client_auth_policy` forces `tls_required` to `True` here, as the
-/// reference's startup does. Call [`NsqdOptions::validate`] afterwards.
+/// Parses nsqd's command line given **with the program name first** (`std::env::args()`),
+/// then loads `-config` if given, and resolves every option as flag (if given, even equal to
+/// its default) > config-file value > default. A `tls_client_auth_policy` forces
+/// `tls_required` to `True` here, as the reference's startup does. Call
+/// [`NsqdOptions::validate`] afterwards.
 ///
 /// On `Err`, print [`FlagError::message`] to stderr (followed by [`usage`] for
 /// [`FlagError::Usage`]) and exit with [`FlagError::exit_code`].
@@ -566,855 +587,17 @@ pub fn parse_args_with_defaults<I: IntoIterator<Item = String>>(
     args: I,
     defaults: NsqdOptions,
 ) -> Result<ParseOutcome, FlagError> {
-    let args: Vec<String> = args.into_iter().skip(1).collect();
-    let mut opts = defaults;
-    let mut explicit: HashSet<&'static str> = HashSet::new();
-    let mut version = false;
-
-    // Go's FlagSet.parseOne, one flag per iteration.
-    let mut i = 0;
-    while i < args.len() {
-        let s = args[i].as_str();
-        if s.len() < 2 || !s.starts_with('-') {
-            break; // first non-flag argument: stop, ignore the rest
+    let mut outcome = FLAGS.parse(args, defaults)?;
+    if let flag::ParseOutcome::Run(opts) = &mut outcome {
+        if !opts.tls_client_auth_policy.is_empty() && opts.tls_required == TlsRequired::False {
+            opts.tls_required = TlsRequired::True;
         }
-        let mut minuses = 1;
-        if s.as_bytes()[1] == b'-' {
-            minuses = 2;
-            if s.len() == 2 {
-                break; // "--" terminates the flags
-            }
-        }
-        let body = &s[minuses..];
-        if body.is_empty() || body.starts_with('-') || body.starts_with('=') {
-            return Err(FlagError::Usage(format!("bad flag syntax: {s}")));
-        }
-        i += 1;
-        let (name, mut value) = match body[1..].find('=') {
-            Some(p) => (&body[..p + 1], Some(&body[p + 2..])),
-            None => (body, None),
-        };
-
-        if name == "version" {
-            version = match value {
-                None => true,
-                Some(v) => parse_go_bool(v).ok_or_else(|| {
-                    FlagError::Usage(format!(
-                        "invalid boolean value {} for -{name}: parse error",
-                        go_quote(v.as_bytes())
-                    ))
-                })?,
-            };
-            continue;
-        }
-        let Some(spec) = FLAGS.iter().find(|f| f.name == name) else {
-            if name == "help" || name == "h" {
-                return Ok(ParseOutcome::Help);
-            }
-            return Err(FlagError::Usage(format!(
-                "flag provided but not defined: -{name}"
-            )));
-        };
-        let field = opts
-            .field_mut(spec.name)
-            .expect("every FLAGS entry has a field");
-        if field.is_bool() {
-            let v = value.unwrap_or("true");
-            if let Err(e) = field.set_flag(v) {
-                return Err(FlagError::Usage(format!(
-                    "invalid boolean value {} for -{name}: {e}",
-                    go_quote(v.as_bytes())
-                )));
-            }
-        } else {
-            if value.is_none() && i < args.len() {
-                value = Some(args[i].as_str());
-                i += 1;
-            }
-            let Some(v) = value else {
-                return Err(FlagError::Usage(format!("flag needs an argument: -{name}")));
-            };
-            match field.set_flag(v) {
-                Ok(()) => {}
-                Err(SetError::Fatal(m)) => return Err(FlagError::Fatal(m)),
-                Err(e) => {
-                    return Err(FlagError::Usage(format!(
-                        "invalid value {} for flag -{name}: {e}",
-                        go_quote(v.as_bytes())
-                    )))
-                }
-            }
-        }
-        explicit.insert(spec.name);
     }
-
-    if version {
-        return Ok(ParseOutcome::Version);
-    }
-    if !opts.config.is_empty() {
-        let path = opts.config.clone();
-        let table = load_config_file(&path)?;
-        apply_config(&mut opts, &table, &explicit)?;
-    }
-    if !opts.tls_client_auth_policy.is_empty() && opts.tls_required == TlsRequired::False {
-        opts.tls_required = TlsRequired::True;
-    }
-    Ok(ParseOutcome::Run(opts))
+    Ok(outcome)
 }
 
-/// Reads and parses the TOML file; errors are `failed to load config file <path> - <err>`.
-fn load_config_file(path: &str) -> Result<toml::Table, FlagError> {
-    let fail = |e: String| FlagError::Fatal(format!("failed to load config file {path} - {e}"));
-    let mut file = std::fs::File::open(path).map_err(|e| fail(go_io_error("open", path, &e)))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .map_err(|e| fail(go_io_error("read", path, &e)))?;
-    let text = String::from_utf8(bytes).map_err(|_| fail("toml: invalid UTF-8".to_string()))?;
-    text.parse::<toml::Table>().map_err(|e| {
-        let line = e
-            .span()
-            .map(|r| text[..r.start.min(text.len())].matches('\n').count() + 1);
-        let msg = e.message().trim_end().to_string();
-        fail(match line {
-            Some(l) => format!("toml: line {l}: {msg}"),
-            None => format!("toml: {msg}"),
-        })
-    })
-}
-
-/// The reference's `cfg.Validate()` (three keys are checked even when their flag was given)
-/// followed by `options.Resolve` for every key whose flag was not given.
-fn apply_config(
-    opts: &mut NsqdOptions,
-    table: &toml::Table,
-    explicit: &HashSet<&'static str>,
-) -> Result<(), FlagError> {
-    let fatal = |key: &str, v: &toml::Value| {
-        FlagError::Fatal(format!("failed parsing {key} {}", go_format_value(v)))
-    };
-    let tls_required = match table.get("tls_required") {
-        Some(v) => {
-            Some(TlsRequired::parse(&go_format_value(v)).map_err(|_| fatal("tls_required", v))?)
-        }
-        None => None,
-    };
-    let tls_min_version = match table.get("tls_min_version") {
-        Some(v) => {
-            TlsVersion::parse(&go_format_value(v)).map_err(|_| fatal("tls_min_version", v))?
-        }
-        None => None,
-    };
-    let log_level = match table.get("log_level") {
-        Some(v) => Some(LogLevel::parse(&go_format_value(v)).map_err(|_| fatal("log_level", v))?),
-        None => None,
-    };
-
-    for spec in FLAGS {
-        let Some(key) = spec.cfg_key else { continue };
-        if explicit.contains(spec.name) {
-            continue;
-        }
-        let Some(v) = table.get(key) else { continue };
-        let field = opts
-            .field_mut(spec.name)
-            .expect("every FLAGS entry has a field");
-        let r = match field {
-            FieldMut::Level(l) => {
-                *l = log_level.unwrap_or(*l);
-                Ok(())
-            }
-            FieldMut::TlsReq(t) => {
-                *t = tls_required.unwrap_or(*t);
-                Ok(())
-            }
-            FieldMut::TlsVer(t) => {
-                *t = tls_min_version.unwrap_or(*t);
-                Ok(())
-            }
-            other => other.set_config(v),
-        };
-        if let Err(e) = r {
-            return Err(FlagError::Fatal(format!(
-                "option resolution failed to coerce {} for {} - {e}",
-                go_format_value(v),
-                spec.name
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// One flag: its name (without `-`) and its config-file key (`None`: not settable from the
-/// file and not readable at `/config`).
-struct FlagSpec {
-    name: &'static str,
-    cfg_key: Option<&'static str>,
-}
-
-/// A mutable view of one option's field, typed by how it is parsed.
-enum FieldMut<'a> {
-    Bool(&'a mut bool),
-    Str(&'a mut String),
-    Int(&'a mut i64),
-    Dur(&'a mut Duration),
-    StrList(&'a mut Vec<String>),
-    FloatList(&'a mut Vec<f64>),
-    Level(&'a mut LogLevel),
-    TlsReq(&'a mut TlsRequired),
-    TlsVer(&'a mut TlsVersion),
-}
-
-/// A shared view of one option's field.
-enum FieldRef<'a> {
-    Bool(&'a bool),
-    Str(&'a String),
-    Int(&'a i64),
-    Dur(&'a Duration),
-    StrList(&'a Vec<String>),
-    FloatList(&'a Vec<f64>),
-    Level(&'a LogLevel),
-    TlsReq(&'a TlsRequired),
-    TlsVer(&'a TlsVersion),
-}
-
-/// Declares the flag table and the name → field accessors from one list, so the three cannot
-/// drift apart. `version` is not in it: it is no option, the parser handles it.
-macro_rules! option_fields {
-    ($( $flag:literal => $field:ident : $kind:ident, $cfg:expr; )*) => {
-        /// Every flag except `-version`, in `nsqd-flags.md` §2 order (also the order in which
-        /// config values are resolved).
-        const FLAGS: &[FlagSpec] = &[ $( FlagSpec { name: $flag, cfg_key: $cfg } ),* ];
-
-        impl NsqdOptions {
-            fn field_mut(&mut self, flag: &str) -> Option<FieldMut<'_>> {
-                match flag {
-                    $( $flag => Some(FieldMut::$kind(&mut self.$field)), )*
-                    _ => None,
-                }
-            }
-
-            fn field(&self, flag: &str) -> Option<FieldRef<'_>> {
-                match flag {
-                    $( $flag => Some(FieldRef::$kind(&self.$field)), )*
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-
-option_fields! {
-    "config" => config: Str, None;
-    "log-level" => log_level: Level, Some("log_level");
-    "log-prefix" => log_prefix: Str, Some("log_prefix");
-    "verbose" => verbose: Bool, None;
-    "node-id" => node_id: Int, Some("id");
-    "worker-id" => worker_id: Bool, None;
-
-    "tcp-address" => tcp_address: Str, Some("tcp_address");
-    "http-address" => http_address: Str, Some("http_address");
-    "https-address" => https_address: Str, Some("https_address");
-    "broadcast-address" => broadcast_address: Str, Some("broadcast_address");
-    "broadcast-tcp-port" => broadcast_tcp_port: Int, Some("broadcast_tcp_port");
-    "broadcast-http-port" => broadcast_http_port: Int, Some("broadcast_http_port");
-    "lookupd-tcp-address" => lookupd_tcp_addresses: StrList, Some("nsqlookupd_tcp_addresses");
-    "auth-http-address" => auth_http_addresses: StrList, Some("auth_http_addresses");
-    "http-client-connect-timeout" => http_client_connect_timeout: Dur,
-        Some("http_client_connect_timeout");
-    "http-client-request-timeout" => http_client_request_timeout: Dur,
-        Some("http_client_request_timeout");
-
-    "data-path" => data_path: Str, Some("data_path");
-    "mem-queue-size" => mem_queue_size: Int, Some("mem_queue_size");
-    "max-bytes-per-file" => max_bytes_per_file: Int, Some("max_bytes_per_file");
-    "sync-every" => sync_every: Int, Some("sync_every");
-    "sync-timeout" => sync_timeout: Dur, Some("sync_timeout");
-    "durable" => durable: Bool, Some("durable");
-    "queue-scan-worker-pool-max" => queue_scan_worker_pool_max: Int,
-        Some("queue_scan_worker_pool_max");
-    "queue-scan-selection-count" => queue_scan_selection_count: Int,
-        Some("queue_scan_selection_count");
-
-    "msg-timeout" => msg_timeout: Dur, Some("msg_timeout");
-    "max-msg-timeout" => max_msg_timeout: Dur, Some("max_msg_timeout");
-    "max-msg-size" => max_msg_size: Int, Some("max_msg_size");
-    "max-body-size" => max_body_size: Int, Some("max_body_size");
-    "max-req-timeout" => max_req_timeout: Dur, Some("max_req_timeout");
-
-    "max-heartbeat-interval" => max_heartbeat_interval: Dur, Some("max_heartbeat_interval");
-    "max-rdy-count" => max_rdy_count: Int, Some("max_rdy_count");
-    "max-output-buffer-size" => max_output_buffer_size: Int, Some("max_output_buffer_size");
-    "max-output-buffer-timeout" => max_output_buffer_timeout: Dur,
-        Some("max_output_buffer_timeout");
-    "min-output-buffer-timeout" => min_output_buffer_timeout: Dur,
-        Some("min_output_buffer_timeout");
-    "output-buffer-timeout" => output_buffer_timeout: Dur, Some("output_buffer_timeout");
-    "max-channel-consumers" => max_channel_consumers: Int, Some("max_channel_consumers");
-
-    "statsd-address" => statsd_address: Str, Some("statsd_address");
-    "statsd-interval" => statsd_interval: Dur, Some("statsd_interval");
-    "statsd-mem-stats" => statsd_mem_stats: Bool, Some("statsd_mem_stats");
-    "statsd-prefix" => statsd_prefix: Str, Some("statsd_prefix");
-    "statsd-udp-packet-size" => statsd_udp_packet_size: Int, Some("statsd_udp_packet_size");
-    "statsd-exclude-ephemeral" => statsd_exclude_ephemeral: Bool,
-        Some("statsd_exclude_ephemeral");
-
-    "e2e-processing-latency-percentile" => e2e_processing_latency_percentiles: FloatList,
-        Some("e2e_processing_latency_percentiles");
-    "e2e-processing-latency-window-time" => e2e_processing_latency_window_time: Dur,
-        Some("e2e_processing_latency_window_time");
-
-    "tls-cert" => tls_cert: Str, Some("tls_cert");
-    "tls-key" => tls_key: Str, Some("tls_key");
-    "tls-client-auth-policy" => tls_client_auth_policy: Str, Some("tls_client_auth_policy");
-    "tls-root-ca-file" => tls_root_ca_file: Str, Some("tls_root_ca_file");
-    "tls-required" => tls_required: TlsReq, Some("tls_required");
-    "tls-min-version" => tls_min_version: TlsVer, Some("tls_min_version");
-
-    "deflate" => deflate: Bool, Some("deflate");
-    "max-deflate-level" => max_deflate_level: Int, Some("max_deflate_level");
-    "snappy" => snappy: Bool, Some("snappy");
-}
-
-/// A flag value that did not parse.
-#[derive(Debug)]
-enum SetError {
-    /// Shown after `invalid value "<v>" for flag -<name>: `.
-    Invalid(String),
-    /// Aborts at once (the reference's `log.Fatalf` inside the percentile flag).
-    Fatal(String),
-}
-
-impl fmt::Display for SetError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SetError::Invalid(m) | SetError::Fatal(m) => f.write_str(m),
-        }
-    }
-}
-
-impl FieldMut<'_> {
-    /// Go's `IsBoolFlag`: `-name` alone sets it, and it never consumes the next argument.
-    fn is_bool(&self) -> bool {
-        matches!(self, FieldMut::Bool(_) | FieldMut::TlsReq(_))
-    }
-
-    /// The flag's `Value.Set` as the reference defines it for each type.
-    fn set_flag(self, v: &str) -> Result<(), SetError> {
-        let parse_error = || SetError::Invalid("parse error".to_string());
-        match self {
-            FieldMut::Bool(b) => *b = parse_go_bool(v).ok_or_else(parse_error)?,
-            FieldMut::Str(s) => *s = v.to_string(),
-            FieldMut::Int(i) => {
-                *i = parse_go_int(v).map_err(|e| {
-                    SetError::Invalid(
-                        match e {
-                            IntError::Syntax => "parse error",
-                            IntError::Range => "value out of range",
-                        }
-                        .to_string(),
-                    )
-                })?
-            }
-            FieldMut::Dur(d) => {
-                *d = match parse_go_duration(v) {
-                    Ok(d) => d,
-                    Err(DurationError::Negative) => {
-                        return Err(SetError::Invalid(
-                            "negative durations are not supported".to_string(),
-                        ))
-                    }
-                    Err(DurationError::Invalid(_)) => return Err(parse_error()),
-                }
-            }
-            FieldMut::StrList(l) => l.push(v.to_string()),
-            FieldMut::FloatList(l) => {
-                for part in v.split(',') {
-                    let f = parse_go_float(part)
-                        .ok_or_else(|| SetError::Fatal(format!("Could not parse: {part}")))?;
-                    l.push(f);
-                }
-                // Go's FloatArray sorts descending after every Set.
-                l.sort_by(|a, b| b.partial_cmp(a).unwrap_or(std::cmp::Ordering::Equal));
-            }
-            FieldMut::Level(l) => *l = LogLevel::parse(v).map_err(SetError::Invalid)?,
-            FieldMut::TlsReq(t) => *t = TlsRequired::parse(v).map_err(SetError::Invalid)?,
-            FieldMut::TlsVer(t) => {
-                if let Some(ver) = TlsVersion::parse(v).map_err(SetError::Invalid)? {
-                    *t = ver;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// go-options' `coerce` of a config-file value into this field's type (nsqd-flags.md §3).
-    /// `Level`/`TlsReq`/`TlsVer` are handled by the caller.
-    fn set_config(self, v: &toml::Value) -> Result<(), String> {
-        use toml::Value as T;
-        let bad_type = || "invalid value type".to_string();
-        match self {
-            FieldMut::Str(s) => {
-                *s = match v {
-                    T::String(x) => x.clone(),
-                    T::Integer(i) => i.to_string(),
-                    T::Float(f) => format!("{f:.6}"),
-                    T::Boolean(b) => b.to_string(),
-                    _ => return Err(bad_type()),
-                }
-            }
-            FieldMut::Bool(b) => {
-                *b = match v {
-                    T::Boolean(x) => *x,
-                    T::Integer(i) => *i != 0,
-                    T::String(x) => parse_go_bool(x).ok_or_else(|| {
-                        format!(
-                            "strconv.ParseBool: parsing {}: invalid syntax",
-                            go_quote(x.as_bytes())
-                        )
-                    })?,
-                    _ => return Err(bad_type()),
-                }
-            }
-            FieldMut::Int(i) => {
-                *i = match v {
-                    T::Integer(x) => *x,
-                    T::String(x) => x.parse::<i64>().map_err(|e| {
-                        let why = match e.kind() {
-                            std::num::IntErrorKind::PosOverflow
-                            | std::num::IntErrorKind::NegOverflow => "value out of range",
-                            _ => "invalid syntax",
-                        };
-                        format!(
-                            "strconv.ParseInt: parsing {}: {why}",
-                            go_quote(x.as_bytes())
-                        )
-                    })?,
-                    _ => return Err(bad_type()),
-                }
-            }
-            FieldMut::Dur(d) => {
-                *d = match v {
-                    // Integers (and strings of digits) are milliseconds.
-                    T::Integer(ms) => u64::try_from(*ms)
-                        .map(Duration::from_millis)
-                        .map_err(|_| "negative durations are not supported".to_string())?,
-                    T::String(x) if !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit()) => {
-                        let ms = x.parse::<u64>().map_err(|_| {
-                            format!(
-                                "strconv.Atoi: parsing {}: value out of range",
-                                go_quote(x.as_bytes())
-                            )
-                        })?;
-                        Duration::from_millis(ms)
-                    }
-                    T::String(x) => parse_go_duration(x).map_err(|e| match e {
-                        DurationError::Invalid(m) => m,
-                        DurationError::Negative => {
-                            "negative durations are not supported".to_string()
-                        }
-                    })?,
-                    _ => return Err(bad_type()),
-                }
-            }
-            FieldMut::StrList(l) => {
-                *l = match v {
-                    // The reference splits on ','; an empty string is taken as an empty list
-                    // (the reference would produce one empty address).
-                    T::String(x) if x.is_empty() => Vec::new(),
-                    T::String(x) => x.split(',').map(str::to_string).collect(),
-                    T::Array(items) => items
-                        .iter()
-                        .map(|i| match i {
-                            T::String(s) => Ok(s.clone()),
-                            _ => Err(bad_type()),
-                        })
-                        .collect::<Result<_, _>>()?,
-                    _ => return Err(bad_type()),
-                }
-            }
-            FieldMut::FloatList(l) => {
-                // Kept in the written order (no sorting), as the reference does.
-                *l = match v {
-                    T::String(x) => x
-                        .split(',')
-                        .map(|p| {
-                            parse_go_float(p).ok_or_else(|| {
-                                format!(
-                                    "strconv.ParseFloat: parsing {}: invalid syntax",
-                                    go_quote(p.as_bytes())
-                                )
-                            })
-                        })
-                        .collect::<Result<_, _>>()?,
-                    // Integer elements crash the reference; they are accepted here.
-                    T::Array(items) => items
-                        .iter()
-                        .map(|i| match i {
-                            T::Float(f) => Ok(*f),
-                            T::Integer(n) => Ok(*n as f64),
-                            _ => Err(bad_type()),
-                        })
-                        .collect::<Result<_, _>>()?,
-                    T::Float(f) => vec![*f],
-                    _ => return Err(bad_type()),
-                }
-            }
-            FieldMut::Level(_) | FieldMut::TlsReq(_) | FieldMut::TlsVer(_) => {
-                unreachable!("pre-validated config keys are applied by apply_config")
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Go's `strconv.ParseBool`.
-pub fn parse_go_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
-/// Why [`parse_go_int`] failed (Go's `strconv.ErrSyntax` / `ErrRange`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IntError {
-    Syntax,
-    Range,
-}
-
-/// Go's `strconv.ParseInt(s, 0, 64)`: optional sign, `0x`/`0o`/`0b` prefixes, a leading `0`
-/// for octal, `_` separators allowed only with a prefix (base 0 rules).
-pub fn parse_go_int(s: &str) -> Result<i64, IntError> {
-    if s.is_empty() {
-        return Err(IntError::Syntax);
-    }
-    let s0 = s;
-    let (neg, mut rest) = match s.as_bytes()[0] {
-        b'+' => (false, &s[1..]),
-        b'-' => (true, &s[1..]),
-        _ => (false, s),
-    };
-    if rest.is_empty() {
-        return Err(IntError::Syntax);
-    }
-    let mut base = 10u32;
-    let b = rest.as_bytes();
-    if b[0] == b'0' {
-        let lower = b.get(1).map(|c| c.to_ascii_lowercase());
-        if b.len() >= 3 && lower == Some(b'b') {
-            base = 2;
-            rest = &rest[2..];
-        } else if b.len() >= 3 && lower == Some(b'o') {
-            base = 8;
-            rest = &rest[2..];
-        } else if b.len() >= 3 && lower == Some(b'x') {
-            base = 16;
-            rest = &rest[2..];
-        } else {
-            base = 8;
-            rest = &rest[1..];
-        }
-    }
-    let mut n: u64 = 0;
-    let mut underscores = false;
-    for c in rest.chars() {
-        if c == '_' {
-            underscores = true;
-            continue;
-        }
-        let d = c
-            .to_digit(36)
-            .filter(|&d| d < base)
-            .ok_or(IntError::Syntax)?;
-        n = n
-            .checked_mul(u64::from(base))
-            .and_then(|n| n.checked_add(u64::from(d)))
-            .ok_or(IntError::Range)?;
-    }
-    if underscores && !underscore_ok(s0) {
-        return Err(IntError::Syntax);
-    }
-    const CUTOFF: u64 = 1 << 63;
-    if neg {
-        if n > CUTOFF {
-            return Err(IntError::Range);
-        }
-        Ok((n as i64).wrapping_neg())
-    } else {
-        i64::try_from(n).map_err(|_| IntError::Range)
-    }
-}
-
-/// Go's `strconv.underscoreOK`: `_` only between digits or after a base prefix.
-fn underscore_ok(s: &str) -> bool {
-    let mut s = s.as_bytes();
-    if let Some(b'+' | b'-') = s.first() {
-        s = &s[1..];
-    }
-    let mut saw = b'^';
-    let mut i = 0;
-    let mut hex = false;
-    if s.len() >= 2 && s[0] == b'0' && matches!(s[1].to_ascii_lowercase(), b'b' | b'o' | b'x') {
-        i = 2;
-        saw = b'0';
-        hex = s[1].eq_ignore_ascii_case(&b'x');
-    }
-    while i < s.len() {
-        let c = s[i];
-        i += 1;
-        if c.is_ascii_digit() || (hex && c.is_ascii_hexdigit()) {
-            saw = b'0';
-            continue;
-        }
-        if c == b'_' {
-            if saw != b'0' {
-                return false;
-            }
-            saw = b'_';
-            continue;
-        }
-        if saw == b'_' {
-            return false;
-        }
-        saw = b'!';
-    }
-    saw != b'_'
-}
-
-/// Why [`parse_go_duration`] failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DurationError {
-    /// Go's own error text (`time: invalid duration "x"`, `time: missing unit …`).
-    Invalid(String),
-    /// Valid Go syntax, but negative: Go accepts it, a `std::time::Duration` cannot hold it.
-    Negative,
-}
-
-/// Go's `time.ParseDuration`: `[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+`, units `ns us µs μs ms s m h`,
-/// a bare `0` allowed; the same rounding of fractions and the same overflow limit (2^63-1 ns).
-pub fn parse_go_duration(orig: &str) -> Result<Duration, DurationError> {
-    let q = go_quote(orig.as_bytes());
-    let invalid = || DurationError::Invalid(format!("time: invalid duration {q}"));
-    let mut s = orig;
-    let mut neg = false;
-    if let Some(c) = s.chars().next() {
-        if c == '-' || c == '+' {
-            neg = c == '-';
-            s = &s[1..];
-        }
-    }
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() {
-        return Err(invalid());
-    }
-    const LIMIT: u64 = 1 << 63;
-    let mut total: u64 = 0;
-    while !s.is_empty() {
-        let b = s.as_bytes();
-        if !(b[0] == b'.' || b[0].is_ascii_digit()) {
-            return Err(invalid());
-        }
-        // Integer part.
-        let int_len = b.iter().take_while(|c| c.is_ascii_digit()).count();
-        let mut v: u64 = 0;
-        for &c in &b[..int_len] {
-            if v > LIMIT / 10 {
-                return Err(invalid());
-            }
-            v = v * 10 + u64::from(c - b'0');
-            if v > LIMIT {
-                return Err(invalid());
-            }
-        }
-        s = &s[int_len..];
-        let pre = int_len > 0;
-        // Fraction part.
-        let (mut f, mut scale, mut post) = (0u64, 1f64, false);
-        if s.starts_with('.') {
-            s = &s[1..];
-            let frac_len = s.bytes().take_while(|c| c.is_ascii_digit()).count();
-            let mut overflow = false;
-            for c in s[..frac_len].bytes() {
-                if overflow {
-                    continue;
-                }
-                if f > (LIMIT - 1) / 10 {
-                    overflow = true;
-                    continue;
-                }
-                let y = f * 10 + u64::from(c - b'0');
-                if y > LIMIT {
-                    overflow = true;
-                    continue;
-                }
-                f = y;
-                scale *= 10.0;
-            }
-            post = frac_len > 0;
-            s = &s[frac_len..];
-        }
-        if !pre && !post {
-            return Err(invalid());
-        }
-        // Unit.
-        let unit_len = s
-            .char_indices()
-            .find(|&(_, c)| c == '.' || c.is_ascii_digit())
-            .map_or(s.len(), |(i, _)| i);
-        if unit_len == 0 {
-            return Err(DurationError::Invalid(format!(
-                "time: missing unit in duration {q}"
-            )));
-        }
-        let u = &s[..unit_len];
-        s = &s[unit_len..];
-        let unit: u64 = match u {
-            "ns" => 1,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => {
-                return Err(DurationError::Invalid(format!(
-                    "time: unknown unit {} in duration {q}",
-                    go_quote(u.as_bytes())
-                )))
-            }
-        };
-        if v > LIMIT / unit {
-            return Err(invalid());
-        }
-        v *= unit;
-        if f > 0 {
-            v += (f as f64 * (unit as f64 / scale)) as u64;
-            if v > LIMIT {
-                return Err(invalid());
-            }
-        }
-        total += v;
-        if total > LIMIT {
-            return Err(invalid());
-        }
-    }
-    if neg {
-        return if total == 0 {
-            Ok(Duration::ZERO)
-        } else {
-            Err(DurationError::Negative)
-        };
-    }
-    if total > LIMIT - 1 {
-        return Err(invalid());
-    }
-    Ok(Duration::from_nanos(total))
-}
-
-/// Go's `strconv.ParseFloat(s, 64)` for the forms that matter here (decimal, exponent,
-/// `inf`/`nan`); Rust's parser accepts the same decimal grammar.
-fn parse_go_float(s: &str) -> Option<f64> {
-    if s.is_empty() {
-        return None;
-    }
-    s.parse::<f64>().ok()
-}
-
-/// Go's `fmt` `%v` of a float64 (`strconv.FormatFloat(v, 'g', -1, 64)`): shortest digits,
-/// exponent form when the exponent is < -4 or >= 6 (`1e+06`, `1.5e-05`).
-pub fn go_format_float(v: f64) -> String {
-    if v.is_nan() {
-        return "NaN".to_string();
-    }
-    if v.is_infinite() {
-        return if v > 0.0 { "+Inf" } else { "-Inf" }.to_string();
-    }
-    if v == 0.0 {
-        return if v.is_sign_negative() { "-0" } else { "0" }.to_string();
-    }
-    let sci = format!("{:e}", v.abs()); // e.g. "1.5e-5", "1e6"
-    let (mant, exp) = sci.split_once('e').expect("{:e} has an exponent");
-    let exp: i32 = exp.parse().expect("{:e} exponent is an integer");
-    let digits: String = mant.chars().filter(|c| *c != '.').collect();
-    let sign = if v < 0.0 { "-" } else { "" };
-    if !(-4..6).contains(&exp) {
-        let mut m = digits[..1].to_string();
-        if digits.len() > 1 {
-            m.push('.');
-            m.push_str(&digits[1..]);
-        }
-        let esign = if exp < 0 { '-' } else { '+' };
-        return format!("{sign}{m}e{esign}{:02}", exp.abs());
-    }
-    let nd = digits.len() as i32;
-    let out = if exp < 0 {
-        format!("0.{}{digits}", "0".repeat((-exp - 1) as usize))
-    } else if exp + 1 >= nd {
-        format!("{digits}{}", "0".repeat((exp + 1 - nd) as usize))
-    } else {
-        let p = (exp + 1) as usize;
-        format!("{}.{}", &digits[..p], &digits[p..])
-    };
-    format!("{sign}{out}")
-}
-
-/// A float as Go's `encoding/json` writes it: integral values without `.0`.
-fn go_json_float(v: f64) -> Value {
-    if v.is_finite() && v.fract() == 0.0 && v.abs() < 9.0e15 {
-        return Value::from(v as i64);
-    }
-    serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)
-}
-
-/// A Go `time.Duration` in JSON: integer nanoseconds (saturating at i64::MAX).
-fn duration_nanos(d: Duration) -> i64 {
-    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
-}
-
-/// A TOML value as Go's `%v` prints the decoded value (for error messages and for the keys
-/// the reference re-parses from their `%v` text).
-fn go_format_value(v: &toml::Value) -> String {
-    use toml::Value as T;
-    match v {
-        T::String(s) => s.clone(),
-        T::Integer(i) => i.to_string(),
-        T::Float(f) => go_format_float(*f),
-        T::Boolean(b) => b.to_string(),
-        T::Datetime(d) => d.to_string(),
-        T::Array(a) => format!(
-            "[{}]",
-            a.iter().map(go_format_value).collect::<Vec<_>>().join(" ")
-        ),
-        T::Table(t) => format!(
-            "map[{}]",
-            t.iter()
-                .map(|(k, v)| format!("{k}:{}", go_format_value(v)))
-                .collect::<Vec<_>>()
-                .join(" ")
-        ),
-    }
-}
-
-/// An I/O error in Go's `*PathError` form: `open /x: no such file or directory`.
-fn go_io_error(op: &str, path: &str, e: &std::io::Error) -> String {
-    let text = e.to_string();
-    let text = match text.find(" (os error") {
-        Some(p) => &text[..p],
-        None => &text,
-    };
-    let mut chars = text.chars();
-    let lowered = match chars.next() {
-        Some(c) => c.to_lowercase().collect::<String>() + chars.as_str(),
-        None => String::new(),
-    };
-    format!("{op} {path}: {lowered}")
-}
-
-/// The reference's `nsqd -h` text (nsqd-flags.md §5), with this machine's host name and its
-/// hash as the defaults of `-broadcast-address` and `-node-id`.
+/// The reference's `nsqd -h` text, with this machine's host name and its hash as the defaults
+/// of `-broadcast-address` and `-node-id`.
 pub fn usage() -> &'static str {
     static USAGE: OnceLock<String> = OnceLock::new();
     USAGE.get_or_init(|| usage_for_hostname(&hostname()))
@@ -1422,23 +605,12 @@ pub fn usage() -> &'static str {
 
 /// [`usage`] for a given host name.
 pub fn usage_for_hostname(hostname: &str) -> String {
-    let id = nsq_core::message::default_node_id(hostname);
-    // Go omits "(default …)" for zero values.
-    let id_default = if id == 0 {
-        String::new()
-    } else {
-        format!(" (default {id})")
-    };
-    let host_default = if hostname.is_empty() {
-        String::new()
-    } else {
-        format!(" (default {})", go_quote(hostname.as_bytes()))
-    };
-    USAGE_TEMPLATE
-        .replace("{HOST_DEFAULT}", &host_default)
-        .replace("{ID_DEFAULT}", &id_default)
+    FLAGS.usage(&NsqdOptions::with_hostname(hostname))
 }
 
+/// The `nsqd -h` text of the reference (nsqd v1.3.0), which [`usage_for_hostname`] must
+/// reproduce byte for byte.
+#[cfg(test)]
 const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
   -auth-http-address value
     	<addr>:<port> or a full url to query auth server (may be given multiple times)
@@ -1555,73 +727,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn go_ints() {
-        assert_eq!(parse_go_int("10"), Ok(10));
-        assert_eq!(parse_go_int("010"), Ok(8));
-        assert_eq!(parse_go_int("0"), Ok(0));
-        assert_eq!(parse_go_int("-0x10"), Ok(-16));
-        assert_eq!(parse_go_int("0o17"), Ok(15));
-        assert_eq!(parse_go_int("0B101"), Ok(5));
-        assert_eq!(parse_go_int("1_000"), Ok(1000));
-        assert_eq!(parse_go_int("1__0"), Err(IntError::Syntax));
-        assert_eq!(parse_go_int("_1"), Err(IntError::Syntax));
-        assert_eq!(parse_go_int("1_"), Err(IntError::Syntax));
-        assert_eq!(parse_go_int("0x_1_0"), Ok(16));
-        assert_eq!(parse_go_int("0x"), Err(IntError::Syntax));
-        assert_eq!(parse_go_int("08"), Err(IntError::Syntax));
-        assert_eq!(parse_go_int("+"), Err(IntError::Syntax));
-        assert_eq!(parse_go_int("9223372036854775807"), Ok(i64::MAX));
-        assert_eq!(parse_go_int("-9223372036854775808"), Ok(i64::MIN));
-        assert_eq!(parse_go_int("9223372036854775808"), Err(IntError::Range));
-    }
-
-    #[test]
-    fn go_durations() {
-        let ms = Duration::from_millis;
-        assert_eq!(parse_go_duration("250ms"), Ok(ms(250)));
-        assert_eq!(parse_go_duration("1m30s"), Ok(ms(90_000)));
-        assert_eq!(parse_go_duration("1.5h"), Ok(ms(5_400_000)));
-        assert_eq!(parse_go_duration(".5s"), Ok(ms(500)));
-        assert_eq!(parse_go_duration("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_go_duration("-0"), Ok(Duration::ZERO));
-        assert_eq!(parse_go_duration("1µs"), Ok(Duration::from_micros(1)));
-        assert_eq!(parse_go_duration("-1s"), Err(DurationError::Negative));
-        assert_eq!(
-            parse_go_duration("10"),
-            Err(DurationError::Invalid(
-                "time: missing unit in duration \"10\"".into()
-            ))
-        );
-        assert_eq!(
-            parse_go_duration("1x"),
-            Err(DurationError::Invalid(
-                "time: unknown unit \"x\" in duration \"1x\"".into()
-            ))
-        );
-        assert!(parse_go_duration("").is_err());
-        assert!(parse_go_duration(".s").is_err());
-        assert!(parse_go_duration("3000000h").is_err());
-    }
-
-    #[test]
-    fn go_float_format() {
-        assert_eq!(go_format_float(1.5), "1.5");
-        assert_eq!(go_format_float(0.0), "0");
-        assert_eq!(go_format_float(2.0), "2");
-        assert_eq!(go_format_float(-0.5), "-0.5");
-        assert_eq!(go_format_float(123456.0), "123456");
-        assert_eq!(go_format_float(1e6), "1e+06");
-        assert_eq!(go_format_float(1234567.0), "1.234567e+06");
-        assert_eq!(go_format_float(0.0001), "0.0001");
-        assert_eq!(go_format_float(0.00001), "1e-05");
-        assert_eq!(go_format_float(0.000015), "1.5e-05");
+    fn usage_is_the_reference_text() {
+        for host in ["vm", "", "a.b"] {
+            let id = nsq_core::message::default_node_id(host);
+            let id_default = if id == 0 {
+                String::new()
+            } else {
+                format!(" (default {id})")
+            };
+            let host_default = if host.is_empty() {
+                String::new()
+            } else {
+                format!(" (default {})", go_quote(host.as_bytes()))
+            };
+            let want = USAGE_TEMPLATE
+                .replace("{HOST_DEFAULT}", &host_default)
+                .replace("{ID_DEFAULT}", &id_default);
+            assert_eq!(usage_for_hostname(host), want);
+        }
     }
 
     #[test]
     fn every_config_key_has_a_json_value() {
         let o = NsqdOptions::with_hostname("vm");
-        for f in FLAGS {
-            if let Some(k) = f.cfg_key {
+        for f in FLAGS.flags {
+            if let Some(k) = f.config_key {
                 assert!(o.get_json(k).is_some(), "{k}");
             }
         }

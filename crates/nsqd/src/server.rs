@@ -1,216 +1,27 @@
-//! The daemon: binds listeners, loads metadata, runs the accept loops, the queue scanner and the
-//! metadata writer, and performs the loss-free graceful shutdown.
+//! Starting, running and stopping nsqd (nsqd/nsqd.go, `New`, `Main`, `Exit`): binds the
+//! listeners, loads metadata, runs the TCP accept loop (each connection is served by
+//! `protocol_v2.rs`), the HTTP(S) servers, the queue scanner, the statsd pusher and the
+//! metadata writer, and performs the loss-free graceful shutdown. The shared state they all
+//! hold is [`Nsqd`] (`nsqd.rs`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nsq_core::{BackendError, Engine, Hooks, Topic};
-use nsq_protocol::command::Limits;
-use nsq_protocol::identify::{ClientSettings, IdentifyLimits, ServerFeatures};
-use nsq_protocol::names::is_ephemeral;
+use nsq_core::Engine;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use crate::client::{unix_secs, Client};
+use crate::client::unix_secs;
 use crate::lookup::{self, Lookup};
 use crate::metadata;
+use crate::nsqd::{tcp_config, DaemonHooks, Nsqd};
 use crate::options::NsqdOptions;
-
-/// The V2 protocol's settings, derived once from the options.
-#[derive(Debug, Clone)]
-pub struct TcpConfig {
-    pub limits: Limits,
-    pub identify_limits: IdentifyLimits,
-    pub features: ServerFeatures,
-    pub auth_required: bool,
-    pub tls_required: bool,
-}
-
-/// Engine hooks: tell nsqlookupd (ephemeral names too, as the reference) and schedule a
-/// metadata write on every non-ephemeral create/delete.
-struct DaemonHooks {
-    metadata_dirty: Arc<Notify>,
-    lookup: Lookup,
-}
-
-impl Hooks for DaemonHooks {
-    fn topic_created(&self, topic: &str) {
-        self.lookup.register(topic, None);
-        if !is_ephemeral(topic) {
-            self.metadata_dirty.notify_one();
-        }
-    }
-    fn topic_deleted(&self, topic: &str) {
-        self.lookup.unregister(topic, None);
-        if !is_ephemeral(topic) {
-            self.metadata_dirty.notify_one();
-        }
-    }
-    fn channel_created(&self, topic: &str, channel: &str) {
-        self.lookup.register(topic, Some(channel));
-        if !is_ephemeral(topic) && !is_ephemeral(channel) {
-            self.metadata_dirty.notify_one();
-        }
-    }
-    fn channel_deleted(&self, topic: &str, channel: &str) {
-        self.lookup.unregister(topic, Some(channel));
-        if !is_ephemeral(topic) && !is_ephemeral(channel) {
-            self.metadata_dirty.notify_one();
-        }
-    }
-}
-
-/// Shared daemon state, handed to every connection and HTTP handler.
-pub struct Nsqd {
-    pub opts: NsqdOptions,
-    pub tcp: TcpConfig,
-    /// The TLS server config (`--tls-cert`/`--tls-key`), for IDENTIFY `tls_v1` and HTTPS.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
-    pub engine: Arc<Engine>,
-    /// Unix seconds at startup (`/stats` `start_time`).
-    pub start_time: i64,
-    pub data_path: PathBuf,
-    pub tcp_addr: SocketAddr,
-    pub http_addr: Option<SocketAddr>,
-    pub https_addr: Option<SocketAddr>,
-    clients: Mutex<FxHashMap<u64, Arc<Client>>>,
-    next_client_id: AtomicU64,
-    metadata_dirty: Arc<Notify>,
-    /// The nsqlookupd connections (registration and channel pre-creation).
-    pub lookup: Lookup,
-    /// Serialises metadata writes (async scheduled ones and synchronous pause writes).
-    metadata_lock: Mutex<()>,
-}
-
-impl Nsqd {
-    /// Registers a new TCP client.
-    pub(crate) fn new_client(&self, peer: SocketAddr) -> Arc<Client> {
-        let id = self.next_client_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let c = Client::new(
-            id,
-            peer,
-            ClientSettings::defaults(&self.tcp.identify_limits),
-        );
-        self.clients.lock().insert(id, c.clone());
-        c
-    }
-
-    pub(crate) fn remove_client(&self, id: u64) {
-        self.clients.lock().remove(&id);
-    }
-
-    /// Every connected TCP client.
-    pub fn clients(&self) -> Vec<Arc<Client>> {
-        self.clients.lock().values().cloned().collect()
-    }
-
-    /// Gets or creates a topic for a publish or SUB. A new topic first gets every
-    /// non-ephemeral channel that any nsqlookupd knows for it (internals §2.1), so messages
-    /// published to a brand-new topic on this node are not lost for existing consumers.
-    pub async fn topic(&self, name: &str) -> Result<Arc<Topic>, BackendError> {
-        if let Some(t) = self.engine.get_topic(name) {
-            return Ok(t);
-        }
-        let lookupds = self.lookup.http_addresses();
-        if lookupds.is_empty() {
-            if !self.opts.lookupd_tcp_addresses.is_empty() {
-                tracing::error!("no available nsqlookupd to query for channels to pre-create for new topic {name}");
-            }
-            return Ok(self.engine.get_or_create_topic(name)?.0);
-        }
-        let (t, created) = self.engine.get_or_create_topic_with(name, false)?;
-        if created {
-            for ch in self.lookupd_channels(&lookupds, name).await {
-                if let Err(e) = t.get_or_create_channel(&ch) {
-                    tracing::error!("failed to pre-create channel {name}:{ch} - {e}");
-                }
-            }
-            t.start();
-        }
-        Ok(t)
-    }
-
-    /// The union of `/channels?topic=` over every lookupd, sorted, without ephemeral names.
-    async fn lookupd_channels(&self, lookupds: &[String], topic: &str) -> Vec<String> {
-        let path = format!("/channels?topic={}", crate::httpclient::query_escape(topic));
-        let (connect, total) = (
-            self.opts.http_client_connect_timeout,
-            self.opts.http_client_request_timeout,
-        );
-        let queries = lookupds.iter().cloned().map(|addr| {
-            let path = path.clone();
-            async move {
-                let r = crate::httpclient::get(&addr, &path, connect, total).await;
-                (addr, r)
-            }
-        });
-        let mut channels: Vec<String> = Vec::new();
-        let mut ok = 0;
-        for (addr, r) in futures_join_all(queries).await {
-            match r {
-                Ok(resp) if resp.status == 200 => {
-                    ok += 1;
-                    #[derive(serde::Deserialize)]
-                    struct Channels {
-                        channels: Vec<String>,
-                    }
-                    match serde_json::from_slice::<Channels>(&resp.body) {
-                        Ok(c) => channels.extend(c.channels),
-                        Err(e) => tracing::warn!("bad /channels answer from {addr} - {e}"),
-                    }
-                }
-                Ok(resp) => {
-                    tracing::warn!("lookupd {addr} answered /channels with {}", resp.status)
-                }
-                Err(e) => tracing::warn!("failed to query lookupd {addr} for channels - {e}"),
-            }
-        }
-        if ok == 0 {
-            tracing::warn!("no lookupd answered for channels of new topic {topic}");
-        }
-        channels.sort();
-        channels.dedup();
-        channels.retain(|c| !is_ephemeral(c) && nsq_protocol::names::is_valid_channel_name(c));
-        channels
-    }
-
-    /// Writes `nsqd.dat` now (pause/unpause do this synchronously, as the reference).
-    pub fn persist_metadata(&self) -> std::io::Result<()> {
-        let _g = self.metadata_lock.lock();
-        metadata::write(&self.data_path, &metadata::snapshot(&self.engine))
-    }
-
-    /// `OK` or `NOK - <error>`.
-    pub fn health(&self) -> String {
-        self.engine.health().status()
-    }
-}
-
-/// Runs futures concurrently and collects their outputs in order.
-async fn futures_join_all<F>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    let mut set = JoinSet::new();
-    for (i, f) in futs.enumerate() {
-        set.spawn(async move { (i, f.await) });
-    }
-    let mut out: Vec<(usize, F::Output)> = Vec::new();
-    while let Some(r) = set.join_next().await {
-        if let Ok(v) = r {
-            out.push(v);
-        }
-    }
-    out.sort_by_key(|(i, _)| *i);
-    out.into_iter().map(|(_, v)| v).collect()
-}
 
 /// A running daemon: its addresses and how to stop it.
 pub struct NsqdHandle {
@@ -233,37 +44,6 @@ impl NsqdHandle {
     pub async fn shutdown(self) {
         self.stop.notify_one();
         let _ = self.done.await;
-    }
-}
-
-fn tcp_config(o: &NsqdOptions, tls_available: bool) -> TcpConfig {
-    let ms = |d: Duration| d.as_millis() as i64;
-    TcpConfig {
-        limits: Limits {
-            max_body_size: o.max_body_size,
-            max_msg_size: o.max_msg_size,
-            max_rdy_count: o.max_rdy_count,
-            max_req_timeout_ms: ms(o.max_req_timeout),
-        },
-        identify_limits: IdentifyLimits {
-            default_heartbeat_ms: 30_000,
-            max_heartbeat_ms: ms(o.max_heartbeat_interval),
-            default_output_buffer_size: 16_384,
-            max_output_buffer_size: o.max_output_buffer_size,
-            default_output_buffer_timeout_ms: ms(o.output_buffer_timeout),
-            min_output_buffer_timeout_ms: ms(o.min_output_buffer_timeout),
-            max_output_buffer_timeout_ms: ms(o.max_output_buffer_timeout),
-            default_msg_timeout_ms: ms(o.msg_timeout),
-            max_msg_timeout_ms: ms(o.max_msg_timeout),
-        },
-        features: ServerFeatures {
-            tls_available,
-            deflate_enabled: o.deflate,
-            snappy_enabled: o.snappy,
-            max_deflate_level: o.max_deflate_level,
-        },
-        auth_required: !o.auth_http_addresses.is_empty(),
-        tls_required: o.effective_tls_required() != crate::options::TlsRequired::False,
     }
 }
 
@@ -465,7 +245,7 @@ async fn run(
             _ = stop.notified() => break,
             accepted = tcp.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    conns.spawn(crate::tcp::serve(nsqd.clone(), stream, peer));
+                    conns.spawn(crate::protocol_v2::serve(nsqd.clone(), stream, peer));
                 }
                 Err(e) => {
                     tracing::error!("TCP accept error - {e}");
@@ -503,4 +283,32 @@ async fn run(
     // 4. Flush every topic and channel to disk.
     let engine = nsqd.engine.clone();
     let _ = tokio::task::spawn_blocking(move || engine.close()).await;
+}
+
+impl nsq_http::daemon::Daemon for NsqdHandle {
+    type Options = NsqdOptions;
+    type Error = String;
+    const NAME: &'static str = "nsqd";
+
+    fn parse_args(
+        args: Vec<String>,
+    ) -> Result<crate::options::ParseOutcome, crate::options::FlagError> {
+        crate::options::parse_args(args)
+    }
+
+    fn usage() -> String {
+        crate::options::usage().to_string()
+    }
+
+    fn log_settings(opts: &NsqdOptions) -> (&str, crate::options::LogLevel) {
+        (&opts.log_prefix, opts.log_level)
+    }
+
+    async fn start(opts: NsqdOptions) -> Result<Self, String> {
+        start(opts).await
+    }
+
+    async fn shutdown(self) {
+        NsqdHandle::shutdown(self).await
+    }
 }

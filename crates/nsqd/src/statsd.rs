@@ -1,5 +1,5 @@
-//! The statsd pusher (nsqd-internals §13): every `--statsd-interval` it takes a [`Snapshot`] of
-//! the topics and channels, turns it into statsd lines ([`lines`]: counters as deltas since the
+//! The statsd pusher (nsqd/statsd.go, `statsdLoop`): every `--statsd-interval` it takes a
+//! [`Snapshot`] (`stats.rs`) of the topics and channels, turns it into statsd lines ([`lines`]: counters as deltas since the
 //! previous push, gauges as current values), packs the lines into datagrams of at most
 //! `--statsd-udp-packet-size` bytes ([`pack`]) and sends them over a fresh UDP socket, spread
 //! evenly over the interval minus one second so a large node does not burst its statsd.
@@ -15,14 +15,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nsq_core::e2e::quantiles;
-use nsq_core::{Channel, Engine};
+use nsq_core::Engine;
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 use tokio::time::{timeout, Instant, MissedTickBehavior};
 
+use crate::nsqd::Nsqd;
 use crate::options::NsqdOptions;
-use crate::server::Nsqd;
+pub use crate::stats::{ChannelSnapshot, MemStats, Snapshot, TopicSnapshot};
 
 /// The shortest window the datagrams of one push are spread over.
 const MIN_SPREAD: Duration = Duration::from_millis(100);
@@ -30,137 +30,6 @@ const MIN_SPREAD: Duration = Duration::from_millis(100);
 const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Go's `bufio` default, used by the reference when the packet size is not positive.
 const DEFAULT_PACKET_SIZE: usize = 4096;
-
-/// The counters and gauges of one push, topics and channels sorted by name.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Snapshot {
-    pub topics: Vec<TopicSnapshot>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TopicSnapshot {
-    pub name: String,
-    pub message_count: u64,
-    pub message_bytes: u64,
-    pub depth: i64,
-    pub backend_depth: i64,
-    /// Latency values (ns) in the order of the configured percentiles, merged over all
-    /// channels; empty when the topic has no channels or no percentiles are configured.
-    pub e2e: Vec<f64>,
-    pub channels: Vec<ChannelSnapshot>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ChannelSnapshot {
-    pub name: String,
-    pub message_count: u64,
-    pub depth: i64,
-    pub backend_depth: i64,
-    pub in_flight_count: u64,
-    pub deferred_count: u64,
-    pub requeue_count: u64,
-    pub timeout_count: u64,
-    /// Connected consumers.
-    pub clients: u64,
-    /// Latency values (ns) in the order of the configured percentiles; empty when none are
-    /// configured.
-    pub e2e: Vec<f64>,
-}
-
-impl Snapshot {
-    /// Reads every topic and channel of `engine` (the reference's `GetStats` without clients).
-    pub fn take(engine: &Engine) -> Snapshot {
-        let percentiles = &engine.options().e2e_percentiles;
-        let topics = engine
-            .topics()
-            .into_iter()
-            .map(|t| {
-                let ts = t.stats();
-                let mut channels = ts.channels;
-                channels.sort_by(|a, b| a.name().cmp(b.name()));
-                TopicSnapshot {
-                    name: ts.name,
-                    message_count: ts.message_count,
-                    message_bytes: ts.message_bytes,
-                    depth: ts.depth,
-                    backend_depth: ts.backend_depth,
-                    e2e: topic_e2e(&channels, percentiles),
-                    channels: channels.iter().map(|c| channel_snapshot(c)).collect(),
-                }
-            })
-            .collect();
-        Snapshot { topics }
-    }
-}
-
-fn channel_snapshot(c: &Channel) -> ChannelSnapshot {
-    let cs = c.stats();
-    ChannelSnapshot {
-        name: cs.name,
-        message_count: cs.message_count,
-        depth: cs.depth,
-        backend_depth: cs.backend_depth,
-        in_flight_count: cs.in_flight_count as u64,
-        deferred_count: cs.deferred_count as u64,
-        requeue_count: cs.requeue_count,
-        timeout_count: cs.timeout_count,
-        clients: cs.consumers.len() as u64,
-        e2e: c
-            .e2e()
-            .snapshot()
-            .map(|s| s.percentiles.into_iter().map(|(_, v)| v).collect())
-            .unwrap_or_default(),
-    }
-}
-
-/// A topic's latency: every channel's samples merged, as `/stats` reports it.
-fn topic_e2e(channels: &[Arc<Channel>], percentiles: &[f64]) -> Vec<f64> {
-    let enabled: Vec<&Arc<Channel>> = channels.iter().filter(|c| c.e2e().enabled()).collect();
-    if enabled.is_empty() || percentiles.is_empty() {
-        return Vec::new();
-    }
-    let mut samples = Vec::new();
-    let count = enabled.iter().map(|c| c.e2e().collect(&mut samples)).sum();
-    quantiles(percentiles, count, samples)
-        .percentiles
-        .into_iter()
-        .map(|(_, v)| v)
-        .collect()
-}
-
-/// The `mem.*` values. Go reports its runtime's heap and GC statistics; see [`MemStats::current`]
-/// for what we fill in.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MemStats {
-    pub heap_objects: u64,
-    pub heap_idle_bytes: u64,
-    pub heap_in_use_bytes: u64,
-    pub heap_released_bytes: u64,
-    pub gc_pause_usec_100: u64,
-    pub gc_pause_usec_99: u64,
-    pub gc_pause_usec_95: u64,
-    pub next_gc_bytes: u64,
-    /// GC runs since the previous push (sent as the `mem.gc_runs` counter).
-    pub gc_runs: u64,
-}
-
-impl MemStats {
-    /// The resident set size as `heap_in_use_bytes`; everything else is 0 (no GC).
-    pub fn current() -> MemStats {
-        let rss = std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            })
-            .map_or(0, |kb| kb * 1024);
-        MemStats {
-            heap_in_use_bytes: rss,
-            ..MemStats::default()
-        }
-    }
-}
 
 /// `0.99` → `99`, `1.0` → `100`, `0.999` → `100` (Go's `%.0f` of `q × 100`).
 pub fn percentile_name(q: f64) -> String {
@@ -395,7 +264,7 @@ pub async fn run_with(engine: Arc<Engine>, cfg: Config, stop: Arc<Notify>) {
             }
         };
         tracing::info!("STATSD: pushing stats to {}", cfg.address);
-        let snap = Snapshot::take(&engine);
+        let snap = Snapshot::of_engine(&engine, &crate::stats::Filter::default());
         let mem = cfg.mem_stats.then(MemStats::current);
         let ls = lines(
             &cfg.prefix,

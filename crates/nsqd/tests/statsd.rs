@@ -35,6 +35,7 @@ fn channel(name: &str) -> ChannelSnapshot {
 fn matches_the_observed_datagram() {
     let snap = Snapshot {
         topics: vec![topic("st.a", 2, 3)],
+        ..Snapshot::default()
     };
     let mem = MemStats {
         heap_objects: 12345,
@@ -86,6 +87,7 @@ fn full_snapshot(count: u64, requeues: u64) -> Snapshot {
             }],
             ..topic("t", count, count * 10)
         }],
+        ..Snapshot::default()
     }
 }
 
@@ -161,6 +163,7 @@ fn ephemeral_topics_and_channels_can_be_excluded() {
     t.channels = vec![channel("a#ephemeral"), channel("b")];
     let snap = Snapshot {
         topics: vec![topic("e#ephemeral", 1, 1), t],
+        ..Snapshot::default()
     };
     let names = |exclude| -> Vec<String> {
         statsd::lines("", &snap, None, exclude, &[], None)
@@ -197,7 +200,10 @@ fn percentile_names() {
     t.channels = vec![c];
     let lines = statsd::lines(
         "",
-        &Snapshot { topics: vec![t] },
+        &Snapshot {
+            topics: vec![t],
+            ..Snapshot::default()
+        },
         None,
         false,
         &[1.0, 0.999, 0.5],

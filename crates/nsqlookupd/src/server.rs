@@ -1,5 +1,6 @@
-//! The daemon: binds both listeners, runs the TCP accept loop and the HTTP server, and shuts
-//! both down (closing every nsqd connection) on request.
+//! Starting and stopping nsqlookupd (nsqlookupd/nsqlookupd.go, `New`, `Main`, `Exit`): binds
+//! both listeners, runs the TCP accept loop and the HTTP server, and shuts both down (closing
+//! every nsqd connection) on request. The shared state is [`Nsqlookupd`] (`nsqlookupd.rs`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,20 +11,8 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
 use crate::db::RegistrationDb;
+use crate::nsqlookupd::Nsqlookupd;
 use crate::options::NsqlookupdOptions;
-
-/// Shared daemon state, handed to every connection and HTTP request.
-#[derive(Debug)]
-pub struct Nsqlookupd {
-    pub opts: NsqlookupdOptions,
-    pub db: RegistrationDb,
-    /// The bound TCP address (its port goes into the IDENTIFY reply).
-    pub tcp_addr: SocketAddr,
-    /// The bound HTTP address (its port goes into the IDENTIFY reply).
-    pub http_addr: SocketAddr,
-    /// The OS host name, reported as `hostname` in the IDENTIFY reply.
-    pub hostname: String,
-}
 
 /// A running nsqlookupd: its addresses, its state, and how to stop it.
 pub struct NsqlookupdHandle {
@@ -140,5 +129,33 @@ async fn run(lookupd: Arc<Nsqlookupd>, tcp: TcpListener, http: TcpListener, stop
         .is_err()
     {
         http_task.abort();
+    }
+}
+
+impl nsq_http::daemon::Daemon for NsqlookupdHandle {
+    type Options = NsqlookupdOptions;
+    type Error = String;
+    const NAME: &'static str = "nsqlookupd";
+
+    fn parse_args(
+        args: Vec<String>,
+    ) -> Result<crate::options::ParseOutcome, crate::options::FlagError> {
+        crate::options::parse_args(args)
+    }
+
+    fn usage() -> String {
+        crate::options::usage()
+    }
+
+    fn log_settings(opts: &NsqlookupdOptions) -> (&str, crate::options::LogLevel) {
+        (&opts.log_prefix, opts.log_level)
+    }
+
+    async fn start(opts: NsqlookupdOptions) -> Result<Self, String> {
+        start(opts).await
+    }
+
+    async fn shutdown(self) {
+        NsqlookupdHandle::shutdown(self).await
     }
 }

@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::db::{now_nanos, Peer};
-use crate::server::Nsqlookupd;
+use crate::nsqlookupd::Nsqlookupd;
 
 /// Go's `net.Addr.String()` for a TCP peer: IPv4-mapped IPv6 addresses print as IPv4.
 pub fn go_addr_string(addr: SocketAddr) -> String {

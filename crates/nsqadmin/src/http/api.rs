@@ -6,18 +6,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::options::LogLevel;
 use axum::http::{Method, StatusCode};
 use nsq_protocol::names::{is_valid_channel_name, is_valid_topic_name};
-use nsqd::options::LogLevel;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::query::{escape_path, Query};
 use super::{Ctx, Endpoint, Reply};
+use crate::admin::Admin;
 use crate::cluster::Producer;
 use crate::notify::AdminAction;
-use crate::server::Admin;
 use crate::stats::{ChannelStats, TopicStats};
+use nsq_go::url::{escape_path, Query};
 
 pub(super) async fn handle(
     admin: &Arc<Admin>,
@@ -85,7 +85,7 @@ fn message_reply(w: &[String]) -> Reply {
 
 async fn topics(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
     let q = Query::parse(ctx.raw_query.as_deref().unwrap_or(""))
-        .map_err(|e| err(StatusCode::BAD_REQUEST, &e))?;
+        .map_err(|e| err(StatusCode::BAD_REQUEST, &e.to_string()))?;
     let ci = admin.cluster();
     let mut warn = Vec::new();
     let topics = ci.topics(&mut warn).await.map_err(upstream)?;
@@ -472,7 +472,7 @@ fn go_json_error(body: &[u8], e: &serde_json::Error) -> String {
 async fn create_topic_channel(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
     require_admin(admin, ctx)?;
     let f = decode_fields(&ctx.body, &["topic", "channel"])
-        .map_err(|e| err(StatusCode::BAD_REQUEST, &e))?;
+        .map_err(|e| err(StatusCode::BAD_REQUEST, &e.to_string()))?;
     let (topic, channel) = (&f[0], &f[1]);
     if !is_valid_topic_name(topic) {
         return Err(err(StatusCode::BAD_REQUEST, "INVALID_TOPIC"));
@@ -500,7 +500,8 @@ async fn topic_channel_action(
     channel: Option<&str>,
 ) -> ApiResult {
     require_admin(admin, ctx)?;
-    let f = decode_fields(&ctx.body, &["action"]).map_err(|e| err(StatusCode::BAD_REQUEST, &e))?;
+    let f = decode_fields(&ctx.body, &["action"])
+        .map_err(|e| err(StatusCode::BAD_REQUEST, &e.to_string()))?;
     let action = f[0].as_str();
     if !matches!(action, "pause" | "unpause" | "empty") {
         return Err(err(StatusCode::BAD_REQUEST, "INVALID_ACTION"));
@@ -581,7 +582,7 @@ fn config(admin: &Arc<Admin>, ctx: &Ctx, opt: &str) -> ApiResult {
                 let s = String::from_utf8_lossy(body);
                 o.log_level = LogLevel::parse(&s)
                     .map_err(|_| err(StatusCode::BAD_REQUEST, "INVALID_VALUE"))?;
-                nsqd::logging::set_level(o.log_level.as_str());
+                nsq_http::logging::set_level(o.log_level);
             }
             _ => return Err(err(StatusCode::BAD_REQUEST, "INVALID_OPTION")),
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::http::{header, StatusCode};
 
 use super::{Ctx, Endpoint, Reply, CT_TEXT};
-use crate::server::Admin;
+use crate::admin::Admin;
 
 /// The embedded asset set: name → bytes.
 const ASSETS: &[(&str, &[u8])] = &[

@@ -16,11 +16,11 @@ use nsq_core::{Channel, Topic};
 use nsq_protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use serde_json::Value;
 
-use super::query::{self, Query};
 use super::stats::{self, StatsQuery};
 use super::{debug, json, plain, v1, ApiError, ApiResult, Endpoint, HttpState, Reply};
+use crate::nsqd::Nsqd;
 use crate::options::LogLevel;
-use crate::server::Nsqd;
+use nsq_go::url::{self as query, Query};
 
 pub(super) async fn handle(
     st: &HttpState,
@@ -138,7 +138,7 @@ impl BodyReader {
 
 fn parse_query(req: &Request) -> Result<Query, ApiError> {
     let raw = req.uri().query().unwrap_or("");
-    Query::parse(raw).map_err(|()| {
+    Query::parse(raw).map_err(|_| {
         tracing::error!("failed to parse request params - invalid query {raw:?}");
         ApiError::INVALID_REQUEST
     })
@@ -297,7 +297,7 @@ async fn mpublish(nsqd: &Nsqd, req: Request) -> ApiResult {
     // Text mode by default; an unparsable `binary` value counts as true.
     let binary = q
         .get("binary")
-        .is_some_and(|v| query::parse_go_bool(v).unwrap_or(true));
+        .is_some_and(|v| nsq_go::strconv::parse_bool(v).unwrap_or(true));
     let mut body = BodyReader::new(req.into_body());
     let msgs = if binary {
         read_mpub_binary(&mut body, limits.max_msg_size, limits.max_body_size).await?
@@ -530,7 +530,7 @@ async fn config(st: &HttpState, opt: &str, req: Request) -> ApiResult {
                 let level = LogLevel::parse(&String::from_utf8_lossy(&body))
                     .map_err(|_| ApiError::INVALID_VALUE)?;
                 *st.runtime.log_level.lock() = level;
-                crate::logging::set_level(level.as_str());
+                nsq_http::logging::set_level(level);
                 tracing::info!("log level set to {level}");
             }
             _ => return Err(ApiError::INVALID_OPTION),

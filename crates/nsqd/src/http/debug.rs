@@ -7,10 +7,10 @@
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
-use nsq_protocol::quote::go_quote;
+use nsq_go::quote::go_quote;
 
-use super::query::Query;
 use super::{plain, raw, set, v1_error, Endpoint, CT_HTML, CT_TEXT};
+use nsq_go::url::Query;
 
 const PROFILES: &[&str] = &["block", "goroutine", "heap", "profile", "threadcreate"];
 

@@ -1,20 +1,17 @@
-//! nsqd's HTTP API (nsqd-http-api.md): one fallback handler that routes like the reference's
-//! httprouter (exact match per method, trailing-slash and case redirects, `405` with `Allow`,
-//! `OPTIONS`, `404`) over a fixed route table, and the reference's response styles.
+//! nsqd's HTTP API (nsqd/http.go, `newHTTPServer`): one fallback handler that routes with the
+//! shared httprouter-style [`Router`] over a fixed route table, and the reference's response
+//! styles.
 //!
 //! Submodules: [`api`] has the endpoints, [`stats`] the `/stats` snapshot and renderings,
-//! [`debug`] the `/debug/*` routes, [`query`] Go's URL parsing rules, [`json`] Go's JSON bytes, [`tz`] the local zone for `/stats`' text.
+//! [`debug`] the `/debug/*` routes, [`tz`] the local zone for `/stats`' text. Go's URL and JSON
+//! rules come from `nsq_go::{url, json}`, the reply primitives from `nsq_http::reply`.
 
 mod api;
 mod debug;
-pub mod json;
-pub mod query;
-pub mod reply;
-
-/// Go's `time.Duration.String()` for a nanosecond count (shared with nsqlookupd's log).
-pub use stats::go_duration;
 mod stats;
 mod tz;
+
+use nsq_go::json;
 
 use std::sync::Arc;
 
@@ -23,11 +20,12 @@ use axum::http::{header, Method, StatusCode};
 use axum::response::Response;
 use axum::Router;
 use bytes::Bytes;
+use nsq_http::reply::{raw, set, set_nsq, v1_error, CT_HTML, CT_JSON, CT_TEXT};
+use nsq_http::router::{self, Route};
 use parking_lot::Mutex;
 
+use crate::nsqd::Nsqd;
 use crate::options::{LogLevel, TlsRequired};
-use crate::server::Nsqd;
-use reply::{raw, redirect, set, set_nsq, v1_error, CT_HTML, CT_JSON, CT_TEXT};
 
 /// Builds the HTTP API for `nsqd`'s plain listener (served by `server.rs`).
 pub fn router(nsqd: Arc<Nsqd>) -> Router {
@@ -71,34 +69,7 @@ struct RuntimeOpts {
 
 // ---- route table ----------------------------------------------------------------------------
 
-/// The HTTP methods that have routes (httprouter keeps one tree per method).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum M {
-    Get,
-    Post,
-    Put,
-}
-
-impl M {
-    fn of(m: &Method) -> Option<M> {
-        match *m {
-            Method::GET => Some(M::Get),
-            Method::POST => Some(M::Post),
-            Method::PUT => Some(M::Put),
-            _ => None,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            M::Get => "GET",
-            M::Post => "POST",
-            M::Put => "PUT",
-        }
-    }
-}
-
-/// Every endpoint of nsqd-http-api.md §2.
+/// Every endpoint of nsqd/http.go, `newHTTPServer`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Endpoint {
     Ping,
@@ -125,123 +96,68 @@ enum Endpoint {
     FreeMemory,
 }
 
-/// The only parameterised route is `/config/:opt`; `PARAM` marks its wildcard segment.
-const PARAM: &str = ":opt";
-
-const ROUTES: &[(M, &str, Endpoint)] = &[
-    (M::Get, "/ping", Endpoint::Ping),
-    (M::Get, "/info", Endpoint::Info),
-    (M::Post, "/pub", Endpoint::Pub),
-    (M::Post, "/mpub", Endpoint::Mpub),
-    (M::Get, "/stats", Endpoint::Stats),
-    (M::Post, "/topic/create", Endpoint::TopicCreate),
-    (M::Post, "/topic/delete", Endpoint::TopicDelete),
-    (M::Post, "/topic/empty", Endpoint::TopicEmpty),
-    (M::Post, "/topic/pause", Endpoint::TopicPause),
-    (M::Post, "/topic/unpause", Endpoint::TopicUnpause),
-    (M::Post, "/channel/create", Endpoint::ChannelCreate),
-    (M::Post, "/channel/delete", Endpoint::ChannelDelete),
-    (M::Post, "/channel/empty", Endpoint::ChannelEmpty),
-    (M::Post, "/channel/pause", Endpoint::ChannelPause),
-    (M::Post, "/channel/unpause", Endpoint::ChannelUnpause),
-    (M::Get, "/config/:opt", Endpoint::Config),
-    (M::Put, "/config/:opt", Endpoint::Config),
-    (M::Get, "/debug/pprof/", Endpoint::PprofIndex),
-    (M::Get, "/debug/pprof/cmdline", Endpoint::PprofCmdline),
-    (M::Get, "/debug/pprof/symbol", Endpoint::PprofSymbol),
-    (M::Post, "/debug/pprof/symbol", Endpoint::PprofSymbol),
+const ROUTES: &[(Method, &str, Endpoint)] = &[
+    (Method::GET, "/ping", Endpoint::Ping),
+    (Method::GET, "/info", Endpoint::Info),
+    (Method::POST, "/pub", Endpoint::Pub),
+    (Method::POST, "/mpub", Endpoint::Mpub),
+    (Method::GET, "/stats", Endpoint::Stats),
+    (Method::POST, "/topic/create", Endpoint::TopicCreate),
+    (Method::POST, "/topic/delete", Endpoint::TopicDelete),
+    (Method::POST, "/topic/empty", Endpoint::TopicEmpty),
+    (Method::POST, "/topic/pause", Endpoint::TopicPause),
+    (Method::POST, "/topic/unpause", Endpoint::TopicUnpause),
+    (Method::POST, "/channel/create", Endpoint::ChannelCreate),
+    (Method::POST, "/channel/delete", Endpoint::ChannelDelete),
+    (Method::POST, "/channel/empty", Endpoint::ChannelEmpty),
+    (Method::POST, "/channel/pause", Endpoint::ChannelPause),
+    (Method::POST, "/channel/unpause", Endpoint::ChannelUnpause),
+    (Method::GET, "/config/:opt", Endpoint::Config),
+    (Method::PUT, "/config/:opt", Endpoint::Config),
+    (Method::GET, "/debug/pprof/", Endpoint::PprofIndex),
+    (Method::GET, "/debug/pprof/cmdline", Endpoint::PprofCmdline),
+    (Method::GET, "/debug/pprof/symbol", Endpoint::PprofSymbol),
+    (Method::POST, "/debug/pprof/symbol", Endpoint::PprofSymbol),
     (
-        M::Get,
+        Method::GET,
         "/debug/pprof/profile",
         Endpoint::PprofProfile("profile"),
     ),
-    (M::Get, "/debug/pprof/heap", Endpoint::PprofProfile("heap")),
     (
-        M::Get,
+        Method::GET,
+        "/debug/pprof/heap",
+        Endpoint::PprofProfile("heap"),
+    ),
+    (
+        Method::GET,
         "/debug/pprof/goroutine",
         Endpoint::PprofProfile("goroutine"),
     ),
     (
-        M::Get,
+        Method::GET,
         "/debug/pprof/block",
         Endpoint::PprofProfile("block"),
     ),
     (
-        M::Get,
+        Method::GET,
         "/debug/pprof/threadcreate",
         Endpoint::PprofProfile("threadcreate"),
     ),
-    (M::Put, "/debug/setblockrate", Endpoint::SetBlockRate),
-    (M::Post, "/debug/freememory", Endpoint::FreeMemory),
+    (Method::PUT, "/debug/setblockrate", Endpoint::SetBlockRate),
+    (Method::POST, "/debug/freememory", Endpoint::FreeMemory),
 ];
 
-/// Matches `path` against one route pattern. On success returns the route's canonical path
-/// (its own spelling of the static part, the request's parameter) and the parameter.
-fn match_route(pattern: &str, path: &str, ignore_case: bool) -> Option<(String, Option<String>)> {
-    let eq = |a: &str, b: &str| {
-        if ignore_case {
-            a.eq_ignore_ascii_case(b)
-        } else {
-            a == b
-        }
-    };
-    match pattern.strip_suffix(PARAM) {
-        Some(prefix) => {
-            let head = path.get(..prefix.len())?;
-            let param = &path[prefix.len()..];
-            if !eq(head, prefix) || param.is_empty() || param.contains('/') {
-                return None;
-            }
-            Some((format!("{prefix}{param}"), Some(param.to_string())))
-        }
-        None => eq(pattern, path).then(|| (pattern.to_string(), None)),
-    }
-}
-
-/// The exact (case-sensitive) route for `method` and `path`.
-fn lookup(method: M, path: &str) -> Option<(Endpoint, Option<String>)> {
-    ROUTES
-        .iter()
-        .filter(|(m, _, _)| *m == method)
-        .find_map(|(_, pat, ep)| match_route(pat, path, false).map(|(_, p)| (*ep, p)))
-}
-
-/// httprouter's `findCaseInsensitivePath(CleanPath(path), true)`: a route of `method` that
-/// matches ignoring ASCII case, possibly with a trailing slash added or removed.
-fn fixed_path(method: M, path: &str) -> Option<String> {
-    let clean = query::clean_path(path);
-    let toggled = if clean.len() > 1 && clean.ends_with('/') {
-        clean[..clean.len() - 1].to_string()
-    } else {
-        format!("{clean}/")
-    };
-    let routes = || ROUTES.iter().filter(|(m, _, _)| *m == method);
-    routes()
-        .find_map(|(_, pat, _)| match_route(pat, &clean, true))
-        .or_else(|| routes().find_map(|(_, pat, _)| match_route(pat, &toggled, true)))
-        .map(|(p, _)| p)
-}
-
-/// httprouter's `allowed`: the other methods registered for `path`, plus `OPTIONS`, sorted.
-fn allowed(path: &str, req_method: Option<M>) -> Option<String> {
-    let mut methods: Vec<&str> = [M::Get, M::Post, M::Put]
-        .into_iter()
-        .filter(|m| Some(*m) != req_method && lookup(*m, path).is_some())
-        .map(M::as_str)
-        .collect();
-    if methods.is_empty() {
-        return None;
-    }
-    methods.push("OPTIONS");
-    methods.sort_unstable();
-    Some(methods.join(", "))
+/// The route table as a router (built once).
+fn routes() -> &'static router::Router<Endpoint> {
+    static ROUTER: std::sync::OnceLock<router::Router<Endpoint>> = std::sync::OnceLock::new();
+    ROUTER.get_or_init(|| router::Router::new(ROUTES.iter().cloned()))
 }
 
 // ---- dispatch -------------------------------------------------------------------------------
 
 async fn dispatch(State(st): State<HttpState>, req: Request) -> Response {
-    // §1.7: with --tls-required=true the plain listener answers 403 to everything, pointing
-    // at the HTTPS port (0 when there is no HTTPS listener).
+    // With --tls-required=true the plain listener answers 403 to everything, pointing at the
+    // HTTPS port (0 when there is no HTTPS listener): nsqd/http.go, `ServeHTTP`.
     if !st.over_tls && st.nsqd.opts.effective_tls_required() == TlsRequired::True {
         let port = st.nsqd.https_addr.map_or(0, |a| a.port());
         let mut r = raw(
@@ -253,57 +169,19 @@ async fn dispatch(State(st): State<HttpState>, req: Request) -> Response {
         return r;
     }
 
-    if req.method() == Method::OPTIONS && req.uri().path() == "*" {
-        // Go's server answers `OPTIONS *` itself.
-        return raw(StatusCode::OK, "");
+    match routes().route(req.method(), req.uri().path()) {
+        Route::Found {
+            endpoint,
+            mut params,
+            path,
+        } => api::handle(&st, endpoint, &path, params.pop(), req).await,
+        other => other
+            .fallback(req.method(), req.uri().query())
+            .map_or_else(|| v1_error(StatusCode::NOT_FOUND, "NOT_FOUND"), Into::into),
     }
-    let Some(path) = query::decode_path(req.uri().path()) else {
-        let mut r = raw(StatusCode::BAD_REQUEST, "400 Bad Request");
-        set(&mut r, header::CONTENT_TYPE, CT_TEXT);
-        set(&mut r, header::CONNECTION, "close");
-        return r;
-    };
-    let method = M::of(req.method());
-
-    if let Some(m) = method {
-        if let Some((ep, param)) = lookup(m, &path) {
-            return api::handle(&st, ep, &path, param, req).await;
-        }
-        if req.method() != Method::CONNECT && path != "/" {
-            let code = if m == M::Get {
-                StatusCode::MOVED_PERMANENTLY
-            } else {
-                StatusCode::TEMPORARY_REDIRECT
-            };
-            let toggled = if path.len() > 1 && path.ends_with('/') {
-                path[..path.len() - 1].to_string()
-            } else {
-                format!("{path}/")
-            };
-            if lookup(m, &toggled).is_some() {
-                return redirect(code, &toggled, req.uri().query(), m == M::Get);
-            }
-            if let Some(fixed) = fixed_path(m, &path) {
-                return redirect(code, &fixed, req.uri().query(), m == M::Get);
-            }
-        }
-    }
-
-    if req.method() == Method::OPTIONS {
-        if let Some(allow) = allowed(&path, None) {
-            let mut r = raw(StatusCode::OK, "");
-            set(&mut r, header::ALLOW, &allow);
-            return r;
-        }
-    } else if let Some(allow) = allowed(&path, method) {
-        let mut r = v1_error(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");
-        set(&mut r, header::ALLOW, &allow);
-        return r;
-    }
-    v1_error(StatusCode::NOT_FOUND, "NOT_FOUND")
 }
 
-// ---- response styles (§1.4) -----------------------------------------------------------------
+// ---- response styles (nsq's internal/http_api/api_response.go) -----------------------------------------------------------------
 
 /// What a "v1" endpoint returns on success (`RespondV1` with code 200).
 enum Reply {
@@ -381,36 +259,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn routing_helpers() {
-        assert_eq!(lookup(M::Get, "/ping"), Some((Endpoint::Ping, None)));
+    fn route_table() {
+        let r = routes();
         assert_eq!(
-            lookup(M::Put, "/config/x"),
-            Some((Endpoint::Config, Some("x".into())))
-        );
-        assert_eq!(lookup(M::Get, "/config/"), None);
-        assert_eq!(lookup(M::Get, "/config/a/b"), None);
-        assert_eq!(fixed_path(M::Get, "/PING"), Some("/ping".into()));
-        assert_eq!(
-            fixed_path(M::Get, "/Config/Foo/"),
-            Some("/config/Foo".into())
+            r.lookup(&Method::PUT, "/config/x"),
+            Some((Endpoint::Config, vec!["x".into()]))
         );
         assert_eq!(
-            fixed_path(M::Get, "/DEBUG/PPROF"),
+            r.fixed_path(&Method::GET, "/DEBUG/PPROF"),
             Some("/debug/pprof/".into())
         );
-        assert_eq!(fixed_path(M::Post, "/PING"), None);
         assert_eq!(
-            allowed("/ping", Some(M::Post)).as_deref(),
-            Some("GET, OPTIONS")
-        );
-        assert_eq!(
-            allowed("/config/x", None).as_deref(),
-            Some("GET, OPTIONS, PUT")
-        );
-        assert_eq!(
-            allowed("/debug/pprof/symbol", None).as_deref(),
+            r.allowed("/debug/pprof/symbol", None).as_deref(),
             Some("GET, OPTIONS, POST")
         );
-        assert_eq!(allowed("/nope", None), None);
     }
 }

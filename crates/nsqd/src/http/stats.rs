@@ -1,27 +1,19 @@
-//! `GET /stats`: the reference's `GetStats` snapshot (topic/channel filters, clients,
-//! producers, the single-entry `pub_counts` quirk), its JSON shape (field order, `null` vs
-//! `[]`, omitted fields) and the `printStats` text layout, plus Go's duration notation.
+//! `GET /stats` renderings of the one [`Snapshot`] (`stats.rs`): the reference's JSON shape
+//! (nsqd/http.go, `doStats`: field order, `null` vs `[]`, omitted fields, the single-entry
+//! `pub_counts` quirk) and the `printStats` text layout (nsqd/http.go, `printStats`).
 
-use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use nsq_core::e2e::{quantiles, E2eSnapshot};
-use nsq_core::{Channel, Topic};
 use serde::Serialize;
 
-use crate::client::{Client, ClientStats};
-use crate::logging::civil_from_days;
-use crate::server::Nsqd;
+use crate::client::ClientStats;
+use crate::nsqd::Nsqd;
+use crate::stats::{Filter, Snapshot};
+use nsq_go::duration::format_nanos as go_duration;
+use nsq_http::logging::civil_from_days;
 
 /// What the query string asks for.
-pub(crate) struct StatsQuery<'a> {
-    /// `""` = every topic.
-    pub(crate) topic: &'a str,
-    /// `""` = every channel.
-    pub(crate) channel: &'a str,
-    pub(crate) include_clients: bool,
-    pub(crate) include_mem: bool,
-}
+pub(crate) type StatsQuery<'a> = Filter<'a>;
 
 /// The top-level `/stats?format=json` object.
 #[derive(Serialize)]
@@ -116,8 +108,8 @@ struct PubCountJson {
     count: u64,
 }
 
-/// Go's `runtime.MemStats` subset; we have no GC, so see [`mem_stats`] for what is filled.
-#[derive(Serialize, Default)]
+/// Go's `runtime.MemStats` subset; we have no GC, see `stats::MemStats` for what is filled.
+#[derive(Serialize)]
 struct MemStats {
     heap_objects: u64,
     heap_idle_bytes: u64,
@@ -134,131 +126,89 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-/// Takes the snapshot the reference's `doStats` builds.
+/// Takes the snapshot and shapes it as the reference's `doStats` JSON.
 pub(crate) fn collect(nsqd: &Nsqd, q: &StatsQuery<'_>) -> StatsJson {
-    let mut out = StatsJson {
-        version: nsq_protocol::VERSION,
-        health: nsqd.health(),
-        start_time: nsqd.start_time,
-        topics: None,
-        memory: q.include_mem.then(mem_stats),
-        producers: None,
-    };
-    let topics: Vec<Arc<Topic>> = if q.topic.is_empty() {
-        nsqd.engine.topics()
-    } else {
-        match nsqd.engine.get_topic(q.topic) {
-            Some(t) => vec![t],
-            // The reference returns its zero `Stats`: no topics and no producers.
-            None => return out,
-        }
-    };
-    let percentiles = &nsqd.engine.options().e2e_percentiles;
-
-    let mut topics_json = Vec::with_capacity(topics.len());
-    for t in topics {
-        let ts = t.stats();
-        let channels: Vec<Arc<Channel>> = if q.channel.is_empty() {
-            ts.channels.clone()
-        } else {
-            match ts.channels.iter().find(|c| c.name() == q.channel) {
-                Some(c) => vec![c.clone()],
-                None => continue,
-            }
-        };
-        let channels_json = channels.iter().map(|c| channel_json(c, q)).collect();
-        topics_json.push(TopicJson {
-            topic_name: ts.name,
-            channels: channels_json,
-            depth: ts.depth,
-            backend_depth: ts.backend_depth,
-            message_count: ts.message_count,
-            message_bytes: ts.message_bytes,
-            paused: ts.paused,
-            // Merged over all of the topic's channels, whatever the channel filter.
-            e2e_processing_latency: topic_e2e(&ts.channels, percentiles),
-        });
-    }
-    out.topics = Some(topics_json);
-
-    if q.include_clients {
-        let mut producers: Vec<Arc<Client>> = nsqd
-            .clients()
-            .into_iter()
-            .filter(|c| c.is_producer())
-            .collect();
-        producers.sort_by_key(|c| c.id);
-        if !producers.is_empty() {
-            out.producers = Some(
-                producers
-                    .iter()
-                    .map(|c| client_json(c.stats(), q.topic))
-                    .collect(),
-            );
-        }
-    }
-    out
+    to_json(Snapshot::take(nsqd, q), q)
 }
 
-fn channel_json(c: &Channel, q: &StatsQuery<'_>) -> ChannelJson {
-    let cs = c.stats();
-    let clients = q.include_clients.then(|| {
-        cs.consumers
-            .iter()
-            .filter_map(|cons| {
-                cons.as_any()
-                    .downcast_ref::<Client>()
-                    .map(|cl| client_json(cl.stats(), q.topic))
-            })
-            .collect()
-    });
-    ChannelJson {
-        channel_name: cs.name,
-        depth: cs.depth,
-        backend_depth: cs.backend_depth,
-        in_flight_count: cs.in_flight_count,
-        deferred_count: cs.deferred_count,
-        message_count: cs.message_count,
-        requeue_count: cs.requeue_count,
-        timeout_count: cs.timeout_count,
-        client_count: cs.consumers.len(),
-        clients,
-        paused: cs.paused,
-        e2e_processing_latency: e2e_json(c.e2e().snapshot()),
-    }
-}
-
-fn e2e_json(s: Option<E2eSnapshot>) -> E2eJson {
-    match s {
+fn to_json(s: Snapshot, q: &StatsQuery<'_>) -> StatsJson {
+    let percentiles = s.percentiles;
+    let e2e = |values: Vec<f64>, count: Option<u64>| match count {
         None => E2eJson {
             count: 0,
             percentiles: None,
         },
-        Some(s) => E2eJson {
-            count: s.count,
+        Some(count) => E2eJson {
+            count,
             percentiles: Some(
-                s.percentiles
-                    .into_iter()
-                    .map(|(quantile, value)| QuantileJson { quantile, value })
+                percentiles
+                    .iter()
+                    .zip(values)
+                    .map(|(&quantile, value)| QuantileJson { quantile, value })
                     .collect(),
             ),
         },
+    };
+    let topics = s.topic_found.then(|| {
+        s.topics
+            .into_iter()
+            .map(|t| TopicJson {
+                topic_name: t.name,
+                channels: t
+                    .channels
+                    .into_iter()
+                    .map(|c| ChannelJson {
+                        channel_name: c.name,
+                        depth: c.depth,
+                        backend_depth: c.backend_depth,
+                        in_flight_count: c.in_flight_count as usize,
+                        deferred_count: c.deferred_count as usize,
+                        message_count: c.message_count,
+                        requeue_count: c.requeue_count,
+                        timeout_count: c.timeout_count,
+                        client_count: c.clients as usize,
+                        clients: q.include_clients.then(|| {
+                            c.client_stats
+                                .into_iter()
+                                .map(|cl| client_json(cl, q.topic))
+                                .collect()
+                        }),
+                        paused: c.paused,
+                        e2e_processing_latency: e2e(c.e2e, c.e2e_count),
+                    })
+                    .collect(),
+                depth: t.depth,
+                backend_depth: t.backend_depth,
+                message_count: t.message_count,
+                message_bytes: t.message_bytes,
+                paused: t.paused,
+                e2e_processing_latency: e2e(t.e2e, t.e2e_count),
+            })
+            .collect()
+    });
+    StatsJson {
+        version: nsq_protocol::VERSION,
+        health: s.health,
+        start_time: s.start_time,
+        topics,
+        memory: s.memory.map(|m| MemStats {
+            heap_objects: m.heap_objects,
+            heap_idle_bytes: m.heap_idle_bytes,
+            heap_in_use_bytes: m.heap_in_use_bytes,
+            heap_released_bytes: m.heap_released_bytes,
+            gc_pause_usec_100: m.gc_pause_usec_100,
+            gc_pause_usec_99: m.gc_pause_usec_99,
+            gc_pause_usec_95: m.gc_pause_usec_95,
+            next_gc_bytes: m.next_gc_bytes,
+            gc_total_runs: u32::try_from(m.gc_runs).unwrap_or(u32::MAX),
+        }),
+        producers: (!s.producers.is_empty()).then(|| {
+            s.producers
+                .into_iter()
+                .map(|c| client_json(c, q.topic))
+                .collect()
+        }),
     }
-}
-
-/// The topic's view: all channels' samples merged; `{"count":0,"percentiles":null}` without
-/// channels or without configured percentiles.
-fn topic_e2e(channels: &[Arc<Channel>], percentiles: &[f64]) -> E2eJson {
-    let enabled: Vec<&Arc<Channel>> = channels.iter().filter(|c| c.e2e().enabled()).collect();
-    if enabled.is_empty() || percentiles.is_empty() {
-        return E2eJson {
-            count: 0,
-            percentiles: None,
-        };
-    }
-    let mut samples = Vec::new();
-    let count = enabled.iter().map(|c| c.e2e().collect(&mut samples)).sum();
-    e2e_json(Some(quantiles(percentiles, count, samples)))
 }
 
 fn client_json(s: ClientStats, topic_filter: &str) -> ClientJson {
@@ -310,24 +260,6 @@ fn client_json(s: ClientStats, topic_filter: &str) -> ClientJson {
         tls_version: m.tls_version,
         tls_negotiated_protocol: String::new(),
         tls_negotiated_protocol_is_mutual: m.tls,
-    }
-}
-
-/// The closest numbers we have to Go's heap statistics: the resident set size stands in for
-/// `heap_in_use_bytes`; there is no GC, so the GC fields and the rest are 0.
-fn mem_stats() -> MemStats {
-    let rss = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(0);
-    MemStats {
-        heap_in_use_bytes: rss,
-        ..MemStats::default()
     }
 }
 
@@ -501,68 +433,9 @@ fn rfc3339(secs: i64, offset: i64) -> String {
     )
 }
 
-/// Go's `time.Duration.String()` for a nanosecond count (`1h2m3.5s`, `1.5ms`, `0s`).
-pub fn go_duration(ns: i128) -> String {
-    let neg = ns < 0;
-    let mut u = ns.unsigned_abs();
-    let mut out = String::new();
-    if u < 1_000_000_000 {
-        let (prec, unit) = match u {
-            0 => return "0s".to_string(),
-            1..=999 => (0, "ns"),
-            1_000..=999_999 => (3, "µs"),
-            _ => (6, "ms"),
-        };
-        let frac = frac_str(&mut u, prec);
-        out.push_str(&format!("{u}{frac}{unit}"));
-    } else {
-        let frac = frac_str(&mut u, 9);
-        let secs = u % 60;
-        let mins = u / 60;
-        if mins > 0 {
-            let hours = mins / 60;
-            if hours > 0 {
-                out.push_str(&format!("{hours}h"));
-            }
-            out.push_str(&format!("{}m", mins % 60));
-        }
-        out.push_str(&format!("{secs}{frac}s"));
-    }
-    if neg {
-        out.insert(0, '-');
-    }
-    out
-}
-
-/// Go's `fmtFrac`: splits `prec` decimal digits off `*v` and renders them as `.ddd` without
-/// trailing zeros (empty when they are all zero).
-fn frac_str(v: &mut u128, prec: u32) -> String {
-    let p = 10u128.pow(prec);
-    let frac = *v % p;
-    *v /= p;
-    if frac == 0 {
-        return String::new();
-    }
-    let s = format!("{frac:0width$}", width = prec as usize);
-    format!(".{}", s.trim_end_matches('0'))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(go_duration(0), "0s");
-        assert_eq!(go_duration(58_575_750_838), "58.575750838s");
-        assert_eq!(go_duration(84_219_939_907), "1m24.219939907s");
-        assert_eq!(go_duration(7_384_500_000_000), "2h3m4.5s");
-        assert_eq!(go_duration(1_500), "1.5µs");
-        assert_eq!(go_duration(2_000_000), "2ms");
-        assert_eq!(go_duration(999), "999ns");
-        assert_eq!(go_duration(3_600_000_000_000), "1h0m0s");
-        assert_eq!(go_duration(-1_000_000_000), "-1s");
-    }
 
     #[test]
     fn human_nanos() {

@@ -1,13 +1,14 @@
-//! nsqlookupd's HTTP API (spec §5): httprouter-style routing over a fixed route table (exact
-//! match per method, trailing-slash and case redirects, `405` with `Allow`, `OPTIONS`,
-//! `404`), the endpoints, and the reference's "v1" response style. Every request is logged
-//! at INFO as `<status> <METHOD> <uri> (<remote>) <elapsed>`.
+//! nsqlookupd's HTTP API (nsqlookupd/http.go, `newHTTPServer`): the shared httprouter-style
+//! router over a fixed route table, the endpoints, and the reference's "v1" response style.
+//! Every request is logged at INFO as `<status> <METHOD> <uri> (<remote>) <elapsed>`
+//! (nsq's internal/http_api/api_response.go, `Log`).
 //!
-//! The Go `net/url` and `encoding/json` details come from [`query`] and [`json`].
+//! The Go `net/url` and `encoding/json` details come from `nsq_go::{url, json}`.
 
-use nsqd::http::json;
-use nsqd::http::query;
-use nsqd::http::reply::{raw, redirect, set, set_nsq, v1_error, CT_JSON, CT_TEXT};
+use nsq_go::json;
+use nsq_go::url::Query;
+use nsq_http::reply::{raw, set, set_nsq, v1_error, CT_JSON, CT_TEXT};
+use nsq_http::router::{Route, Router as Routes};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -25,8 +26,7 @@ use nsq_protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use serde::Serialize;
 
 use crate::db::{now_nanos, NodeView, ProducerView};
-use crate::server::Nsqlookupd;
-use query::Query;
+use crate::nsqlookupd::Nsqlookupd;
 
 /// Builds the HTTP API; serve it with `into_make_service_with_connect_info::<SocketAddr>()`.
 pub fn router(lookupd: Arc<Nsqlookupd>) -> Router {
@@ -35,31 +35,7 @@ pub fn router(lookupd: Arc<Nsqlookupd>) -> Router {
 
 // ---- route table ----------------------------------------------------------------------------
 
-/// The HTTP methods that have routes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum M {
-    Get,
-    Post,
-}
-
-impl M {
-    fn of(m: &Method) -> Option<M> {
-        match *m {
-            Method::GET => Some(M::Get),
-            Method::POST => Some(M::Post),
-            _ => None,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            M::Get => "GET",
-            M::Post => "POST",
-        }
-    }
-}
-
-/// Every endpoint of spec §5.16.
+/// Every endpoint of nsqlookupd/http.go, `newHTTPServer`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Endpoint {
     Ping,
@@ -87,64 +63,27 @@ impl Endpoint {
     }
 }
 
-/// The Go runtime profiling routes (`/debug/pprof/*`) are not served: spec §5.14 allows
-/// omitting them, so they answer 404 like any unknown path.
-const ROUTES: &[(M, &str, Endpoint)] = &[
-    (M::Get, "/ping", Endpoint::Ping),
-    (M::Get, "/info", Endpoint::Info),
-    (M::Get, "/debug", Endpoint::Debug),
-    (M::Get, "/lookup", Endpoint::Lookup),
-    (M::Get, "/topics", Endpoint::Topics),
-    (M::Get, "/channels", Endpoint::Channels),
-    (M::Get, "/nodes", Endpoint::Nodes),
-    (M::Post, "/topic/create", Endpoint::TopicCreate),
-    (M::Post, "/topic/delete", Endpoint::TopicDelete),
-    (M::Post, "/channel/create", Endpoint::ChannelCreate),
-    (M::Post, "/channel/delete", Endpoint::ChannelDelete),
-    (M::Post, "/topic/tombstone", Endpoint::TopicTombstone),
+/// The Go runtime profiling routes (`/debug/pprof/*`) are not served (there is no Go runtime
+/// to profile): they answer 404 like any unknown path.
+const ROUTES: &[(Method, &str, Endpoint)] = &[
+    (Method::GET, "/ping", Endpoint::Ping),
+    (Method::GET, "/info", Endpoint::Info),
+    (Method::GET, "/debug", Endpoint::Debug),
+    (Method::GET, "/lookup", Endpoint::Lookup),
+    (Method::GET, "/topics", Endpoint::Topics),
+    (Method::GET, "/channels", Endpoint::Channels),
+    (Method::GET, "/nodes", Endpoint::Nodes),
+    (Method::POST, "/topic/create", Endpoint::TopicCreate),
+    (Method::POST, "/topic/delete", Endpoint::TopicDelete),
+    (Method::POST, "/channel/create", Endpoint::ChannelCreate),
+    (Method::POST, "/channel/delete", Endpoint::ChannelDelete),
+    (Method::POST, "/topic/tombstone", Endpoint::TopicTombstone),
 ];
 
-/// The exact (case-sensitive) route for `method` and `path`.
-fn lookup(method: M, path: &str) -> Option<Endpoint> {
-    ROUTES
-        .iter()
-        .find(|(m, p, _)| *m == method && *p == path)
-        .map(|(_, _, ep)| *ep)
-}
-
-/// httprouter's `findCaseInsensitivePath(CleanPath(path), true)`: a route of `method` that
-/// matches ignoring ASCII case, possibly with a trailing slash added or removed.
-fn fixed_path(method: M, path: &str) -> Option<&'static str> {
-    let clean = query::clean_path(path);
-    let toggled = toggle_slash(&clean);
-    let routes = || ROUTES.iter().filter(|(m, _, _)| *m == method);
-    routes()
-        .find(|(_, p, _)| p.eq_ignore_ascii_case(&clean))
-        .or_else(|| routes().find(|(_, p, _)| p.eq_ignore_ascii_case(&toggled)))
-        .map(|(_, p, _)| *p)
-}
-
-fn toggle_slash(path: &str) -> String {
-    if path.len() > 1 && path.ends_with('/') {
-        path[..path.len() - 1].to_string()
-    } else {
-        format!("{path}/")
-    }
-}
-
-/// httprouter's `allowed`: the other methods registered for `path`, plus `OPTIONS`, sorted.
-fn allowed(path: &str, req_method: Option<M>) -> Option<String> {
-    let mut methods: Vec<&str> = [M::Get, M::Post]
-        .into_iter()
-        .filter(|m| Some(*m) != req_method && lookup(*m, path).is_some())
-        .map(M::as_str)
-        .collect();
-    if methods.is_empty() {
-        return None;
-    }
-    methods.push("OPTIONS");
-    methods.sort_unstable();
-    Some(methods.join(", "))
+/// The route table as a router (built once).
+fn routes() -> &'static Routes<Endpoint> {
+    static ROUTER: std::sync::OnceLock<Routes<Endpoint>> = std::sync::OnceLock::new();
+    ROUTER.get_or_init(|| Routes::new(ROUTES.iter().cloned()))
 }
 
 // ---- dispatch -------------------------------------------------------------------------------
@@ -170,55 +109,17 @@ async fn dispatch(
 }
 
 async fn route(lookupd: &Nsqlookupd, req: Request) -> Response {
-    if req.method() == Method::OPTIONS && req.uri().path() == "*" {
-        // Go's server answers `OPTIONS *` itself.
-        return raw(StatusCode::OK, "");
+    match routes().route(req.method(), req.uri().path()) {
+        Route::Found { endpoint, .. } => endpoint_response(lookupd, endpoint, req).await,
+        other => other
+            .fallback(req.method(), req.uri().query())
+            .map_or_else(|| v1_error(StatusCode::NOT_FOUND, "NOT_FOUND"), Into::into),
     }
-    let Some(path) = query::decode_path(req.uri().path()) else {
-        let mut r = raw(StatusCode::BAD_REQUEST, "400 Bad Request");
-        set(&mut r, header::CONTENT_TYPE, CT_TEXT);
-        set(&mut r, header::CONNECTION, "close");
-        return r;
-    };
-    let method = M::of(req.method());
-
-    if let Some(m) = method {
-        if let Some(ep) = lookup(m, &path) {
-            return endpoint(lookupd, ep, req).await;
-        }
-        if path != "/" {
-            let code = if m == M::Get {
-                StatusCode::MOVED_PERMANENTLY
-            } else {
-                StatusCode::TEMPORARY_REDIRECT
-            };
-            let toggled = toggle_slash(&path);
-            if lookup(m, &toggled).is_some() {
-                return redirect(code, &toggled, req.uri().query(), m == M::Get);
-            }
-            if let Some(fixed) = fixed_path(m, &path) {
-                return redirect(code, fixed, req.uri().query(), m == M::Get);
-            }
-        }
-    }
-
-    if req.method() == Method::OPTIONS {
-        if let Some(allow) = allowed(&path, None) {
-            let mut r = raw(StatusCode::OK, "");
-            set(&mut r, header::ALLOW, &allow);
-            return r;
-        }
-    } else if let Some(allow) = allowed(&path, method) {
-        let mut r = v1_error(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");
-        set(&mut r, header::ALLOW, &allow);
-        return r;
-    }
-    v1_error(StatusCode::NOT_FOUND, "NOT_FOUND")
 }
 
 /// Runs one endpoint: parameters first (as `NewReqParams`), then the handler, whose panic
 /// becomes the reference's `500 INTERNAL_ERROR`.
-async fn endpoint(lookupd: &Nsqlookupd, ep: Endpoint, req: Request) -> Response {
+async fn endpoint_response(lookupd: &Nsqlookupd, ep: Endpoint, req: Request) -> Response {
     let params = if ep.takes_params() {
         let Ok(q) = Query::parse(req.uri().query().unwrap_or("")) else {
             return v1_error(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
@@ -398,7 +299,7 @@ fn v1(result: ApiResult) -> Response {
 
 /// Go's `time.Duration.String` for the request log (`1.5ms`, `42.1µs`, `2s`).
 fn go_duration(d: std::time::Duration) -> String {
-    nsqd::http::go_duration(d.as_nanos() as i128)
+    nsq_go::duration::format(d)
 }
 
 #[cfg(test)]
@@ -406,22 +307,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn routing_helpers() {
-        assert_eq!(lookup(M::Get, "/lookup"), Some(Endpoint::Lookup));
-        assert_eq!(lookup(M::Post, "/lookup"), None);
-        assert_eq!(fixed_path(M::Get, "/PING"), Some("/ping"));
-        assert_eq!(fixed_path(M::Get, "/Topics/"), Some("/topics"));
-        assert_eq!(fixed_path(M::Post, "/TOPIC/CREATE"), Some("/topic/create"));
-        assert_eq!(fixed_path(M::Post, "/PING"), None);
+    fn route_table() {
+        let r = routes();
         assert_eq!(
-            allowed("/ping", Some(M::Post)).as_deref(),
-            Some("GET, OPTIONS")
+            r.lookup(&Method::GET, "/lookup"),
+            Some((Endpoint::Lookup, vec![]))
+        );
+        assert_eq!(r.lookup(&Method::POST, "/lookup"), None);
+        assert_eq!(
+            r.fixed_path(&Method::GET, "/Topics/"),
+            Some("/topics".into())
         );
         assert_eq!(
-            allowed("/topic/create", None).as_deref(),
+            r.allowed("/topic/create", None).as_deref(),
             Some("OPTIONS, POST")
         );
-        assert_eq!(allowed("/nope", None), None);
     }
 
     #[test]

@@ -73,10 +73,10 @@ impl Formatter for GoFormatter {
 pub fn to_vec<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     let mut ser = serde_json::Serializer::with_formatter(&mut out, GoFormatter);
-    // Our types (plain structs, strings, numbers, `serde_json::Value`) cannot fail to encode.
-    if let Err(e) = v.serialize(&mut ser) {
-        tracing::error!("failed to encode JSON - {e}");
-    }
+    // Our types (plain structs, strings, numbers, `serde_json::Value`) cannot fail to encode
+    // into a `Vec`; a failure would leave a truncated document, which debug builds catch.
+    let r = v.serialize(&mut ser);
+    debug_assert!(r.is_ok(), "JSON encoding failed: {r:?}");
     out
 }
 

@@ -1,6 +1,20 @@
 //! Go `net/url` behaviour the reference's HTTP API depends on: `url.ParseQuery` (first value
 //! wins, `;` and bad escapes are errors), request-path unescaping, path cleaning and escaping
-//! for redirects, and `strconv.ParseBool`.
+//! for redirects, HTML escaping of redirect bodies, and the two integer/bool readings of query
+//! values that nsqd's API uses.
+
+use crate::quote::go_quote;
+
+/// Why [`Query::parse`] failed; `Display` is Go's error text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// A `;` in a pair (Go 1.17+ no longer treats it as a separator).
+    #[error("invalid semicolon separator in query")]
+    Semicolon,
+    /// A `%` not followed by two hex digits; holds the bad escape (up to 3 bytes).
+    #[error("invalid URL escape {}", go_quote(.0.as_bytes()))]
+    Escape(String),
+}
 
 /// A parsed query string: pairs in order; lookups return the first value (`url.Values.Get`
 /// and `reqParams["k"][0]` both do).
@@ -11,16 +25,13 @@ pub struct Query {
 
 impl Query {
     /// Go's `url.ParseQuery`: `&`-separated pairs, a `;` anywhere in a pair or an invalid
-    /// `%` escape is an error (the reference answers `INVALID_REQUEST`), empty pairs are
-    /// skipped (`&&`), a key without `=` has the value `""`, `+` decodes to a space.
-    // The only failure is "unparsable" (every caller answers INVALID_REQUEST).
-    #[allow(clippy::result_unit_err)]
-    pub fn parse(raw: &str) -> Result<Query, ()> {
+    /// `%` escape is an error (the first one is reported), empty pairs are skipped (`&&`), a
+    /// key without `=` has the value `""`, `+` decodes to a space.
+    pub fn parse(raw: &str) -> Result<Query, QueryError> {
         let (q, failed) = Self::parse_inner(raw);
-        if failed {
-            Err(())
-        } else {
-            Ok(q)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(q),
         }
     }
 
@@ -30,23 +41,24 @@ impl Query {
         Self::parse_inner(raw).0
     }
 
-    fn parse_inner(raw: &str) -> (Query, bool) {
+    fn parse_inner(raw: &str) -> (Query, Option<QueryError>) {
         let mut pairs = Vec::new();
-        let mut failed = false;
+        let mut failed = None;
         for pair in raw.split('&') {
             if pair.contains(';') {
-                failed = true;
+                failed.get_or_insert(QueryError::Semicolon);
                 continue;
             }
             if pair.is_empty() {
                 continue;
             }
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let (Some(k), Some(v)) = (unescape(k, true), unescape(v, true)) else {
-                failed = true;
-                continue;
-            };
-            pairs.push((lossy(k), lossy(v)));
+            match (unescape_checked(k, true), unescape_checked(v, true)) {
+                (Ok(k), Ok(v)) => pairs.push((lossy(k), lossy(v))),
+                (Err(bad), _) | (_, Err(bad)) => {
+                    failed.get_or_insert(QueryError::Escape(bad));
+                }
+            }
         }
         (Query { pairs }, failed)
     }
@@ -79,14 +91,24 @@ fn hex_val(c: u8) -> Option<u8> {
 /// Go's `url.unescape`: `%XX` decoding (both digits required); `plus_is_space` for query
 /// components. `None` on an invalid escape.
 pub fn unescape(s: &str, plus_is_space: bool) -> Option<Vec<u8>> {
+    unescape_checked(s, plus_is_space).ok()
+}
+
+/// [`unescape`] that returns the offending escape (up to 3 bytes) on failure, as Go's
+/// `EscapeError` holds it.
+fn unescape_checked(s: &str, plus_is_space: bool) -> Result<Vec<u8>, String> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
         match b[i] {
             b'%' => {
-                let hi = hex_val(*b.get(i + 1)?)?;
-                let lo = hex_val(*b.get(i + 2)?)?;
+                let hi = b.get(i + 1).copied().and_then(hex_val);
+                let lo = b.get(i + 2).copied().and_then(hex_val);
+                let (Some(hi), Some(lo)) = (hi, lo) else {
+                    let end = (i + 3).min(b.len());
+                    return Err(String::from_utf8_lossy(&b[i..end]).into_owned());
+                };
                 out.push(hi << 4 | lo);
                 i += 3;
             }
@@ -100,7 +122,7 @@ pub fn unescape(s: &str, plus_is_space: bool) -> Option<Vec<u8>> {
             }
         }
     }
-    Some(out)
+    Ok(out)
 }
 
 /// The request path as Go's `URL.Path` holds it (unescaped); `None` when the escapes are
@@ -210,15 +232,6 @@ pub fn html_escape(s: &str) -> String {
     out
 }
 
-/// Go's `strconv.ParseBool`.
-pub fn parse_go_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
 /// `/stats`' `boolParams`: only `true`/`1`/`false`/`0`; anything else means "default".
 pub fn stats_bool(s: Option<&str>) -> bool {
     !matches!(s, Some("false" | "0"))
@@ -249,6 +262,22 @@ mod tests {
         assert!(Query::parse("topic=%2").is_err());
         assert!(Query::parse("").unwrap().get("").is_none());
         assert_eq!(Query::parse("=x&&").unwrap().get(""), Some("x"));
+        assert_eq!(
+            Query::parse("x=%zz").unwrap_err().to_string(),
+            "invalid URL escape \"%zz\""
+        );
+        assert_eq!(
+            Query::parse("x=%2").unwrap_err().to_string(),
+            "invalid URL escape \"%2\""
+        );
+        assert_eq!(
+            Query::parse("a=1;b").unwrap_err().to_string(),
+            "invalid semicolon separator in query"
+        );
+        assert_eq!(
+            decode_path("/nodes/%5B%3A%3A1%5D%3A4151").unwrap(),
+            "/nodes/[::1]:4151"
+        );
     }
 
     #[test]
@@ -270,8 +299,6 @@ mod tests {
         assert_eq!(parse_i64_base10("0x10"), None);
         assert_eq!(parse_i64_base10(""), None);
         assert_eq!(parse_i64_base10("99999999999999999999"), None);
-        assert_eq!(parse_go_bool("F"), Some(false));
-        assert_eq!(parse_go_bool("yes"), None);
         assert!(stats_bool(Some("yes")));
         assert!(!stats_bool(Some("0")));
     }

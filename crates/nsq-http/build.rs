@@ -1,4 +1,4 @@
-//! Records the compiler version for `nsqd -version` (`nsqd v1.3.0 (built w/rustc1.95.0)`), the
+//! Records the compiler version for `<daemon> -version` (`nsqd v1.3.0 (built w/rustc1.95.0)`), the
 //! counterpart of the Go version the reference prints.
 
 use std::process::Command;
@@ -15,6 +15,6 @@ fn main() {
         // "rustc 1.95.0 (59807616e 2026-04-14)" → "1.95.0"
         .and_then(|s| s.split_whitespace().nth(1).map(str::to_string));
     if let Some(v) = version {
-        println!("cargo:rustc-env=NSQD_RUSTC_VERSION={v}");
+        println!("cargo:rustc-env=NSQ_RUSTC_VERSION={v}");
     }
 }

@@ -1,5 +1,6 @@
-//! The V2 TCP protocol: one reader task (commands) and one writer task (responses, message
-//! delivery, heartbeats) per connection, meeting in [`Client`].
+//! The V2 TCP protocol (nsqd/protocol_v2.go, `IOLoop` and `messagePump`): one reader task
+//! (commands) and one writer task (responses, message delivery, heartbeats) per connection,
+//! meeting in [`Client`]. The accept loop that spawns [`serve`] is in `server.rs`.
 //!
 //! The writer batches: every wake-up it takes as many messages as the RDY window allows (up to
 //! a flush threshold) from the channel under one lock, encodes them with any queued responses
@@ -24,7 +25,7 @@ use tokio::sync::oneshot;
 use tokio::time::{timeout, Instant};
 
 use crate::client::{Client, Handover, STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED};
-use crate::server::Nsqd;
+use crate::nsqd::Nsqd;
 use crate::transport::{self, ReadSide, WriteSide};
 
 /// Stop taking messages into one write once this many bytes are buffered.

@@ -1,0 +1,241 @@
+//! Go's `time.Duration` as text: [`parse`] is `time.ParseDuration` (flags, config files,
+//! query parameters) and [`format`] is `Duration.String()` (usage defaults, `/stats` text,
+//! request logs).
+
+use std::time::Duration;
+
+use crate::quote::go_quote;
+
+/// Why [`parse`] failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DurationError {
+    /// Go's own error text (`time: invalid duration "x"`, `time: missing unit …`).
+    Invalid(String),
+    /// Valid Go syntax, but negative: Go accepts it, a `std::time::Duration` cannot hold it.
+    Negative,
+}
+
+/// Go's `time.ParseDuration`: `[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+`, units `ns us µs μs ms s m h`,
+/// a bare `0` allowed; the same rounding of fractions and the same overflow limit (2^63-1 ns).
+pub fn parse(orig: &str) -> Result<Duration, DurationError> {
+    let q = go_quote(orig.as_bytes());
+    let invalid = || DurationError::Invalid(format!("time: invalid duration {q}"));
+    let mut s = orig;
+    let mut neg = false;
+    if let Some(c) = s.chars().next() {
+        if c == '-' || c == '+' {
+            neg = c == '-';
+            s = &s[1..];
+        }
+    }
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err(invalid());
+    }
+    const LIMIT: u64 = 1 << 63;
+    let mut total: u64 = 0;
+    while !s.is_empty() {
+        let b = s.as_bytes();
+        if !(b[0] == b'.' || b[0].is_ascii_digit()) {
+            return Err(invalid());
+        }
+        // Integer part.
+        let int_len = b.iter().take_while(|c| c.is_ascii_digit()).count();
+        let mut v: u64 = 0;
+        for &c in &b[..int_len] {
+            if v > LIMIT / 10 {
+                return Err(invalid());
+            }
+            v = v * 10 + u64::from(c - b'0');
+            if v > LIMIT {
+                return Err(invalid());
+            }
+        }
+        s = &s[int_len..];
+        let pre = int_len > 0;
+        // Fraction part.
+        let (mut f, mut scale, mut post) = (0u64, 1f64, false);
+        if s.starts_with('.') {
+            s = &s[1..];
+            let frac_len = s.bytes().take_while(|c| c.is_ascii_digit()).count();
+            let mut overflow = false;
+            for c in s[..frac_len].bytes() {
+                if overflow {
+                    continue;
+                }
+                if f > (LIMIT - 1) / 10 {
+                    overflow = true;
+                    continue;
+                }
+                let y = f * 10 + u64::from(c - b'0');
+                if y > LIMIT {
+                    overflow = true;
+                    continue;
+                }
+                f = y;
+                scale *= 10.0;
+            }
+            post = frac_len > 0;
+            s = &s[frac_len..];
+        }
+        if !pre && !post {
+            return Err(invalid());
+        }
+        // Unit.
+        let unit_len = s
+            .char_indices()
+            .find(|&(_, c)| c == '.' || c.is_ascii_digit())
+            .map_or(s.len(), |(i, _)| i);
+        if unit_len == 0 {
+            return Err(DurationError::Invalid(format!(
+                "time: missing unit in duration {q}"
+            )));
+        }
+        let u = &s[..unit_len];
+        s = &s[unit_len..];
+        let unit: u64 = match u {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => {
+                return Err(DurationError::Invalid(format!(
+                    "time: unknown unit {} in duration {q}",
+                    go_quote(u.as_bytes())
+                )))
+            }
+        };
+        if v > LIMIT / unit {
+            return Err(invalid());
+        }
+        v *= unit;
+        if f > 0 {
+            v += (f as f64 * (unit as f64 / scale)) as u64;
+            if v > LIMIT {
+                return Err(invalid());
+            }
+        }
+        total += v;
+        if total > LIMIT {
+            return Err(invalid());
+        }
+    }
+    if neg {
+        return if total == 0 {
+            Ok(Duration::ZERO)
+        } else {
+            Err(DurationError::Negative)
+        };
+    }
+    if total > LIMIT - 1 {
+        return Err(invalid());
+    }
+    Ok(Duration::from_nanos(total))
+}
+
+/// Go's `time.Duration.String()` for a nanosecond count (`1h2m3.5s`, `1.5ms`, `0s`).
+pub fn format_nanos(ns: i128) -> String {
+    let neg = ns < 0;
+    let mut u = ns.unsigned_abs();
+    let mut out = String::new();
+    if u < 1_000_000_000 {
+        let (prec, unit) = match u {
+            0 => return "0s".to_string(),
+            1..=999 => (0, "ns"),
+            1_000..=999_999 => (3, "µs"),
+            _ => (6, "ms"),
+        };
+        let frac = frac_str(&mut u, prec);
+        out.push_str(&format!("{u}{frac}{unit}"));
+    } else {
+        let frac = frac_str(&mut u, 9);
+        let secs = u % 60;
+        let mins = u / 60;
+        if mins > 0 {
+            let hours = mins / 60;
+            if hours > 0 {
+                out.push_str(&format!("{hours}h"));
+            }
+            out.push_str(&format!("{}m", mins % 60));
+        }
+        out.push_str(&format!("{secs}{frac}s"));
+    }
+    if neg {
+        out.insert(0, '-');
+    }
+    out
+}
+
+/// Go's `fmtFrac`: splits `prec` decimal digits off `*v` and renders them as `.ddd` without
+/// trailing zeros (empty when they are all zero).
+fn frac_str(v: &mut u128, prec: u32) -> String {
+    let p = 10u128.pow(prec);
+    let frac = *v % p;
+    *v /= p;
+    if frac == 0 {
+        return String::new();
+    }
+    let s = format!("{frac:0width$}", width = prec as usize);
+    format!(".{}", s.trim_end_matches('0'))
+}
+
+/// `Duration.String()` of a `std::time::Duration` (saturating at Go's range).
+pub fn format(d: Duration) -> String {
+    format_nanos(
+        i128::try_from(d.as_nanos())
+            .unwrap_or(i128::MAX)
+            .min(i128::from(i64::MAX)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse("250ms"), Ok(ms(250)));
+        assert_eq!(parse("1m30s"), Ok(ms(90_000)));
+        assert_eq!(parse("1.5h"), Ok(ms(5_400_000)));
+        assert_eq!(parse(".5s"), Ok(ms(500)));
+        assert_eq!(parse("0"), Ok(Duration::ZERO));
+        assert_eq!(parse("-0"), Ok(Duration::ZERO));
+        assert_eq!(parse("1µs"), Ok(Duration::from_micros(1)));
+        assert_eq!(parse("-1s"), Err(DurationError::Negative));
+        assert_eq!(
+            parse("10"),
+            Err(DurationError::Invalid(
+                "time: missing unit in duration \"10\"".into()
+            ))
+        );
+        assert_eq!(
+            parse("1x"),
+            Err(DurationError::Invalid(
+                "time: unknown unit \"x\" in duration \"1x\"".into()
+            ))
+        );
+        assert!(parse("").is_err());
+        assert!(parse(".s").is_err());
+        assert!(parse("3000000h").is_err());
+    }
+
+    #[test]
+    fn format_like_go() {
+        assert_eq!(format_nanos(0), "0s");
+        assert_eq!(format_nanos(58_575_750_838), "58.575750838s");
+        assert_eq!(format_nanos(84_219_939_907), "1m24.219939907s");
+        assert_eq!(format_nanos(7_384_500_000_000), "2h3m4.5s");
+        assert_eq!(format_nanos(1_500), "1.5µs");
+        assert_eq!(format_nanos(2_000_000), "2ms");
+        assert_eq!(format_nanos(999), "999ns");
+        assert_eq!(format_nanos(3_600_000_000_000), "1h0m0s");
+        assert_eq!(format_nanos(-1_000_000_000), "-1s");
+        assert_eq!(format(Duration::from_secs(600)), "10m0s");
+        assert_eq!(format(Duration::from_millis(25)), "25ms");
+    }
+}

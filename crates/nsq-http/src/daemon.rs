@@ -1,0 +1,147 @@
+//! The life of a daemon process, shared by `apps/*/main.rs`: parse the flags, install the
+//! logger, build the Tokio runtime, start the daemon, wait for SIGINT or SIGTERM, shut it down
+//! and exit 0 — or print why not, with the reference's exit status (2 for a command-line
+//! error, 1 for anything fatal, as Go's `flag.ExitOnError` and `log.Fatal` do).
+
+use std::fmt::Display;
+use std::future::Future;
+use std::process::ExitCode;
+
+use nsq_go::{FlagError, LogLevel, ParseOutcome};
+
+/// A daemon the runner can drive: a library's handle type.
+pub trait Daemon: Sized {
+    type Options;
+    type Error: Display;
+
+    /// The program name (`nsqd`), for the version line.
+    const NAME: &'static str;
+
+    /// Parses `std::env::args()` (program name first).
+    fn parse_args(args: Vec<String>) -> Result<ParseOutcome<Self::Options>, FlagError>;
+    /// The `-h` text.
+    fn usage() -> String;
+    /// `--log-prefix` and `--log-level`.
+    fn log_settings(opts: &Self::Options) -> (&str, LogLevel);
+    /// Binds the listeners and spawns the daemon's tasks.
+    fn start(opts: Self::Options) -> impl Future<Output = Result<Self, Self::Error>>;
+    /// Stops accepting, drains and persists what must be persisted.
+    fn shutdown(self) -> impl Future<Output = ()>;
+}
+
+/// How a fatal (exit 1) flag or config-file error is printed; each daemon keeps the reference
+/// layout its tests pin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FatalFlagStyle {
+    /// The message alone on stderr.
+    Plain,
+    /// `FATAL: <message>` on stderr.
+    Prefixed,
+    /// Through the logger with the default prefix: `[app] <time> ERROR: FATAL: <message>`.
+    Logged,
+}
+
+/// The Tokio worker-thread policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// Tokio's default (one per core, `TOKIO_WORKER_THREADS` overrides).
+    Default,
+    /// Exactly this many.
+    Fixed(usize),
+    /// One per core but one (at least one), unless `TOKIO_WORKER_THREADS` is set: the
+    /// cross-thread wake-ups of a fully used worker pool cost more than they give on small
+    /// machines, and the spare core serves blocking I/O (see bench/README.md).
+    AllButOneCore,
+}
+
+/// How [`run`] behaves where the daemons differ.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    pub fatal_flag_style: FatalFlagStyle,
+    pub workers: Workers,
+    /// Written before the start error: `FATAL: <this><error>`.
+    pub start_error_prefix: &'static str,
+}
+
+/// Runs daemon `D` to completion and returns the process exit status.
+pub fn run<D: Daemon>(how: RunOptions) -> ExitCode {
+    let opts = match D::parse_args(std::env::args().collect()) {
+        Ok(ParseOutcome::Run(opts)) => opts,
+        Ok(ParseOutcome::Version) => {
+            println!("{}", crate::version::version_string(D::NAME));
+            return ExitCode::SUCCESS;
+        }
+        Ok(ParseOutcome::Help) => {
+            eprint!("{}", D::usage());
+            return ExitCode::SUCCESS;
+        }
+        Err(e @ FlagError::Usage(_)) => {
+            eprintln!("{e}");
+            eprint!("{}", D::usage());
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            match how.fatal_flag_style {
+                FatalFlagStyle::Plain => eprintln!("{e}"),
+                FatalFlagStyle::Prefixed => eprintln!("FATAL: {e}"),
+                FatalFlagStyle::Logged => {
+                    crate::logging::init(&format!("[{}] ", D::NAME), LogLevel::Info);
+                    tracing::error!("FATAL: {e}");
+                }
+            }
+            return ExitCode::from(e.exit_code() as u8);
+        }
+    };
+    let (prefix, level) = D::log_settings(&opts);
+    crate::logging::init(prefix, level);
+
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    match how.workers {
+        Workers::Default => {}
+        Workers::Fixed(n) => {
+            builder.worker_threads(n);
+        }
+        Workers::AllButOneCore => {
+            if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                builder.worker_threads(cores.saturating_sub(1).max(1));
+            }
+        }
+    }
+    let rt = match builder.build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("failed to start runtime - {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let daemon = match D::start(opts).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!("FATAL: {}{e}", how.start_error_prefix);
+                return ExitCode::FAILURE;
+            }
+        };
+        wait_for_signal().await;
+        daemon.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}
+
+/// Resolves on the first SIGINT or SIGTERM (never, if the handlers cannot be installed).
+pub async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("failed to install signal handlers");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

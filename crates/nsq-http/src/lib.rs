@@ -1,0 +1,16 @@
+//! What every HTTP-speaking NSQ binary shares (nsqd, nsqlookupd, nsqadmin, and the utilities
+//! to come), on top of the Go rules of `nsq-go`:
+//!
+//! * [`reply`]: the reference's response primitives (content types, `X-NSQ-Content-Type`,
+//!   v1 error bodies, Go's `http.Redirect`).
+//! * [`router`]: one httprouter-style router (exact match per method, case and trailing-slash
+//!   redirects, `405` with `Allow`, `OPTIONS`).
+//! * [`logging`]: log lines in NSQ's format on stderr.
+//! * [`version`]: `<app> v1.3.0 (built w/rustc…)`.
+//! * [`daemon`]: parse flags → start → wait for SIGINT/SIGTERM → shut down, for `apps/*`.
+
+pub mod daemon;
+pub mod logging;
+pub mod reply;
+pub mod router;
+pub mod version;
