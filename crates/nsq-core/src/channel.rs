@@ -14,7 +14,7 @@
 //! the backend and synced, or a deferral journaled and synced). The channel keeps the
 //! backend's read watermark ([`BackendQueue::set_read_watermark`]) at the oldest unsettled
 //! record, so after a SIGKILL reading resumes there and in-flight messages come back
-//! (at-least-once; FINed ones behind the watermark may be delivered again).
+//! (at-least-once; FINed ones after the watermark may be delivered again).
 //!
 //! Locking: one `parking_lot::Mutex` guards the memory queue, the in-flight and deferred sets,
 //! the unsettled-record set and the consumer list. It is never held across backend I/O or an
@@ -118,11 +118,10 @@ impl Queued {
 struct ReadTracker {
     /// Record → how many live copies refer to it (normally 1).
     unsettled: BTreeMap<RecordPos, u32>,
-    /// The newest record read. While nothing is unsettled the watermark stays here rather than
-    /// going to `None`: the next read advances the backend's reader before this channel learns
-    /// the new positions, and a watermark at the last record keeps a metadata sync in that
-    /// window from persisting a read position past them (costs one duplicate after a crash).
-    last_read: Option<RecordPos>,
+    /// Backend reads in progress (outside the lock). While one runs, the watermark is not
+    /// cleared: the backend set it to the first record that read took, and the channel has
+    /// not registered those records yet.
+    readers: usize,
     /// The value last given to the backend.
     published: Option<RecordPos>,
 }
@@ -130,7 +129,6 @@ struct ReadTracker {
 impl ReadTracker {
     fn read(&mut self, pos: RecordPos) {
         *self.unsettled.entry(pos).or_insert(0) += 1;
-        self.last_read = self.last_read.max(Some(pos));
     }
 
     fn settle(&mut self, pos: RecordPos) {
@@ -142,13 +140,17 @@ impl ReadTracker {
         }
     }
 
-    fn watermark(&self) -> Option<RecordPos> {
-        self.unsettled.keys().next().copied().or(self.last_read)
+    /// The watermark to publish, or `None` to leave the backend's as it is.
+    fn watermark(&self) -> Option<Option<RecordPos>> {
+        match self.unsettled.keys().next() {
+            Some(p) => Some(Some(*p)),
+            None if self.readers > 0 => None,
+            None => Some(None),
+        }
     }
 
     fn clear(&mut self) {
         self.unsettled.clear();
-        self.last_read = None;
     }
 }
 
@@ -577,7 +579,9 @@ impl Channel {
 
     /// Gives the backend the current watermark if it changed (cheap: no I/O).
     fn publish_watermark(&self, st: &mut State) {
-        let wm = st.reads.watermark();
+        let Some(wm) = st.reads.watermark() else {
+            return;
+        };
         if wm != st.reads.published {
             st.reads.published = wm;
             self.backend.set_read_watermark(wm);
@@ -643,11 +647,20 @@ impl Channel {
         if n == max || !st.spill {
             return n;
         }
+        st.reads.readers += 1;
         drop(st);
 
         let mut raw = Vec::with_capacity(max - n);
         let got = self.backend.read_batch_pos(max - n, &mut raw);
         let mut st = self.state.lock();
+        st.reads.readers -= 1;
+        if let Some((_, first)) = raw.first() {
+            // The backend holds its watermark at the first record a read takes when none is
+            // set; the published value must follow.
+            if st.reads.published.is_none() {
+                st.reads.published = Some(*first);
+            }
+        }
         for (payload, pos) in raw {
             st.reads.read(pos);
             let mut m = match Message::decode(payload) {
@@ -1137,6 +1150,10 @@ mod tests {
         fn read_batch_pos(&self, max: usize, out: &mut Vec<(Bytes, RecordPos)>) -> usize {
             let mut st = self.inner.lock();
             let n = max.min(st.records.len());
+            // As the diskqueue does: with no watermark set, a read sets it to its first record.
+            if n > 0 && st.watermark.is_none() {
+                st.watermark = Some(st.records[0].1);
+            }
             out.extend(st.records.drain(..n));
             n
         }
@@ -1205,8 +1222,7 @@ mod tests {
         ch.finish(1, &msg(0).id).unwrap();
         assert_eq!(be.watermark(), Some(pos(2)));
         ch.finish(1, &msg(2).id).unwrap();
-        // Nothing unsettled: it stays at the last record read (see ReadTracker).
-        assert_eq!(be.watermark(), Some(pos(2)));
+        assert_eq!(be.watermark(), None, "everything settled");
     }
 
     #[test]
@@ -1240,7 +1256,7 @@ mod tests {
         let again = take(&ch, 1);
         assert_eq!(again[0].id, msg(0).id);
         ch.finish(1, &msg(0).id).unwrap();
-        assert_eq!(be.watermark(), Some(pos(0)), "sticky at the last read");
+        assert_eq!(be.watermark(), None);
         assert_eq!(ch.depth(), 0);
     }
 

@@ -309,7 +309,7 @@ impl Topic {
                 loop {
                     match me.pump_batch() {
                         PumpStep::Stop => break,
-                        PumpStep::Moved(_) => {}
+                        PumpStep::Moved(_) => me.backend.set_read_watermark(None),
                         PumpStep::Stalled => {
                             me.state.lock().pumping = false;
                             break;
@@ -326,10 +326,13 @@ impl Topic {
                 PumpStep::Stop => return,
                 PumpStep::Moved(receipt) => {
                     // Durable mode: the batch must be on disk in every channel before the
-                    // topic's read watermark may pass it (it moves at the next read).
-                    if let Err(e) = receipt.durable().await {
-                        tracing::error!(topic = %self.name, "failed to sync messages moved to channels - {e}");
-                        tokio::time::sleep(PUMP_RETRY).await;
+                    // topic's read watermark may pass it.
+                    match receipt.durable().await {
+                        Ok(()) => self.backend.set_read_watermark(None),
+                        Err(e) => {
+                            tracing::error!(topic = %self.name, "failed to sync messages moved to channels - {e}");
+                            tokio::time::sleep(PUMP_RETRY).await;
+                        }
                     }
                     tokio::task::yield_now().await;
                 }
@@ -363,7 +366,9 @@ impl Topic {
             let mut raw: Vec<(Bytes, RecordPos)> = Vec::with_capacity(PUMP_BATCH);
             let got = self.backend.read_batch_pos(PUMP_BATCH, &mut raw);
             if let Some((_, first)) = raw.first() {
-                // Until the next read, a crash re-reads from this batch on.
+                // Until the batch is in every channel, a crash re-reads from it on (the
+                // backend set this already when none was set; this also moves it past a
+                // batch whose sync failed).
                 self.backend.set_read_watermark(Some(*first));
             }
             for (payload, _) in raw {
