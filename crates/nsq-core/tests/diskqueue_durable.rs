@@ -106,14 +106,14 @@ fn meta_text(dir: &Path, name: &str) -> String {
 /// issue 9, defect 3: `--sync-every=1` made 1,788 fdatasyncs for 10,000 sequential PUBs.
 /// With every put awaited, each one gets its own sync (data and metadata), as go-diskqueue's
 /// ioLoop syncs after every write when syncEvery is 1. A full sync (data + metadata) costs
-/// ~13 ms on a loaded CI disk, so the default is 2,000 puts; `DQ_SYNC_EVERY_1_PUTS=10000`
+/// ~13 ms on a loaded CI disk, so the default is 1,000 puts; `DQ_SYNC_EVERY_1_PUTS=10000`
 /// runs the issue's figure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_every_1_syncs_every_sequential_write() {
     let n: u64 = std::env::var("DQ_SYNC_EVERY_1_PUTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000);
+        .unwrap_or(1_000);
     let dir = tempfile::tempdir().unwrap();
     let q = DiskQueue::open("se1", opts(dir.path(), 100 * 1024 * 1024, 1)).unwrap();
     for i in 0..n {

@@ -147,6 +147,8 @@ fn write_position_past_the_end_of_the_file_keeps_every_record() {
     corrupt_meta_case(b"10000\n0,0\n0,9999999\n");
     // Negative depth with sane positions: recounted.
     corrupt_meta_case(b"-5\n0,0\n0,1300000\n");
+    // A depth no disk could hold (would overflow on the next put): recounted.
+    corrupt_meta_case(b"9223372036854775807\n0,0\n0,1300000\n");
 }
 
 #[test]

@@ -105,7 +105,23 @@ pub struct HttpClient {
 
 impl HttpClient {
     /// Sends one request; transport errors come back in Go's `<Method> "<url>": <err>` form.
+    /// Counted for `/metrics` (crate::metrics).
     pub async fn request(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<Response, String> {
+        crate::metrics::request_sent(url);
+        let r = self.send(method, url, headers, body).await;
+        if r.is_err() {
+            crate::metrics::request_failed(url, crate::metrics::Failure::Transport);
+        }
+        r
+    }
+
+    async fn send(
         &self,
         method: &str,
         url: &str,
@@ -218,6 +234,7 @@ fn check_status(url: &str, r: Response) -> Result<Vec<u8>, String> {
     if r.status == 200 {
         return Ok(r.body);
     }
+    crate::metrics::request_failed(url, crate::metrics::Failure::Status);
     if r.status == 403 {
         if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&r.body) {
             if let Some(port) = v.get("https_port").and_then(serde_json::Value::as_i64) {

@@ -9,6 +9,7 @@ pub mod client;
 pub mod cluster;
 pub mod history;
 pub mod http;
+pub mod metrics;
 /// Go-compatible JSON bytes.
 pub use nsq_go::json;
 pub mod notify;

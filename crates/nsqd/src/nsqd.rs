@@ -88,6 +88,8 @@ pub struct Nsqd {
     pub lookup: Lookup,
     /// Serialises metadata writes (async scheduled ones and synchronous pause writes).
     pub(crate) metadata_lock: Mutex<()>,
+    /// Drain mode (crate::drain).
+    pub drain: crate::drain::Drain,
 }
 
 impl Nsqd {
@@ -118,6 +120,10 @@ impl Nsqd {
     pub async fn topic(&self, name: &str) -> Result<Arc<Topic>, BackendError> {
         if let Some(t) = self.engine.get_topic(name) {
             return Ok(t);
+        }
+        if self.drain.is_draining() {
+            // A draining node creates no topics (crate::drain); callers refuse earlier.
+            return Err(BackendError::Exiting);
         }
         let lookupds = self.lookup.http_addresses();
         if lookupds.is_empty() {

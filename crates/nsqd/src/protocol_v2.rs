@@ -19,6 +19,7 @@ use nsq_protocol::error::NsqError;
 use nsq_protocol::frame;
 use nsq_protocol::identify::{negotiate, parse_identify, IdentifyResponse, Negotiated};
 use nsq_protocol::names::is_ephemeral;
+use nsq_protocol::MessageId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -32,6 +33,10 @@ use crate::transport::{self, ReadSide, WriteSide};
 const FLUSH_BYTES: usize = 256 * 1024;
 /// Messages taken from the channel per lock acquisition.
 const TAKE_CHUNK: usize = 512;
+/// A connection's first read buffer (allocated when bytes arrive).
+const READ_BUF_MIN: usize = 4 * 1024;
+/// Read buffers grow to this when a read leaves less than 4 KiB free.
+const READ_BUF_MAX: usize = 64 * 1024;
 
 /// Serves one accepted TCP connection to the end.
 pub(crate) async fn serve(nsqd: Arc<Nsqd>, mut stream: TcpStream, peer: SocketAddr) {
@@ -118,8 +123,38 @@ impl DecodeHooks for Gate<'_> {
     }
 }
 
+/// FINs waiting to be applied as one batch.
+#[derive(Default)]
+struct Fins {
+    ids: Vec<MessageId>,
+    failed: Vec<(MessageId, FinishError)>,
+}
+
+impl Fins {
+    /// Finishes the pending FINs with one channel lock round and queues the `E_FIN_FAILED`
+    /// errors in order. Returns whether any FIN was applied (window space freed).
+    fn flush(&mut self, client: &Client) -> bool {
+        if self.ids.is_empty() {
+            return false;
+        }
+        let ch = client.channel.get().expect("FIN allowed only after SUB");
+        let n = ch.finish_many(client.id, &self.ids, &mut self.failed);
+        client.finished(n);
+        for (id, e) in self.failed.drain(..) {
+            send_error(client, &NsqError::fin_failed(&id, &e.to_string()));
+        }
+        self.ids.clear();
+        n > 0
+    }
+}
+
 async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
-    let mut buf = BytesMut::with_capacity(16 * 1024);
+    // Allocated when bytes arrive and released whenever it is empty while waiting for more on
+    // a plain TCP socket (see below): an idle connection holds no read buffer.
+    let mut buf = BytesMut::new();
+    // The capacity to allocate next time: the last buffer's, so a busy connection keeps
+    // reading in large chunks.
+    let mut buf_size = READ_BUF_MIN;
     let mut decoder = Decoder::new(nsqd.tcp.limits);
     let mut closed = client.closed_rx();
     let mut gate = Gate {
@@ -128,10 +163,30 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
         mpub_topic: None,
     };
     let mut freed = false;
+    // Consecutive FINs of one read, finished together under one channel lock (see
+    // `Fins::flush`); any other command flushes them first, so responses keep their order.
+    let mut fins = Fins::default();
+    // The read deadline of the command being read: set when the previous command completed
+    // (or at the start) to now + 2 × heartbeat and NOT moved by reads that only bring part of
+    // a command, so a body trickled in byte by byte cannot hold the connection open
+    // (nsqd/protocol_v2.go, IOLoop: SetReadDeadline once per command, before its line; the
+    // body is read under the same deadline).
+    let mut deadline: Option<Instant> = None;
+    let mut started = false;
     loop {
+        let mut completed = !started;
+        started = true;
         loop {
             let decoded = decoder.decode_with(&mut buf, &mut gate);
+            if !matches!(decoded, Ok(Some(Command::Fin { .. }))) {
+                freed |= fins.flush(client);
+            }
+            completed |= matches!(decoded, Ok(Some(_)));
             match decoded {
+                Ok(Some(Command::Fin { id })) => {
+                    gate.mpub_topic = None;
+                    fins.ids.push(id);
+                }
                 Ok(Some(Command::Identify { body })) => match identify(nsqd, client, &body) {
                     Ok(None) => {}
                     Ok(Some(negotiated)) => {
@@ -151,7 +206,7 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 },
                 Ok(Some(cmd)) => {
                     gate.mpub_topic = None;
-                    freed |= matches!(cmd, Command::Fin { .. } | Command::Req { .. });
+                    freed |= matches!(cmd, Command::Req { .. });
                     if let Err(e) = exec(nsqd, client, cmd).await {
                         let fatal = e.fatal();
                         send_error(client, &e);
@@ -182,14 +237,36 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 }
             }
         }
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(64 * 1024);
+        // Idle (nothing partial buffered) on plain TCP: give the buffer back and wait for
+        // readability without one; `read` allocates again. Upgraded streams (TLS, snappy,
+        // deflate) may hold decoded bytes internally, so they always read into a buffer.
+        let lazy = matches!(rd, ReadSide::Tcp(_)) && buf.is_empty();
+        if lazy && buf.capacity() > 0 {
+            buf_size = buf.capacity().clamp(READ_BUF_MIN, READ_BUF_MAX);
+            buf = BytesMut::new();
         }
-        let deadline = client.settings.lock().heartbeat.map(|h| h * 2);
+        if completed {
+            deadline = client
+                .settings
+                .lock()
+                .heartbeat
+                .map(|h| Instant::now() + h * 2);
+        }
         let read = async {
+            let fill = async {
+                if lazy {
+                    if let ReadSide::Tcp(r) = &rd {
+                        r.readable().await?;
+                    }
+                    buf.reserve(buf_size);
+                } else if buf.capacity() - buf.len() < 4096 {
+                    buf.reserve(READ_BUF_MAX);
+                }
+                rd.read_buf(&mut buf).await
+            };
             match deadline {
-                Some(d) => timeout(d, rd.read_buf(&mut buf)).await.ok(),
-                None => Some(rd.read_buf(&mut buf).await),
+                Some(d) => tokio::time::timeout_at(d, fill).await.ok(),
+                None => Some(fill.await),
             }
         };
         tokio::select! {
@@ -326,13 +403,17 @@ fn send_response(client: &Client, data: &[u8]) {
 
 /// Runs one decoded command. `Err` is the error frame to send (fatal or not, per its code).
 async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<(), NsqError> {
+    if nsqd.drain.is_draining() {
+        crate::drain::check_tcp(nsqd, &cmd)?;
+    }
     match cmd {
         Command::Nop => Ok(()),
         Command::Fin { id } => {
+            // read_loop batches FINs (`Fins`); this path serves any other caller.
             let ch = client.channel.get().expect("FIN allowed only after SUB");
             match ch.finish(client.id, &id) {
                 Ok(()) => {
-                    client.finished();
+                    client.finished(1);
                     Ok(())
                 }
                 Err(e) => Err(NsqError::fin_failed(&id, &e.to_string())),
@@ -519,8 +600,10 @@ async fn sub(
 }
 
 async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
-    let mut out = BytesMut::with_capacity(64 * 1024);
-    let mut msgs: Vec<Message> = Vec::with_capacity(TAKE_CHUNK);
+    // Both grow on first use (an idle connection never sends a frame before its first
+    // heartbeat) and are then reused.
+    let mut out = BytesMut::new();
+    let mut msgs: Vec<Message> = Vec::new();
     let mut hb_every = client.settings.lock().heartbeat;
     let mut hb_next = hb_every.map(|h| Instant::now() + h);
     loop {
@@ -593,7 +676,7 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
             }
             out.clear();
             if out.capacity() > 4 * FLUSH_BYTES {
-                out = BytesMut::with_capacity(64 * 1024);
+                out = BytesMut::new();
             }
         }
         if closing || client.is_closed() {
