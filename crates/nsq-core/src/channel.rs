@@ -1,18 +1,29 @@
 //! A channel: one subscriber group's copy of a topic's stream.
 //!
-//! The in-flight and deferred sets live in [`crate::inflight`] and [`crate::deferred`].
+//! The in-flight and deferred sets live in [`crate::inflight`] and [`crate::deferred`]; the
+//! durable deferred journal in [`crate::deferred_store`]. docs/durability.md explains the
+//! crash-safety design this file implements.
 //!
-//! State changes go through a narrow API — [`Channel::put`] (from the topic or a requeue),
-//! [`Channel::take`] (delivery → in flight), [`Channel::finish`], [`Channel::requeue`],
+//! State changes go through a narrow API — [`Channel::receive`]/[`Channel::put`] (from the
+//! topic), [`Channel::take`] (delivery → in flight), [`Channel::finish`], [`Channel::requeue`],
 //! [`Channel::touch`], and the scanner's [`Channel::process_in_flight`] /
-//! [`Channel::process_deferred`] — so a durable mode can later journal exactly these.
+//! [`Channel::process_deferred`].
 //!
-//! Locking: one `parking_lot::Mutex` guards the memory queue, the in-flight and deferred sets and
-//! the consumer list. It is never held across backend I/O or an `.await`; critical sections are
-//! a few pointer moves per message. The backend has its own lock.
+//! Crash safety of what was read from the backend: every record taken from the backend is
+//! *unsettled* until its message is FINed or stored again durably (a requeue written back to
+//! the backend and synced, or a deferral journaled and synced). The channel keeps the
+//! backend's read watermark ([`BackendQueue::set_read_watermark`]) at the oldest unsettled
+//! record, so after a SIGKILL reading resumes there and in-flight messages come back
+//! (at-least-once; FINed ones after the watermark may be delivered again).
+//!
+//! Locking: one `parking_lot::Mutex` guards the memory queue, the in-flight and deferred sets,
+//! the unsettled-record set and the consumer list. It is never held across backend I/O or an
+//! `.await`; critical sections are a few pointer moves per message (plus the backend's cheap
+//! `set_read_watermark`, so watermark updates reach the backend in state order). The backend
+//! and the deferred store have their own locks.
 
 use std::any::Any;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -25,13 +36,15 @@ use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::{BackendError, BackendQueue};
+use crate::backend::{BackendError, BackendQueue, RecordPos, WriteTicket};
 use crate::deferred::DeferredQueue;
+use crate::deferred_store::DeferredStore;
 use crate::e2e::E2eLatency;
 pub use crate::inflight::FinishError;
 use crate::inflight::InFlightQueue;
 use crate::message::{now_nanos, Message};
 use crate::options::{Health, Options};
+use crate::receipt::{Pending, PutReceipt};
 use crate::topic::Topic;
 
 /// What a channel needs from a subscribed connection. Implemented by nsqd's client type.
@@ -87,9 +100,63 @@ pub enum SubscribeError {
     Exiting,
 }
 
+/// A message waiting in the memory queue, with the backend record it was read from while that
+/// record is unsettled (a requeued or timed-out message keeps its record until re-stored).
+struct Queued {
+    msg: Message,
+    pos: Option<RecordPos>,
+}
+
+impl Queued {
+    fn new(msg: Message) -> Self {
+        Queued { msg, pos: None }
+    }
+}
+
+/// The backend records read and not yet settled, and the watermark derived from them.
+#[derive(Default)]
+struct ReadTracker {
+    /// Record → how many live copies refer to it (normally 1).
+    unsettled: BTreeMap<RecordPos, u32>,
+    /// Backend reads in progress (outside the lock). While one runs, the watermark is not
+    /// cleared: the backend set it to the first record that read took, and the channel has
+    /// not registered those records yet.
+    readers: usize,
+    /// The value last given to the backend.
+    published: Option<RecordPos>,
+}
+
+impl ReadTracker {
+    fn read(&mut self, pos: RecordPos) {
+        *self.unsettled.entry(pos).or_insert(0) += 1;
+    }
+
+    fn settle(&mut self, pos: RecordPos) {
+        if let std::collections::btree_map::Entry::Occupied(mut e) = self.unsettled.entry(pos) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
+
+    /// The watermark to publish, or `None` to leave the backend's as it is.
+    fn watermark(&self) -> Option<Option<RecordPos>> {
+        match self.unsettled.keys().next() {
+            Some(p) => Some(Some(*p)),
+            None if self.readers > 0 => None,
+            None => Some(None),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.unsettled.clear();
+    }
+}
+
 /// Everything the channel lock protects.
 struct State {
-    mem: VecDeque<Message>,
+    mem: VecDeque<Queued>,
     /// The backend holds messages newer than everything in `mem`; new puts go behind them so the
     /// channel stays FIFO. Cleared when the backend drains.
     spill: bool,
@@ -97,6 +164,7 @@ struct State {
     backend_writers: usize,
     in_flight: InFlightQueue,
     deferred: DeferredQueue,
+    reads: ReadTracker,
     consumers: Vec<Arc<dyn Consumer>>,
 }
 
@@ -131,10 +199,15 @@ pub struct Channel {
     /// False for the drop-sink backend of ephemeral channels: overflow is discarded, and the
     /// FIFO spill logic never engages.
     durable: bool,
+    /// This channel, for tasks that settle records once a write is durable.
+    me: Weak<Channel>,
     topic: Weak<Topic>,
     opts: Arc<Options>,
     health: Arc<Health>,
     backend: Arc<dyn BackendQueue>,
+    /// The durable deferred journal: present for a non-ephemeral channel with a memory queue of
+    /// 0 (`--mem-queue-size=0` or `--durable`), where everything the channel holds is on disk.
+    store: Option<Arc<DeferredStore>>,
     state: Mutex<State>,
     counters: Counters,
     paused: AtomicBool,
@@ -168,21 +241,47 @@ impl Channel {
         let e2e = E2eLatency::new(&opts.e2e_percentiles, opts.e2e_window);
         // A backlog left on disk by a previous run is older than anything new: read it first.
         let spill = durable && backend.depth() > 0;
-        Arc::new(Channel {
+        let mut deferred = DeferredQueue::new();
+        let store = if durable && opts.mem_queue_size == 0 {
+            let path = DeferredStore::path_for(&opts.data_path, &format!("{topic_name}:{name}"));
+            match DeferredStore::open(path) {
+                Ok((store, replayed)) => {
+                    let (now, now_wall) = (Instant::now(), now_nanos());
+                    for (due, m) in replayed {
+                        let wait = u64::try_from(due.saturating_sub(now_wall)).unwrap_or(0);
+                        let _ = deferred.insert(now + Duration::from_nanos(wait), m);
+                    }
+                    if !deferred.is_empty() {
+                        tracing::info!(topic = %topic_name, channel = %name, "restored {} deferred messages", deferred.len());
+                    }
+                    Some(store)
+                }
+                Err(e) => {
+                    tracing::error!(topic = %topic_name, channel = %name, "failed to open deferred store, deferred messages are kept in memory only - {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Arc::new_cyclic(|me| Channel {
             topic_name: topic_name.to_string(),
             name: name.to_string(),
             ephemeral: nsq_protocol::names::is_ephemeral(name),
             durable,
+            me: me.clone(),
             topic,
             opts,
             health,
             backend,
+            store,
             state: Mutex::new(State {
                 mem: VecDeque::new(),
                 spill,
                 backend_writers: 0,
                 in_flight: InFlightQueue::new(),
-                deferred: DeferredQueue::new(),
+                deferred,
+                reads: ReadTracker::default(),
                 consumers: Vec::new(),
             }),
             counters: Counters::default(),
@@ -227,53 +326,127 @@ impl Channel {
 
     // ---- entering the channel ----------------------------------------------------------
 
-    /// Messages fanned out by the topic: counted in `message_count`; deferred ones go straight
-    /// to the deferred set (the defer clock starts now), the rest are [`Channel::put`].
-    pub(crate) fn receive(&self, msgs: &[Message]) -> Result<(), BackendError> {
-        self.counters
-            .message_count
-            .fetch_add(msgs.len() as u64, Ordering::Relaxed);
+    /// Messages fanned out by the topic: counted in `message_count`; deferred ones go to the
+    /// deferred set (the defer clock starts now; journaled first when there is a store), the
+    /// rest are queued. `Ok` means every message is stored (memory or backend/store write
+    /// succeeded); with `Options::durable` the writes to wait for are added to `receipt`.
+    pub(crate) fn receive(
+        &self,
+        msgs: &[Message],
+        receipt: &mut PutReceipt,
+    ) -> Result<(), BackendError> {
         if msgs.iter().all(|m| m.defer_ms == 0) {
-            return self.put(msgs.iter().cloned());
+            self.put_queued(msgs.iter().cloned().map(Queued::new), Some(receipt))?;
+            self.count(msgs.len());
+            return Ok(());
         }
-        let now = Instant::now();
+        let (now, now_wall) = (Instant::now(), now_nanos());
         let mut immediate = Vec::new();
-        {
-            let mut st = self.state.lock();
-            for m in msgs {
-                if m.defer_ms == 0 {
-                    immediate.push(m.clone());
-                } else {
-                    let mut m = m.clone();
-                    let due = now + m.defer();
-                    m.defer_ms = 0;
-                    // A duplicate ID is dropped, as the reference's pushDeferredMessage does.
-                    let _ = st.deferred.insert(due, m);
-                }
+        let mut later = Vec::new();
+        for m in msgs {
+            if m.defer_ms == 0 {
+                immediate.push(Queued::new(m.clone()));
+            } else {
+                let mut m = m.clone();
+                let defer = m.defer();
+                m.defer_ms = 0;
+                let due_wall = now_wall.saturating_add(defer.as_nanos() as i64);
+                later.push((now + defer, due_wall, m));
             }
         }
-        self.put(immediate)
+        if let Some(store) = &self.store {
+            // Journal first: a message enters the deferred set only once its ADD is written.
+            let t = store.add(later.iter().map(|(_, w, m)| (*w, m)));
+            self.health.record(&t);
+            let t = t.map_err(|e| {
+                tracing::error!(channel = %self.name, topic = %self.topic_name, "failed to write deferred message - {e}");
+                BackendError::Io(e)
+            })?;
+            if self.opts.durable {
+                receipt.store(store, t);
+            }
+        }
+        if let Err(e) = self.put_queued(immediate, Some(receipt)) {
+            if let Some(store) = &self.store {
+                // Refused as a whole: take the journal entries back (best effort; should
+                // they survive a crash, the message was at least published, if refused).
+                let _ = store.del(later.iter().map(|(_, _, m)| m.id));
+            }
+            return Err(e);
+        }
+        {
+            let mut st = self.state.lock();
+            for (due, _, m) in later {
+                // A duplicate ID is dropped, as the reference's pushDeferredMessage does.
+                let _ = st.deferred.insert(due, m);
+            }
+        }
+        self.count(msgs.len());
+        Ok(())
+    }
+
+    fn count(&self, n: usize) {
+        self.counters
+            .message_count
+            .fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Appends messages to the channel queue: memory while there is room (and nothing older
-    /// waits on disk), then the backend. Does not touch `message_count` (requeues and timeouts
-    /// use it too).
+    /// waits on disk), then the backend. Does not touch `message_count`.
     pub fn put(&self, msgs: impl IntoIterator<Item = Message>) -> Result<(), BackendError> {
-        let mut msgs = msgs.into_iter().peekable();
-        if msgs.peek().is_none() {
+        self.put_queued(msgs.into_iter().map(Queued::new), None)
+    }
+
+    /// All or nothing: the part that does not fit in memory is written to the backend first,
+    /// and only if that succeeds does the rest enter the memory queue, so a refused put leaves
+    /// no trace (a retry by the topic's pump never duplicates).
+    fn put_queued(
+        &self,
+        msgs: impl IntoIterator<Item = Queued>,
+        receipt: Option<&mut PutReceipt>,
+    ) -> Result<(), BackendError> {
+        let mut msgs: Vec<Queued> = msgs.into_iter().collect();
+        if msgs.is_empty() {
             return Ok(());
         }
-        let st = self.state.lock();
+        let mut st = self.state.lock();
         if self.is_exiting() {
             return Err(BackendError::Exiting);
         }
-        let overflow = self.fill_mem(st, &mut msgs);
-        let r = match overflow {
-            Some(rest) => self.write_backend(rest),
-            None => Ok(()),
+        let room = if st.spill {
+            0
+        } else {
+            self.opts.mem_queue_size.saturating_sub(st.mem.len())
         };
+        if msgs.len() > room {
+            let rest = msgs.split_off(room);
+            if self.durable {
+                st.spill = true;
+            }
+            st.backend_writers += 1;
+            drop(st);
+            let t = match self.write_backend(&rest) {
+                Ok(t) => t,
+                Err(e) => {
+                    // Nothing went to disk: memory may take new puts again if it can.
+                    let mut st = self.state.lock();
+                    if st.backend_writers == 0 && self.backend.depth() <= 0 {
+                        st.spill = false;
+                    }
+                    return Err(e);
+                }
+            };
+            if let Some(receipt) = receipt {
+                if self.opts.durable {
+                    receipt.backend(&self.backend, t);
+                }
+            }
+            st = self.state.lock();
+        }
+        st.mem.extend(msgs);
+        drop(st);
         self.notify.notify_waiters();
-        r
+        Ok(())
     }
 
     /// Moves what fits into the memory queue under the held lock; returns the rest (and
@@ -281,8 +454,8 @@ impl Channel {
     fn fill_mem(
         &self,
         mut st: MutexGuard<'_, State>,
-        msgs: &mut dyn Iterator<Item = Message>,
-    ) -> Option<Vec<Message>> {
+        msgs: &mut dyn Iterator<Item = Queued>,
+    ) -> Option<Vec<Queued>> {
         let cap = self.opts.mem_queue_size;
         let mut rest = Vec::new();
         for m in msgs {
@@ -302,11 +475,10 @@ impl Channel {
         Some(rest)
     }
 
-    fn write_backend(&self, rest: Vec<Message>) -> Result<(), BackendError> {
+    fn write_backend(&self, rest: &[Queued]) -> Result<WriteTicket, BackendError> {
         let r = self
             .backend
-            .put_batch(rest.len(), &mut |i, out| rest[i].encode_into(out))
-            .map(drop);
+            .put_batch(rest.len(), &mut |i, out| rest[i].msg.encode_into(out));
         if self.durable {
             self.health.record(&r);
         }
@@ -315,6 +487,105 @@ impl Channel {
             tracing::error!(channel = %self.name, topic = %self.topic_name, "failed to write message to backend - {e}");
         }
         r
+    }
+
+    /// Puts messages that already belong to the channel (requeued, timed out, due) back in
+    /// the queue. Nothing is dropped: what the backend refuses (disk full) stays in memory
+    /// beyond the memory-queue size, its records unsettled. Records of messages re-stored in
+    /// the backend are settled once the write is durable; `then` runs after that too.
+    fn restore(
+        &self,
+        st: MutexGuard<'_, State>,
+        msgs: Vec<Queued>,
+        then: Option<Box<dyn FnOnce() + Send>>,
+    ) {
+        let overflow = self.fill_mem(st, &mut msgs.into_iter());
+        if let Some(rest) = overflow {
+            match self.write_backend(&rest) {
+                Ok(t) => {
+                    let positions: Vec<RecordPos> = rest.iter().filter_map(|q| q.pos).collect();
+                    self.settle_after(Pending::Backend(self.backend.clone(), t), positions, then);
+                }
+                Err(_) => {
+                    let mut st = self.state.lock();
+                    st.mem.extend(rest);
+                }
+            }
+        } else if let Some(f) = then {
+            f();
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// Settles `positions` (and runs `then`) once `after` is durable — at once when the
+    /// channel is not journaled (nothing on disk is promised there beyond the backend's own
+    /// syncs) or there is no runtime to wait on. A failed sync leaves them unsettled: after a
+    /// crash those messages are read again.
+    fn settle_after(
+        &self,
+        after: Pending,
+        positions: Vec<RecordPos>,
+        then: Option<Box<dyn FnOnce() + Send>>,
+    ) {
+        if positions.is_empty() && then.is_none() {
+            return;
+        }
+        let journaled = self.store.is_some();
+        let spawn = journaled
+            .then(|| {
+                Some((
+                    tokio::runtime::Handle::try_current().ok()?,
+                    self.me.upgrade()?,
+                ))
+            })
+            .flatten();
+        match spawn {
+            Some((rt, me)) => {
+                rt.spawn(async move {
+                    let mut receipt = PutReceipt::default();
+                    receipt.push(after);
+                    match receipt.durable().await {
+                        Ok(()) => {
+                            me.settle(&positions);
+                            if let Some(f) = then {
+                                f();
+                            }
+                        }
+                        Err(e) => {
+                            tracing::error!(channel = %me.name, topic = %me.topic_name, "failed to sync re-stored messages, they stay unsettled - {e}");
+                        }
+                    }
+                });
+            }
+            None => {
+                self.settle(&positions);
+                if let Some(f) = then {
+                    f();
+                }
+            }
+        }
+    }
+
+    fn settle(&self, positions: &[RecordPos]) {
+        if positions.is_empty() {
+            return;
+        }
+        let mut st = self.state.lock();
+        for p in positions {
+            st.reads.settle(*p);
+        }
+        self.publish_watermark(&mut st);
+    }
+
+    /// Gives the backend the current watermark if it changed (cheap: no I/O).
+    fn publish_watermark(&self, st: &mut State) {
+        let Some(wm) = st.reads.watermark() else {
+            return;
+        };
+        if wm != st.reads.published {
+            st.reads.published = wm;
+            self.backend.set_read_watermark(wm);
+        }
     }
 
     // ---- delivery -------------------------------------------------------------------------
@@ -343,53 +614,96 @@ impl Channel {
         };
         let mut n = 0;
         let mut st = self.state.lock();
+        let mut settled = false;
         while n < max {
-            let Some(mut m) = st.mem.pop_front() else {
+            let Some(Queued { mut msg, pos }) = st.mem.pop_front() else {
                 break;
             };
-            if !keep(&m) {
+            if !keep(&msg) {
+                if let Some(p) = pos {
+                    st.reads.settle(p);
+                    settled = true;
+                }
                 continue;
             }
-            m.attempts = m.attempts.wrapping_add(1);
+            msg.attempts = msg.attempts.wrapping_add(1);
             // A duplicate ID keeps the first entry and delivery proceeds, as the reference.
-            let _ = st.in_flight.insert(m.clone(), client_id, now, msg_timeout);
-            out.push(m);
+            if st
+                .in_flight
+                .insert(msg.clone(), pos, client_id, now, msg_timeout)
+                .is_err()
+            {
+                if let Some(p) = pos {
+                    st.reads.settle(p);
+                    settled = true;
+                }
+            }
+            out.push(msg);
             n += 1;
+        }
+        if settled {
+            self.publish_watermark(&mut st);
         }
         if n == max || !st.spill {
             return n;
         }
+        st.reads.readers += 1;
         drop(st);
 
         let mut raw = Vec::with_capacity(max - n);
-        let got = self.backend.read_batch(max - n, &mut raw);
+        let got = self.backend.read_batch_pos(max - n, &mut raw);
         let mut st = self.state.lock();
-        for payload in raw {
+        st.reads.readers -= 1;
+        if let Some((_, first)) = raw.first() {
+            // The backend holds its watermark at the first record a read takes when none is
+            // set; the published value must follow.
+            if st.reads.published.is_none() {
+                st.reads.published = Some(*first);
+            }
+        }
+        for (payload, pos) in raw {
+            st.reads.read(pos);
             let mut m = match Message::decode(payload) {
                 Ok(m) => m,
                 Err(e) => {
                     tracing::error!(channel = %self.name, "failed to decode message - {e}");
+                    st.reads.settle(pos);
                     continue;
                 }
             };
             if !keep(&m) {
+                st.reads.settle(pos);
                 continue;
             }
             m.attempts = m.attempts.wrapping_add(1);
-            // A duplicate ID keeps the first entry and delivery proceeds, as the reference.
-            let _ = st.in_flight.insert(m.clone(), client_id, now, msg_timeout);
+            if st
+                .in_flight
+                .insert(m.clone(), Some(pos), client_id, now, msg_timeout)
+                .is_err()
+            {
+                st.reads.settle(pos);
+            }
             out.push(m);
             n += 1;
         }
+        self.publish_watermark(&mut st);
         if got < max && st.backend_writers == 0 && self.backend.depth() <= 0 {
             st.spill = false;
         }
         n
     }
 
-    /// FIN: removes the message from flight. Returns it (for e2e latency).
+    /// FIN: removes the message from flight and settles its record.
     pub fn finish(&self, client_id: u64, id: &MessageId) -> Result<(), FinishError> {
-        let f = self.state.lock().in_flight.remove_owned(client_id, id)?;
+        let f = {
+            let mut st = self.state.lock();
+            let f = st.in_flight.remove_owned(client_id, id)?;
+            if let Some(p) = f.pos {
+                st.reads.settle(p);
+                self.publish_watermark(&mut st);
+            }
+            f
+        };
         if self.e2e.enabled() {
             self.e2e.record(now_nanos() - f.msg.timestamp);
         }
@@ -443,22 +757,73 @@ impl Channel {
         let mut st = self.state.lock();
         let f = st.in_flight.remove_owned(client_id, id)?;
         if self.is_exiting() {
+            // Keep it in flight: the shutdown flush persists it.
+            let _ = st
+                .in_flight
+                .insert(f.msg, f.pos, f.client_id, f.delivered_at, Duration::ZERO);
             return Err(RequeueError::Exiting);
         }
         self.counters.requeue_count.fetch_add(1, Ordering::Relaxed);
         if delay.is_zero() {
-            let overflow = self.fill_mem(st, &mut std::iter::once(f.msg));
-            if let Some(rest) = overflow {
-                // A failed backend write is logged and recorded in health; the REQ itself
-                // succeeded (the message left flight), as in the reference.
-                let _ = self.write_backend(rest);
-            }
-            self.notify.notify_waiters();
+            // A failed backend write keeps the message in memory; the REQ itself succeeded
+            // (the message left flight), as in the reference.
+            self.restore(
+                st,
+                vec![Queued {
+                    msg: f.msg,
+                    pos: f.pos,
+                }],
+                None,
+            );
         } else {
-            let due = Instant::now() + delay;
-            let _ = st.deferred.insert(due, f.msg);
+            self.defer(st, Instant::now() + delay, f.msg, f.pos);
         }
         Ok(())
+    }
+
+    /// Puts an in-flight message into the deferred set; journaled, its record is settled once
+    /// the journal entry is durable.
+    fn defer(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        due: Instant,
+        msg: Message,
+        pos: Option<RecordPos>,
+    ) {
+        let journal = self.store.as_ref().map(|s| {
+            let wait = due.saturating_duration_since(Instant::now());
+            (
+                s.clone(),
+                now_nanos().saturating_add(wait.as_nanos() as i64),
+                msg.clone(),
+            )
+        });
+        if st.deferred.insert(due, msg).is_err() {
+            // The ID is already deferred (a duplicate): that copy stands for this one.
+            if let Some(p) = pos {
+                st.reads.settle(p);
+                self.publish_watermark(&mut st);
+            }
+            return;
+        }
+        drop(st);
+        match journal {
+            Some((store, due_wall, msg)) => match store.add([(due_wall, &msg)]) {
+                Ok(t) => {
+                    self.settle_after(Pending::Store(store, t), pos.into_iter().collect(), None)
+                }
+                Err(e) => {
+                    // Its record stays unsettled: after a crash it is read again.
+                    tracing::error!(channel = %self.name, topic = %self.topic_name, "failed to journal deferred message - {e}");
+                }
+            },
+            None => {
+                if let Some(p) = pos {
+                    // Not journaled: a deferred message lives in memory, as in the reference.
+                    self.settle(&[p]);
+                }
+            }
+        }
     }
 
     /// TOUCH: pushes the deadline to now + `msg_timeout`, capped at delivery + max-msg-timeout.
@@ -483,11 +848,17 @@ impl Channel {
     pub fn process_in_flight(&self, now: Instant) -> bool {
         let mut timed_out = Vec::new();
         let mut owners = Vec::new();
-        let mut st = self.state.lock();
-        while let Some(f) = st.in_flight.pop_expired(now) {
-            owners.push(f.client_id);
-            timed_out.push(f.msg);
-        }
+        let st = {
+            let mut st = self.state.lock();
+            while let Some(f) = st.in_flight.pop_expired(now) {
+                owners.push(f.client_id);
+                timed_out.push(Queued {
+                    msg: f.msg,
+                    pos: f.pos,
+                });
+            }
+            st
+        };
         if timed_out.is_empty() {
             return false;
         }
@@ -498,32 +869,64 @@ impl Channel {
             .iter()
             .filter_map(|id| st.consumers.iter().find(|c| c.id() == *id).cloned())
             .collect();
-        let overflow = self.fill_mem(st, &mut timed_out.into_iter());
+        self.restore(st, timed_out, None);
         for c in consumers {
             c.on_timeout();
         }
-        if let Some(rest) = overflow {
-            let _ = self.write_backend(rest);
-        }
-        self.notify.notify_waiters();
         true
     }
 
     /// Moves every deferred message due at `now` to the queue; returns whether any was.
+    /// Journaled, their journal entries are deleted once the queue's copy is durable; if the
+    /// backend refuses them (disk full) they stay in memory and in the journal.
     pub fn process_deferred(&self, now: Instant) -> bool {
         let mut due = Vec::new();
         let mut st = self.state.lock();
         while let Some(m) = st.deferred.pop_due(now) {
-            due.push(m);
+            due.push(Queued::new(m));
         }
         if due.is_empty() {
+            drop(st);
+            self.maybe_compact_store();
             return false;
         }
-        if let Some(rest) = self.fill_mem(st, &mut due.into_iter()) {
-            let _ = self.write_backend(rest);
-        }
-        self.notify.notify_waiters();
+        let then: Option<Box<dyn FnOnce() + Send>> = self.store.as_ref().map(|store| {
+            let store = store.clone();
+            let ids: Vec<MessageId> = due.iter().map(|q| q.msg.id).collect();
+            let f: Box<dyn FnOnce() + Send> = Box::new(move || {
+                if let Err(e) = store.del(ids) {
+                    // The entries come back after a restart (a duplicate), never lost.
+                    tracing::warn!("failed to journal deferred message removal - {e}");
+                }
+            });
+            f
+        });
+        self.restore(st, due, then);
         true
+    }
+
+    /// Rewrites the deferred journal when mostly dead (called by the scanner).
+    fn maybe_compact_store(&self) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        if !store.wants_compaction() {
+            return;
+        }
+        let (now, now_wall) = (Instant::now(), now_nanos());
+        let live: Vec<(i64, Message)> = {
+            let st = self.state.lock();
+            st.deferred
+                .iter()
+                .map(|(due, m)| {
+                    let wait = due.saturating_duration_since(now).as_nanos() as i64;
+                    (now_wall.saturating_add(wait), m.clone())
+                })
+                .collect()
+        };
+        if let Err(e) = store.compact(live.iter().map(|(d, m)| (*d, m))) {
+            tracing::error!(channel = %self.name, "failed to compact deferred store - {e}");
+        }
     }
 
     // ---- consumers --------------------------------------------------------------------------
@@ -585,10 +988,17 @@ impl Channel {
             st.in_flight = InFlightQueue::new();
             st.deferred = DeferredQueue::new();
             st.spill = false;
+            st.reads.clear();
+            self.publish_watermark(&mut st);
             st.consumers.clone()
         };
         for c in consumers {
             c.on_empty();
+        }
+        if let Some(store) = &self.store {
+            if let Err(e) = store.compact(std::iter::empty()) {
+                tracing::error!(channel = %self.name, "failed to empty deferred store - {e}");
+            }
         }
         self.backend.empty()
     }
@@ -607,6 +1017,11 @@ impl Channel {
         if let Err(e) = self.empty() {
             tracing::error!(channel = %self.name, "failed to empty channel backend - {e}");
         }
+        if let Some(store) = &self.store {
+            if let Err(e) = store.remove() {
+                tracing::error!(channel = %self.name, "failed to remove deferred store - {e}");
+            }
+        }
         if let Err(e) = self.backend.delete() {
             tracing::error!(channel = %self.name, "failed to delete channel backend - {e}");
         }
@@ -614,13 +1029,15 @@ impl Channel {
     }
 
     /// Shutdown: close consumers, then persist memory queue, in-flight and deferred messages
-    /// (in that order) to the backend and close it.
+    /// (in that order) to the backend and close it — the data dir is then exactly what the
+    /// reference leaves (no watermark, no deferred journal). If that write fails, the
+    /// watermark and the journal stay, so nothing that was on disk is lost.
     pub(crate) fn close(&self) -> Result<(), BackendError> {
         self.exiting.store(true, Ordering::Release);
         self.close_consumers();
         let msgs: Vec<Message> = {
             let mut st = self.state.lock();
-            let mut v: Vec<Message> = st.mem.drain(..).collect();
+            let mut v: Vec<Message> = st.mem.drain(..).map(|q| q.msg).collect();
             v.extend(st.in_flight.drain().map(|f| f.msg));
             v.extend(st.deferred.drain().map(|(_, m)| m));
             v
@@ -632,10 +1049,22 @@ impl Channel {
                 .put_batch(msgs.len(), &mut |i, out| msgs[i].encode_into(out))
                 .map(drop)
         };
-        if let Err(e) = &r {
-            tracing::error!(channel = %self.name, "failed to flush channel to backend - {e}");
+        match &r {
+            Ok(()) => {
+                let mut st = self.state.lock();
+                st.reads.clear();
+                self.publish_watermark(&mut st);
+            }
+            Err(e) => {
+                tracing::error!(channel = %self.name, "failed to flush channel to backend - {e}")
+            }
         }
         self.backend.close()?;
+        if r.is_ok() {
+            if let Some(store) = &self.store {
+                store.remove()?;
+            }
+        }
         r
     }
 
@@ -675,7 +1104,7 @@ impl Channel {
         &self.e2e
     }
 
-    /// Bodies currently in flight (test helper and debugging aid).
+    /// IDs currently in flight (test helper and debugging aid).
     pub fn in_flight_ids(&self) -> Vec<MessageId> {
         self.state.lock().in_flight.ids()
     }
@@ -686,7 +1115,235 @@ impl Channel {
             .lock()
             .mem
             .iter()
-            .map(|m| m.body.clone())
+            .map(|q| q.msg.body.clone())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::DurableWait;
+
+    /// An in-memory backend that numbers records, can be made to fail, and records the
+    /// watermark it is given.
+    #[derive(Default)]
+    struct MockBackend {
+        inner: Mutex<MockState>,
+    }
+
+    #[derive(Default)]
+    struct MockState {
+        records: VecDeque<(Bytes, RecordPos)>,
+        next: i64,
+        fail: bool,
+        watermark: Option<RecordPos>,
+    }
+
+    impl MockBackend {
+        fn watermark(&self) -> Option<RecordPos> {
+            self.inner.lock().watermark
+        }
+        fn set_fail(&self, fail: bool) {
+            self.inner.lock().fail = fail;
+        }
+    }
+
+    fn pos(offset: i64) -> RecordPos {
+        RecordPos {
+            file_num: 0,
+            offset,
+        }
+    }
+
+    impl BackendQueue for MockBackend {
+        fn put_batch(
+            &self,
+            count: usize,
+            encode: &mut dyn FnMut(usize, &mut Vec<u8>),
+        ) -> Result<WriteTicket, BackendError> {
+            let mut st = self.inner.lock();
+            if st.fail {
+                return Err(BackendError::Io(std::io::Error::from_raw_os_error(28)));
+            }
+            for i in 0..count {
+                let mut v = Vec::new();
+                encode(i, &mut v);
+                let p = pos(st.next);
+                st.next += 1;
+                st.records.push_back((Bytes::from(v), p));
+            }
+            Ok(WriteTicket(st.next as u64))
+        }
+        fn wait_durable(&self, _ticket: WriteTicket) -> DurableWait {
+            Box::pin(std::future::ready(Ok(())))
+        }
+        fn read_batch(&self, max: usize, out: &mut Vec<Bytes>) -> usize {
+            let mut v = Vec::new();
+            let n = self.read_batch_pos(max, &mut v);
+            out.extend(v.into_iter().map(|(b, _)| b));
+            n
+        }
+        fn read_batch_pos(&self, max: usize, out: &mut Vec<(Bytes, RecordPos)>) -> usize {
+            let mut st = self.inner.lock();
+            let n = max.min(st.records.len());
+            // As the diskqueue does: with no watermark set, a read sets it to its first record.
+            if n > 0 && st.watermark.is_none() {
+                st.watermark = Some(st.records[0].1);
+            }
+            out.extend(st.records.drain(..n));
+            n
+        }
+        fn set_read_watermark(&self, pos: Option<RecordPos>) {
+            self.inner.lock().watermark = pos;
+        }
+        fn depth(&self) -> i64 {
+            self.inner.lock().records.len() as i64
+        }
+        fn empty(&self) -> Result<(), BackendError> {
+            self.inner.lock().records.clear();
+            Ok(())
+        }
+        fn close(&self) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn delete(&self) -> Result<(), BackendError> {
+            Ok(())
+        }
+    }
+
+    fn channel(dir: &std::path::Path, mem_queue_size: usize) -> (Arc<Channel>, Arc<MockBackend>) {
+        let opts = Options {
+            data_path: dir.to_path_buf(),
+            mem_queue_size,
+            ..Options::default()
+        };
+        let backend = Arc::new(MockBackend::default());
+        let ch = Channel::new(
+            Weak::new(),
+            "t",
+            "c",
+            Arc::new(opts),
+            Arc::new(Health::default()),
+            backend.clone(),
+            true,
+        );
+        (ch, backend)
+    }
+
+    fn msg(n: u8) -> Message {
+        let mut id = [b'0'; 16];
+        id[15] = n;
+        Message::new(MessageId(id), Bytes::from(vec![n]))
+    }
+
+    const T: Duration = Duration::from_secs(60);
+
+    fn take(ch: &Channel, max: usize) -> Vec<Message> {
+        let mut out = Vec::new();
+        ch.take(1, max, T, 0, &mut out);
+        out
+    }
+
+    #[test]
+    fn watermark_follows_the_oldest_unsettled_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ch, be) = channel(dir.path(), 0);
+        ch.put([msg(0), msg(1), msg(2)]).unwrap();
+        assert_eq!(be.watermark(), None);
+        let got = take(&ch, 3);
+        assert_eq!(got.len(), 3);
+        assert_eq!(be.watermark(), Some(pos(0)));
+        ch.finish(1, &msg(1).id).unwrap();
+        assert_eq!(be.watermark(), Some(pos(0)));
+        ch.finish(1, &msg(0).id).unwrap();
+        assert_eq!(be.watermark(), Some(pos(2)));
+        ch.finish(1, &msg(2).id).unwrap();
+        assert_eq!(be.watermark(), None, "everything settled");
+    }
+
+    #[test]
+    fn requeue_rewrites_then_settles_the_old_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ch, be) = channel(dir.path(), 0);
+        ch.put([msg(0), msg(1)]).unwrap();
+        take(&ch, 2);
+        ch.requeue(1, &msg(0).id, Duration::ZERO).unwrap();
+        // msg(0) is on disk again as record 2; record 0 is settled, record 1 still in flight.
+        assert_eq!(be.watermark(), Some(pos(1)));
+        assert_eq!(be.depth(), 1);
+        ch.finish(1, &msg(1).id).unwrap();
+        let again = take(&ch, 1);
+        assert_eq!(again[0].id, msg(0).id);
+        assert_eq!(again[0].attempts, 2);
+        assert_eq!(be.watermark(), Some(pos(2)));
+    }
+
+    #[test]
+    fn a_failed_rewrite_keeps_the_message_and_its_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ch, be) = channel(dir.path(), 0);
+        ch.put([msg(0)]).unwrap();
+        take(&ch, 1);
+        be.set_fail(true);
+        ch.requeue(1, &msg(0).id, Duration::ZERO).unwrap();
+        // Kept in memory beyond the memory-queue size, record 0 still unsettled.
+        assert_eq!(ch.depth(), 1);
+        assert_eq!(be.watermark(), Some(pos(0)));
+        let again = take(&ch, 1);
+        assert_eq!(again[0].id, msg(0).id);
+        ch.finish(1, &msg(0).id).unwrap();
+        assert_eq!(be.watermark(), None);
+        assert_eq!(ch.depth(), 0);
+    }
+
+    #[test]
+    fn a_refused_put_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ch, be) = channel(dir.path(), 2);
+        be.set_fail(true);
+        assert!(ch.put([msg(0), msg(1), msg(2)]).is_err());
+        assert_eq!(ch.depth(), 0, "not even the two that fit in memory");
+        be.set_fail(false);
+        ch.put([msg(0), msg(1), msg(2)]).unwrap();
+        assert_eq!((ch.depth(), be.depth()), (3, 1));
+    }
+
+    #[test]
+    fn deferred_messages_survive_a_crash_and_leave_no_journal_after_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = DeferredStore::path_for(dir.path(), "t:c");
+        {
+            let (ch, _be) = channel(dir.path(), 0);
+            let mut m = msg(7);
+            m.defer_ms = 3_600_000;
+            ch.receive(&[m], &mut PutReceipt::default()).unwrap();
+            ch.put([msg(1)]).unwrap();
+            take(&ch, 1);
+            ch.requeue(1, &msg(1).id, Duration::from_secs(3600))
+                .unwrap();
+            assert_eq!(ch.stats().deferred_count, 2);
+            // Dropped without close: a crash.
+        }
+        let (ch, be) = channel(dir.path(), 0);
+        assert_eq!(ch.stats().deferred_count, 2, "replayed from the journal");
+        ch.close().unwrap();
+        assert_eq!(be.depth(), 2, "flushed into the backend");
+        assert!(!journal.exists(), "journal removed after a clean close");
+    }
+
+    #[test]
+    fn a_due_deferred_message_is_removed_from_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (ch, be) = channel(dir.path(), 0);
+            let mut m = msg(7);
+            m.defer_ms = 1;
+            ch.receive(&[m], &mut PutReceipt::default()).unwrap();
+            assert!(ch.process_deferred(Instant::now() + Duration::from_secs(1)));
+            assert_eq!(be.depth(), 1);
+        }
+        let (ch, _) = channel(dir.path(), 0);
+        assert_eq!(ch.stats().deferred_count, 0);
     }
 }

@@ -63,6 +63,11 @@ impl DeferredQueue {
         None
     }
 
+    /// Iterates over the deferred messages with their due times, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (Instant, &Message)> + '_ {
+        self.entries.values().map(|(due, m)| (*due, m))
+    }
+
     /// Removes every message (shutdown, empty) with its due time, in no particular order.
     pub fn drain(&mut self) -> impl Iterator<Item = (Instant, Message)> + '_ {
         self.by_due.clear();

@@ -15,6 +15,7 @@ use nsq_protocol::MessageId;
 use rustc_hash::FxHashMap;
 use tokio::time::Instant;
 
+use crate::backend::RecordPos;
 use crate::message::Message;
 
 /// Why FIN/TOUCH failed (non-fatal `E_FIN_FAILED` / `E_TOUCH_FAILED`).
@@ -39,6 +40,9 @@ impl std::error::Error for FinishError {}
 #[derive(Debug)]
 pub struct InFlightEntry {
     pub msg: Message,
+    /// Where the message was read from the channel's backend, while that record is unsettled
+    /// (see `Channel`): `None` for a message that came from memory.
+    pub pos: Option<RecordPos>,
     /// The consumer it was delivered to: only that one may FIN/REQ/TOUCH it.
     pub client_id: u64,
     /// When it was delivered: TOUCH never extends past this + `--max-msg-timeout`.
@@ -73,6 +77,7 @@ impl InFlightQueue {
     pub fn insert(
         &mut self,
         msg: Message,
+        pos: Option<RecordPos>,
         client_id: u64,
         now: Instant,
         timeout: Duration,
@@ -84,6 +89,7 @@ impl InFlightQueue {
             std::collections::hash_map::Entry::Vacant(e) => {
                 e.insert(InFlightEntry {
                     msg,
+                    pos,
                     client_id,
                     delivered_at: now,
                     deadline,
@@ -190,7 +196,7 @@ mod tests {
     fn finish_requires_the_owner() {
         let t0 = Instant::now();
         let mut q = InFlightQueue::new();
-        q.insert(msg(1), 7, t0, S).unwrap();
+        q.insert(msg(1), None, 7, t0, S).unwrap();
         assert_eq!(
             q.remove_owned(8, &msg(1).id).unwrap_err(),
             FinishError::NotOwner
@@ -211,8 +217,8 @@ mod tests {
     fn duplicate_id_keeps_the_first_entry() {
         let t0 = Instant::now();
         let mut q = InFlightQueue::new();
-        q.insert(msg(1), 7, t0, S).unwrap();
-        assert!(q.insert(msg(1), 8, t0, S).is_err());
+        q.insert(msg(1), None, 7, t0, S).unwrap();
+        assert!(q.insert(msg(1), None, 8, t0, S).is_err());
         assert_eq!(q.len(), 1);
         assert_eq!(q.iter().next().unwrap().client_id, 7);
     }
@@ -221,9 +227,9 @@ mod tests {
     fn expiry_in_deadline_order_and_finished_ones_never_expire() {
         let t0 = Instant::now();
         let mut q = InFlightQueue::new();
-        q.insert(msg(1), 1, t0, 3 * S).unwrap();
-        q.insert(msg(2), 1, t0, S).unwrap();
-        q.insert(msg(3), 1, t0, 2 * S).unwrap();
+        q.insert(msg(1), None, 1, t0, 3 * S).unwrap();
+        q.insert(msg(2), None, 1, t0, S).unwrap();
+        q.insert(msg(3), None, 1, t0, 2 * S).unwrap();
         q.remove_owned(1, &msg(3).id).unwrap();
         assert!(q.pop_expired(t0).is_none());
         assert_eq!(q.pop_expired(t0 + 5 * S).unwrap().msg.id, msg(2).id);
@@ -236,7 +242,7 @@ mod tests {
     fn touch_moves_the_deadline_up_to_the_cap() {
         let t0 = Instant::now();
         let mut q = InFlightQueue::new();
-        q.insert(msg(1), 1, t0, S).unwrap();
+        q.insert(msg(1), None, 1, t0, S).unwrap();
         assert_eq!(
             q.touch(2, &msg(1).id, t0, S, 10 * S).unwrap_err(),
             FinishError::NotOwner
@@ -251,7 +257,7 @@ mod tests {
     fn stale_heap_entries_are_compacted() {
         let t0 = Instant::now();
         let mut q = InFlightQueue::new();
-        q.insert(msg(1), 1, t0, S).unwrap();
+        q.insert(msg(1), None, 1, t0, S).unwrap();
         for i in 0..5000u32 {
             q.touch(
                 1,

@@ -5,12 +5,14 @@
 pub mod backend;
 pub mod channel;
 pub mod deferred;
+pub mod deferred_store;
 pub mod diskqueue;
 pub mod e2e;
 pub mod engine;
 pub mod inflight;
 pub mod message;
 pub mod options;
+pub mod receipt;
 pub mod scanner;
 pub mod topic;
 
@@ -19,4 +21,5 @@ pub use channel::{Channel, ChannelStats, Consumer, FinishError, RequeueError, Su
 pub use engine::{Engine, Hooks, NoHooks};
 pub use message::Message;
 pub use options::{Health, Options, ScanOptions};
+pub use receipt::PutReceipt;
 pub use topic::{Topic, TopicStats};

@@ -24,6 +24,9 @@ pub struct Options {
     /// `--e2e-processing-latency-percentile`, sorted descending (empty = disabled).
     pub e2e_percentiles: Vec<f64>,
     pub e2e_window: Duration,
+    /// Publishes are acknowledged only once fdatasync'd (`--durable`, or `--sync-every=1`):
+    /// topics fill a [`crate::PutReceipt`] for the daemon to await before its OK.
+    pub durable: bool,
 }
 
 impl Default for Options {
@@ -41,6 +44,7 @@ impl Default for Options {
             queue_scan: ScanOptions::default(),
             e2e_percentiles: Vec::new(),
             e2e_window: Duration::from_secs(600),
+            durable: false,
         }
     }
 }

@@ -14,14 +14,34 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
-use crate::backend::{BackendError, BackendQueue};
+use crate::backend::{BackendError, BackendQueue, RecordPos};
 use crate::channel::Channel;
 use crate::engine::Engine;
 use crate::message::{now_nanos, GuidFactory, Message};
 use crate::options::{Health, Options};
+use crate::receipt::PutReceipt;
 
 /// Messages the pump moves per batch.
 const PUMP_BATCH: usize = 1024;
+/// How long the pump waits before retrying a channel that refused a batch.
+const PUMP_RETRY: Duration = Duration::from_millis(250);
+
+/// A batch the pump took from the topic and has not yet stored in every channel.
+struct PumpBatch {
+    msgs: Vec<Message>,
+    /// The channels still to receive it.
+    todo: Vec<Arc<Channel>>,
+}
+
+/// What one pump step did.
+enum PumpStep {
+    /// Nothing to do (or nowhere to send it): `pumping` was cleared.
+    Stop,
+    /// A batch reached every channel; `receipt` holds the writes to wait for (durable mode).
+    Moved(PutReceipt),
+    /// A channel refused the batch; it is kept for a retry.
+    Stalled,
+}
 
 struct State {
     channels: BTreeMap<String, Arc<Channel>>,
@@ -67,6 +87,9 @@ pub struct Topic {
     /// (the reference's "start" step), so a persisted backlog reaches every channel.
     started: AtomicBool,
     exiting: AtomicBool,
+    /// The pump's batch that a channel refused, kept for a retry. Only the pump (one at a time,
+    /// see `State::pumping`) and `close` touch it.
+    stalled: Mutex<Option<PumpBatch>>,
     /// Read-held by the pump and by direct fan-out while a batch is between the topic and its
     /// channels; close/delete/empty write-lock it, so no acknowledged batch is half delivered
     /// when the channels close.
@@ -111,6 +134,7 @@ impl Topic {
             paused: AtomicBool::new(false),
             started: AtomicBool::new(started),
             exiting: AtomicBool::new(false),
+            stalled: Mutex::new(None),
             pump_lock: RwLock::new(()),
         })
     }
@@ -134,21 +158,26 @@ impl Topic {
     // ---- publishing ---------------------------------------------------------------------
 
     /// Publishes one message (PUB, `/pub`); `defer` zero for an immediate one.
-    pub fn put(self: &Arc<Self>, body: Bytes, defer: Duration) -> Result<(), PutError> {
+    pub fn put(self: &Arc<Self>, body: Bytes, defer: Duration) -> Result<PutReceipt, PutError> {
         self.put_many(std::iter::once(body), defer)
     }
 
     /// Publishes a batch in order (MPUB, `/mpub`): each message gets its own ID and timestamp.
+    ///
+    /// `Ok` means every message is stored: in the topic's queue, or (fast path) in every
+    /// channel. With `Options::durable` the receipt lists the writes to await before the OK.
+    /// `Err` means the publish is refused; nothing of it is stored in the topic, though a
+    /// channel may already hold a copy (at-least-once: the publisher retries).
     pub fn put_many(
         self: &Arc<Self>,
         bodies: impl IntoIterator<Item = Bytes>,
         defer: Duration,
-    ) -> Result<(), PutError> {
+    ) -> Result<PutReceipt, PutError> {
         if self.is_exiting() {
             return Err(BackendError::Exiting);
         }
         let defer_ms = u32::try_from(defer.as_millis()).unwrap_or(u32::MAX);
-        let msgs: Vec<Message> = {
+        let mut msgs: Vec<Message> = {
             let mut g = self.guid.lock();
             let ts = now_nanos();
             bodies
@@ -162,10 +191,12 @@ impl Topic {
                 })
                 .collect()
         };
+        let mut receipt = PutReceipt::default();
         if msgs.is_empty() {
-            return Ok(());
+            return Ok(receipt);
         }
         let bytes: u64 = msgs.iter().map(|m| m.body.len() as u64).sum();
+        let total = msgs.len();
 
         let _fanout_guard = self.pump_lock.read();
         let mut st = self.state.lock();
@@ -181,50 +212,61 @@ impl Topic {
         {
             let chans = st.fanout.clone();
             drop(st);
-            self.count(msgs.len(), bytes);
-            fan_out(&chans, &msgs);
-            return Ok(());
+            let failed = fan_out(&chans, &msgs, &mut receipt);
+            return match failed.into_iter().next() {
+                None => {
+                    self.count(total, bytes);
+                    Ok(receipt)
+                }
+                Some((_, e)) => Err(e),
+            };
         }
 
-        // Queue in the topic: memory first (deferred and ephemeral ones always try memory).
-        let cap = self.opts.mem_queue_size;
-        let total = msgs.len();
-        let mut rest = Vec::new();
-        for m in msgs {
-            if !st.spill && st.mem.len() < cap {
-                st.mem.push_back(m);
-            } else {
-                rest.push(m);
+        // Queue in the topic: memory first, the rest to the backend. All or nothing: the
+        // backend part is written before anything enters memory (ephemeral topics silently
+        // drop overflow, as the reference).
+        let room = if st.spill {
+            0
+        } else {
+            self.opts.mem_queue_size.saturating_sub(st.mem.len())
+        };
+        if msgs.len() > room {
+            let rest = msgs.split_off(room);
+            if !self.ephemeral {
+                st.spill = true;
+                st.backend_writers += 1;
+                drop(st);
+                let result = self
+                    .backend
+                    .put_batch(rest.len(), &mut |i, out| rest[i].encode_into(out));
+                self.health.record(&result);
+                st = self.state.lock();
+                st.backend_writers -= 1;
+                match result {
+                    Ok(t) => {
+                        if self.opts.durable {
+                            receipt.backend(&self.backend, t);
+                        }
+                    }
+                    Err(e) => {
+                        // Nothing went to disk: memory may take new puts again if it can.
+                        if st.backend_writers == 0 && self.backend.depth() <= 0 {
+                            st.spill = false;
+                        }
+                        drop(st);
+                        tracing::error!(topic = %self.name, "failed to write message to backend - {e}");
+                        self.ensure_pump();
+                        return Err(e);
+                    }
+                }
             }
         }
-        let to_backend = !rest.is_empty() && !self.ephemeral;
-        if to_backend {
-            st.spill = true;
-            st.backend_writers += 1;
-        }
+        st.mem.extend(msgs);
         drop(st);
         drop(_fanout_guard);
-        // Ephemeral topics silently drop overflow (success returned), as the reference.
-        let mut result = Ok(());
-        if to_backend {
-            result = self
-                .backend
-                .put_batch(rest.len(), &mut |i, out| rest[i].encode_into(out))
-                .map(drop);
-            self.health.record(&result);
-            self.state.lock().backend_writers -= 1;
-        }
-        match &result {
-            Ok(()) => self.count(total, bytes),
-            Err(e) => {
-                // Counters include only what was accepted before the failure.
-                let lost: u64 = rest.iter().map(|m| m.body.len() as u64).sum();
-                self.count(total - rest.len(), bytes - lost);
-                tracing::error!(topic = %self.name, "failed to write message to backend - {e}");
-            }
-        }
+        self.count(total, bytes);
         self.ensure_pump();
-        result
+        Ok(receipt)
     }
 
     fn count(&self, n: usize, bytes: u64) {
@@ -240,7 +282,7 @@ impl Topic {
 
     // ---- the pump -----------------------------------------------------------------------
 
-    /// Starts the pump if there is a backlog and somewhere to send it.
+    /// Starts the pump if there is a backlog (or a stalled batch) and somewhere to send it.
     fn ensure_pump(self: &Arc<Self>) {
         let mut st = self.state.lock();
         if st.pumping
@@ -251,7 +293,7 @@ impl Topic {
         {
             return;
         }
-        if st.mem.is_empty() && !st.spill {
+        if st.mem.is_empty() && !st.spill && self.stalled.lock().is_none() {
             return;
         }
         st.pumping = true;
@@ -262,40 +304,74 @@ impl Topic {
                 h.spawn(async move { me.pump().await });
             }
             Err(_) => {
-                // No runtime (a synchronous caller such as a unit test): drain inline.
-                while me.pump_batch() {}
+                // No runtime (a synchronous caller such as a unit test): drain inline; a
+                // stalled batch waits for the next publish or channel to try again.
+                loop {
+                    match me.pump_batch() {
+                        PumpStep::Stop => break,
+                        PumpStep::Moved(_) => me.backend.set_read_watermark(None),
+                        PumpStep::Stalled => {
+                            me.state.lock().pumping = false;
+                            break;
+                        }
+                    }
+                }
             }
         }
     }
 
     async fn pump(self: Arc<Self>) {
-        while self.pump_batch() {
-            tokio::task::yield_now().await;
+        loop {
+            match self.pump_batch() {
+                PumpStep::Stop => return,
+                PumpStep::Moved(receipt) => {
+                    // Durable mode: the batch must be on disk in every channel before the
+                    // topic's read watermark may pass it.
+                    match receipt.durable().await {
+                        Ok(()) => self.backend.set_read_watermark(None),
+                        Err(e) => {
+                            tracing::error!(topic = %self.name, "failed to sync messages moved to channels - {e}");
+                            tokio::time::sleep(PUMP_RETRY).await;
+                        }
+                    }
+                    tokio::task::yield_now().await;
+                }
+                PumpStep::Stalled => tokio::time::sleep(PUMP_RETRY).await,
+            }
         }
     }
 
-    /// Moves one batch from the topic queues to every channel; false when the pump should stop
-    /// (in which case `pumping` has been cleared).
-    fn pump_batch(&self) -> bool {
+    /// Moves one batch from the topic queues to every channel (a stalled batch first).
+    fn pump_batch(&self) -> PumpStep {
         let _guard = self.pump_lock.read();
         let mut st = self.state.lock();
         if self.is_paused() || self.is_exiting() || st.fanout.is_empty() {
             st.pumping = false;
-            return false;
+            return PumpStep::Stop;
         }
         let chans = st.fanout.clone();
-        let mut batch: Vec<Message> = Vec::new();
+        let stalled = self.stalled.lock().take();
+        if let Some(b) = stalled {
+            drop(st);
+            return self.deliver(b);
+        }
         let n = st.mem.len().min(PUMP_BATCH);
-        batch.extend(st.mem.drain(..n));
+        let mut batch: Vec<Message> = st.mem.drain(..n).collect();
         if batch.is_empty() {
             if !st.spill {
                 st.pumping = false;
-                return false;
+                return PumpStep::Stop;
             }
             drop(st);
-            let mut raw = Vec::with_capacity(PUMP_BATCH);
-            let got = self.backend.read_batch(PUMP_BATCH, &mut raw);
-            for payload in raw {
+            let mut raw: Vec<(Bytes, RecordPos)> = Vec::with_capacity(PUMP_BATCH);
+            let got = self.backend.read_batch_pos(PUMP_BATCH, &mut raw);
+            if let Some((_, first)) = raw.first() {
+                // Until the batch is in every channel, a crash re-reads from it on (the
+                // backend set this already when none was set; this also moves it past a
+                // batch whose sync failed).
+                self.backend.set_read_watermark(Some(*first));
+            }
+            for (payload, _) in raw {
                 match Message::decode(payload) {
                     Ok(m) => batch.push(m),
                     Err(e) => tracing::error!(topic = %self.name, "failed to decode message - {e}"),
@@ -307,16 +383,30 @@ impl Topic {
                     st.spill = false;
                     if st.mem.is_empty() {
                         st.pumping = false;
-                        return false;
+                        return PumpStep::Stop;
                     }
                 }
-                return true;
+                return PumpStep::Moved(PutReceipt::default());
             }
         } else {
             drop(st);
         }
-        fan_out(&chans, &batch);
-        true
+        self.deliver(PumpBatch {
+            msgs: batch,
+            todo: chans.to_vec(),
+        })
+    }
+
+    /// Hands a batch to the channels still to get it; keeps it for a retry if one refuses.
+    fn deliver(&self, mut b: PumpBatch) -> PumpStep {
+        let mut receipt = PutReceipt::default();
+        let failed = fan_out(&b.todo, &b.msgs, &mut receipt);
+        if failed.is_empty() {
+            return PumpStep::Moved(receipt);
+        }
+        b.todo = failed.into_iter().map(|(c, _)| c).collect();
+        *self.stalled.lock() = Some(b);
+        PumpStep::Stalled
     }
 
     // ---- channels -----------------------------------------------------------------------
@@ -417,7 +507,9 @@ impl Topic {
             let mut st = self.state.lock();
             st.mem.clear();
             st.spill = false;
+            self.stalled.lock().take();
         }
+        self.backend.set_read_watermark(None);
         self.backend.empty()
     }
 
@@ -441,7 +533,9 @@ impl Topic {
             let mut st = self.state.lock();
             st.mem.clear();
             st.spill = false;
+            self.stalled.lock().take();
         }
+        self.backend.set_read_watermark(None);
         if let Err(e) = self.backend.empty() {
             tracing::error!(topic = %self.name, "failed to empty topic backend - {e}");
         }
@@ -450,11 +544,22 @@ impl Topic {
         }
     }
 
-    /// Shutdown: close every channel (flushing them to disk), then flush the topic's memory
-    /// queue to its backend and close it.
+    /// Shutdown: hand a stalled batch to its channels, close every channel (flushing them to
+    /// disk), then flush the topic's memory queue to its backend and close it. The read
+    /// watermark is cleared (the data dir is then what the reference leaves) unless a stalled
+    /// batch could not be stored, in which case it is read again after the restart.
     pub(crate) fn close(&self) -> Result<(), BackendError> {
         self.exiting.store(true, Ordering::Release);
         let _guard = self.pump_lock.write();
+        let mut settled = true;
+        if let Some(b) = self.stalled.lock().take() {
+            for ch in &b.todo {
+                if let Err(e) = ch.receive(&b.msgs, &mut PutReceipt::default()) {
+                    tracing::error!(topic = %self.name, channel = %ch.name(), "failed to put message to channel - {e}");
+                    settled = false;
+                }
+            }
+        }
         let (channels, msgs) = {
             let mut st = self.state.lock();
             let msgs: Vec<Message> = st.mem.drain(..).collect();
@@ -472,6 +577,9 @@ impl Topic {
                 .put_batch(msgs.len(), &mut |i, out| msgs[i].encode_into(out))
                 .map(drop)
         };
+        if settled {
+            self.backend.set_read_watermark(None);
+        }
         self.backend.close()?;
         r
     }
@@ -500,11 +608,23 @@ impl Topic {
     }
 }
 
-/// Hands a batch to every channel; a failure loses the batch for that channel only (logged).
-fn fan_out(chans: &[Arc<Channel>], msgs: &[Message]) {
+/// Hands a batch to every channel; returns the channels that refused it, with why. A channel
+/// that is being deleted counts as served.
+fn fan_out(
+    chans: &[Arc<Channel>],
+    msgs: &[Message],
+    receipt: &mut PutReceipt,
+) -> Vec<(Arc<Channel>, BackendError)> {
+    let mut failed = Vec::new();
     for ch in chans {
-        if let Err(e) = ch.receive(msgs) {
-            tracing::error!(topic = %ch.topic_name(), channel = %ch.name(), "failed to put message to channel - {e}");
+        match ch.receive(msgs, receipt) {
+            Ok(()) => {}
+            Err(BackendError::Exiting) if ch.is_exiting() => {}
+            Err(e) => {
+                tracing::error!(topic = %ch.topic_name(), channel = %ch.name(), "failed to put message to channel - {e}");
+                failed.push((ch.clone(), e));
+            }
         }
     }
+    failed
 }

@@ -186,6 +186,10 @@ pub struct NsqdOptions {
     pub max_bytes_per_file: i64,
     pub sync_every: i64,
     pub sync_timeout: Duration,
+    /// `--durable` (ours, not the reference's): every OK to a publisher means fdatasync'd, and
+    /// in-flight and deferred messages survive a crash; implies `--mem-queue-size=0`. See
+    /// docs/durability.md.
+    pub durable: bool,
     pub queue_scan_worker_pool_max: i64,
     pub queue_scan_selection_count: i64,
 
@@ -273,6 +277,7 @@ impl NsqdOptions {
             max_bytes_per_file: 100 * 1024 * 1024,
             sync_every: 2500,
             sync_timeout: Duration::from_secs(2),
+            durable: false,
             queue_scan_worker_pool_max: 4,
             queue_scan_selection_count: 20,
 
@@ -407,7 +412,11 @@ impl NsqdOptions {
             } else {
                 PathBuf::from(&self.data_path)
             },
-            mem_queue_size: to_usize(self.mem_queue_size),
+            mem_queue_size: if self.durable {
+                0
+            } else {
+                to_usize(self.mem_queue_size)
+            },
             max_bytes_per_file: self.max_bytes_per_file,
             sync_every: self.sync_every,
             sync_timeout: self.sync_timeout,
@@ -422,6 +431,8 @@ impl NsqdOptions {
             },
             e2e_percentiles: self.e2e_processing_latency_percentiles.clone(),
             e2e_window: self.e2e_processing_latency_window_time,
+            // `--sync-every=1` promises a sync per write: the OK waits for it too.
+            durable: self.durable || self.sync_every == 1,
         }
     }
 
@@ -492,6 +503,8 @@ pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
         "number of messages per diskqueue fsync";
     "sync-timeout" => sync_timeout: Dur, Some("sync_timeout"),
         "duration of time per diskqueue fsync";
+    "durable" => durable: Bool, Some("durable"),
+        "acknowledge a publish only once it is fdatasync'd, and keep in-flight and deferred messages across crashes (implies -mem-queue-size=0)";
     "queue-scan-worker-pool-max" => queue_scan_worker_pool_max: Int, Some("queue_scan_worker_pool_max"),
         "max concurrency for checking in-flight and deferred message timeouts";
     "queue-scan-selection-count" => queue_scan_selection_count: Int, Some("queue_scan_selection_count"),
@@ -618,6 +631,8 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
     	path to store disk-backed messages
   -deflate
     	enable deflate feature negotiation (client compression) (default true)
+  -durable
+    	acknowledge a publish only once it is fdatasync'd, and keep in-flight and deferred messages across crashes (implies -mem-queue-size=0)
   -e2e-processing-latency-percentile value
     	message processing time percentiles (as float (0, 1.0]) to track (can be specified multiple times or comma separated '1.0,0.99,0.95', default none)
   -e2e-processing-latency-window-time duration

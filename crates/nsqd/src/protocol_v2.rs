@@ -447,7 +447,11 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
                 .topic(&topic)
                 .await
                 .map_err(|e| NsqError::pub_failed(&e.to_string()))?;
+            // OK only once stored (and, in durable mode, synced): docs/durability.md.
             t.put(body, Duration::ZERO)
+                .map_err(|e| NsqError::pub_failed(&e.to_string()))?
+                .durable()
+                .await
                 .map_err(|e| NsqError::pub_failed(&e.to_string()))?;
             client.add_pub_count(&topic, 1);
             send_response(client, frame::OK);
@@ -461,7 +465,11 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
                 .topic(&topic)
                 .await
                 .map_err(|e| NsqError::mpub_failed(&e.to_string()))?;
+            // OK only once stored (and, in durable mode, synced): docs/durability.md.
             t.put_many(bodies, Duration::ZERO)
+                .map_err(|e| NsqError::mpub_failed(&e.to_string()))?
+                .durable()
+                .await
                 .map_err(|e| NsqError::mpub_failed(&e.to_string()))?;
             client.add_pub_count(&topic, n);
             send_response(client, frame::OK);
@@ -479,7 +487,11 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
                 .await
                 .map_err(|e| NsqError::dpub_failed(&e.to_string()))?;
             let defer = Duration::from_millis(defer_ms.max(0) as u64);
+            // OK only once stored (and, in durable mode, synced): docs/durability.md.
             t.put(body, defer)
+                .map_err(|e| NsqError::dpub_failed(&e.to_string()))?
+                .durable()
+                .await
                 .map_err(|e| NsqError::dpub_failed(&e.to_string()))?;
             client.add_pub_count(&topic, 1);
             send_response(client, frame::OK);

@@ -128,8 +128,11 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
         Err(e) => return Err(format!("failed to load metadata - {e}")),
     }
     engine.finish_loading();
-    nsqd.persist_metadata()
-        .map_err(|e| format!("failed to persist metadata - {e}"))?;
+    // Not fatal (unlike the reference's nsqd.go, Main): on a full disk nsqd must still start so
+    // consumers can drain; the metadata is written again at the next topic/channel change.
+    if let Err(e) = nsqd.persist_metadata() {
+        tracing::error!("failed to persist metadata - {e}");
+    }
     // Creations during loading need no second write.
     let _ = tokio::time::timeout(Duration::ZERO, metadata_dirty.notified()).await;
 
@@ -202,7 +205,10 @@ async fn run(
             let n = md_nsqd.clone();
             let r = tokio::task::spawn_blocking(move || n.persist_metadata()).await;
             if let Ok(Err(e)) = r {
+                // E.g. a full disk: not fatal, try again in a while.
                 tracing::error!("failed to persist metadata - {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                md_nsqd.metadata_dirty.notify_one();
             }
         }
     });

@@ -223,6 +223,12 @@ fn bool_forms() {
     }
     assert!(run(&["-statsd-exclude-ephemeral"]).statsd_exclude_ephemeral);
     assert!(run(&["--worker-id"]).worker_id);
+    let durable = run(&["--durable"]);
+    assert!(durable.durable);
+    let eo = durable.engine_options();
+    assert!(eo.durable && eo.mem_queue_size == 0);
+    assert!(run(&["--sync-every=1"]).engine_options().durable);
+    assert!(!defaults().engine_options().durable);
     assert_eq!(
         usage_err(&["-deflate=yes"]),
         "invalid boolean value \"yes\" for -deflate: parse error"
@@ -460,7 +466,8 @@ fn usage_text() {
     assert!(u.ends_with("  -worker-id\n    \t[deprecated] use --node-id\n"));
     // Every flag appears in the help text exactly once.
     let n = u.lines().filter(|l| l.starts_with("  -")).count();
-    assert_eq!(n, 54);
+    assert_eq!(n, 55);
+    assert!(u.contains("  -durable\n    \tacknowledge a publish only once it is fdatasync'd"));
     assert!(!nsqd::options::usage().is_empty());
 }
 

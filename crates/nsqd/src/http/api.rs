@@ -303,7 +303,13 @@ async fn publish(nsqd: &Nsqd, req: Request) -> ApiResult {
         }
         defer = Duration::from_nanos(ns as u64);
     }
-    topic.put(body, defer).map_err(|_| ApiError::EXITING)?;
+    // OK only once stored (and, in durable mode, synced): docs/durability.md.
+    topic
+        .put(body, defer)
+        .map_err(|_| ApiError::EXITING)?
+        .durable()
+        .await
+        .map_err(|_| ApiError::EXITING)?;
     ok_text("OK")
 }
 
@@ -325,6 +331,9 @@ async fn mpublish(nsqd: &Nsqd, req: Request) -> ApiResult {
     };
     topic
         .put_many(msgs, Duration::ZERO)
+        .map_err(|_| ApiError::EXITING)?
+        .durable()
+        .await
         .map_err(|_| ApiError::EXITING)?;
     ok_text("OK")
 }
