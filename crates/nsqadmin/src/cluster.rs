@@ -11,8 +11,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
-use crate::client::{query_escape, HttpClient};
 use crate::stats::{ClusterStats, RawStats};
+use nsq_go::url::query_escape;
+use nsq_http::client::HttpClient;
 
 /// Which kind of upstream a fan-out talked to (for `failed to query any <kind>`).
 #[derive(Debug, Clone, Copy)]
@@ -204,7 +205,7 @@ fn gather<T>(
 }
 
 async fn get_json<T: for<'de> Deserialize<'de>>(c: HttpClient, url: String) -> Result<T, String> {
-    let body = c.get_v1(&url).await?;
+    let body = c.get_v1(&url).await.map_err(|e| e.to_string())?;
     serde_json::from_slice(&body).map_err(|e| format!("failed to decode {url} - {e}"))
 }
 
@@ -222,9 +223,9 @@ impl ClusterInfo {
             #[serde(default)]
             topics: Vec<String>,
         }
-        let c = self.client;
+        let c = self.client.clone();
         let rs = fan_out(self.lookupds.clone(), move |a| {
-            get_json::<R>(c, format!("http://{a}/topics"))
+            get_json::<R>(c.clone(), format!("http://{a}/topics"))
         })
         .await;
         let mut all: Vec<String> = gather(Kind::Lookupd, rs, warn)?
@@ -246,10 +247,10 @@ impl ClusterInfo {
             #[serde(default)]
             channels: Vec<String>,
         }
-        let c = self.client;
+        let c = self.client.clone();
         let q = query_escape(topic);
         let rs = fan_out(self.lookupds.clone(), move |a| {
-            get_json::<R>(c, format!("http://{a}/channels?topic={q}"))
+            get_json::<R>(c.clone(), format!("http://{a}/channels?topic={q}"))
         })
         .await;
         let mut all: Vec<String> = gather(Kind::Lookupd, rs, warn)?
@@ -267,11 +268,14 @@ impl ClusterInfo {
             #[serde(default)]
             producers: Vec<LookupdProducer>,
         }
-        let c = self.client;
-        let rs = fan_out(self.lookupds.clone(), move |a| async move {
-            get_json::<R>(c, format!("http://{a}/nodes"))
-                .await
-                .map(|r| (a, r))
+        let c = self.client.clone();
+        let rs = fan_out(self.lookupds.clone(), move |a| {
+            let c = c.clone();
+            async move {
+                get_json::<R>(c, format!("http://{a}/nodes"))
+                    .await
+                    .map(|r| (a, r))
+            }
         })
         .await;
         let mut producers: Vec<Producer> = Vec::new();
@@ -315,10 +319,10 @@ impl ClusterInfo {
             #[serde(default)]
             producers: Vec<LookupdProducer>,
         }
-        let c = self.client;
+        let c = self.client.clone();
         let q = query_escape(topic);
         let rs = fan_out(self.lookupds.clone(), move |a| {
-            get_json::<R>(c, format!("http://{a}/lookup?topic={q}"))
+            get_json::<R>(c.clone(), format!("http://{a}/lookup?topic={q}"))
         })
         .await;
         let mut producers: Vec<Producer> = Vec::new();
@@ -340,9 +344,9 @@ impl ClusterInfo {
     // ---- nsqd fetches ----
 
     pub async fn nsqd_topics(&self, warn: &mut Vec<String>) -> Result<Vec<String>, String> {
-        let c = self.client;
+        let c = self.client.clone();
         let rs = fan_out(self.nsqds.clone(), move |a| {
-            get_json::<RawStats>(c, format!("http://{a}/stats?format=json"))
+            get_json::<RawStats>(c.clone(), format!("http://{a}/stats?format=json"))
         })
         .await;
         let mut all: Vec<String> = gather(Kind::Nsqd, rs, warn)?
@@ -384,7 +388,7 @@ impl ClusterInfo {
 
     /// One nsqd as a producer: `/info` then its topic list from `/stats`.
     pub async fn nsqd_producer(c: HttpClient, addr: String) -> Result<Producer, String> {
-        let mut p = Self::nsqd_info(c, &addr).await?;
+        let mut p = Self::nsqd_info(c.clone(), &addr).await?;
         let stats: RawStats = get_json(
             c,
             format!("http://{addr}/stats?format=json&include_clients=false"),
@@ -404,8 +408,11 @@ impl ClusterInfo {
     }
 
     pub async fn nsqd_producers(&self, warn: &mut Vec<String>) -> Result<Vec<Producer>, String> {
-        let c = self.client;
-        let rs = fan_out(self.nsqds.clone(), move |a| Self::nsqd_producer(c, a)).await;
+        let c = self.client.clone();
+        let rs = fan_out(self.nsqds.clone(), move |a| {
+            Self::nsqd_producer(c.clone(), a)
+        })
+        .await;
         gather(Kind::Nsqd, rs, warn)
     }
 
@@ -414,15 +421,16 @@ impl ClusterInfo {
         topic: &str,
         warn: &mut Vec<String>,
     ) -> Result<Vec<Producer>, String> {
-        let c = self.client;
+        let c = self.client.clone();
         let q = query_escape(topic);
         let want = topic.to_string();
         let rs = fan_out(self.nsqds.clone(), move |a| {
             let q = q.clone();
             let want = want.clone();
+            let c = c.clone();
             async move {
                 let stats: RawStats = get_json(
-                    c,
+                    c.clone(),
                     format!("http://{a}/stats?format=json&topic={q}&include_clients=false"),
                 )
                 .await?;
@@ -494,7 +502,7 @@ impl ClusterInfo {
         include_clients: bool,
         warn: &mut Vec<String>,
     ) -> Result<ClusterStats, String> {
-        let c = self.client;
+        let c = self.client.clone();
         let mut suffix = String::new();
         if let Some(t) = topic {
             suffix.push_str(&format!("&topic={}", query_escape(t)));
@@ -511,6 +519,7 @@ impl ClusterInfo {
             .collect();
         let rs = fan_out(targets, move |(addr, host)| {
             let url = format!("http://{addr}/stats?format=json{suffix}");
+            let c = c.clone();
             async move { get_json::<RawStats>(c, url).await.map(|r| (addr, host, r)) }
         })
         .await;
@@ -534,7 +543,7 @@ impl ClusterInfo {
                 .post_v1(&format!("http://{a}/{path}?{qs}"))
                 .await
             {
-                errs.push(e);
+                errs.push(e.to_string());
             }
         }
         if !errs.is_empty() {
@@ -635,7 +644,7 @@ impl ClusterInfo {
         let qs = format!("topic={}&node={}", query_escape(topic), query_escape(node));
         self.post_all(&self.lookupds, "topic/tombstone", &qs, warn)
             .await;
-        let p = Self::nsqd_producer(self.client, node.to_string()).await?;
+        let p = Self::nsqd_producer(self.client.clone(), node.to_string()).await?;
         let qs = format!("topic={}", query_escape(topic));
         self.post_all(&[p.http_address()], "topic/delete", &qs, warn)
             .await;

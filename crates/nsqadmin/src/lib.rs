@@ -5,7 +5,6 @@
 //! ([`history`]). `apps/nsqadmin` only parses flags ([`options`]) and calls [`server::start`].
 
 pub mod admin;
-pub mod client;
 pub mod cluster;
 pub mod history;
 pub mod http;

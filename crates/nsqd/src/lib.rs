@@ -8,7 +8,6 @@ pub mod auth;
 pub mod client;
 pub mod compress;
 pub mod http;
-pub mod httpclient;
 pub mod lookup;
 pub mod metadata;
 pub mod nsqd;

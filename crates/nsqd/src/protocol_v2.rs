@@ -277,13 +277,12 @@ async fn query_auth(
         (m.tls, m.tls_common_name.clone())
     };
     crate::auth::query(
+        &nsqd.http_client,
         &nsqd.opts.auth_http_addresses,
         secret,
         &client.remote_addr.ip().to_string(),
         tls,
         &cn,
-        nsqd.opts.http_client_connect_timeout,
-        nsqd.opts.http_client_request_timeout,
     )
     .await
 }

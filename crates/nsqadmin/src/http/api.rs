@@ -282,7 +282,7 @@ async fn graphite(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
         "{}/render?format=json&from=-{}sec&target={}&until=-{}sec",
         opts.graphite_url.trim_end_matches('/'),
         2 * secs,
-        crate::client::query_escape(target),
+        nsq_go::url::query_escape(target),
         secs
     );
     let internal = || err(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR");
@@ -347,7 +347,12 @@ fn notify(admin: &Admin, ctx: &Ctx, action: &str, topic: &str, channel: &str, no
     let user = ctx
         .header("authorization")
         .and_then(|a| a.strip_prefix("Basic "))
-        .and_then(|b| crate::client::base64_decode(b.trim()))
+        .and_then(|b| {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD_NO_PAD
+                .decode(b.trim().trim_end_matches('='))
+                .ok()
+        })
         .and_then(|b| String::from_utf8(b).ok())
         .map(|s| s.split_once(':').map_or(s.clone(), |(u, _)| u.to_string()))
         .unwrap_or_default();
