@@ -1,27 +1,43 @@
 #!/usr/bin/env bash
-# bench/run.sh NSQD_BIN [extra nsqd flags...]
+# bench/run.sh [NSQD_BIN] [extra nsqd flags...]       (or NSQD=path bench/run.sh)
 #
 # Benchmarks an nsqd binary (ours or the reference Go one: only flags both accept are used)
-# with bench_writer / bench_reader, in two setups:
-#   default    --mem-queue-size left at its default (10000): the backlog spills to the diskqueue
-#   in-memory  --mem-queue-size=100000000: the backlog stays in memory
-# and three phases per setup:
-#   publish    bench_writer for RUNFOR seconds (nobody consuming: the channel builds a backlog)
-#   drain      bench_reader --drain until the channel has been quiet for 1 s
-#   both       bench_writer and bench_reader together for RUNFOR seconds
-# For each phase: msgs/s and MiB/s, the daemon's CPU time per message (utime+stime delta from
-# /proc/<pid>/stat), and its peak RSS so far (VmHWM from /proc/<pid>/status).
+# with bench_writer / bench_reader in every mode and prints ONE table. Modes, per setup
+# (default: --mem-queue-size 10000, the backlog spills to disk; in-memory: 100000000):
+#   publish-mpub  bench_writer MPUB batches, one connection per core          RUNFOR s
+#   publish-pub   bench_writer 8 connections, one synchronous PUB each (go-nsq Publish)
+#   drain-go      bench_reader --fin-mode go (one write per FIN, like go-nsq), 1 connection,
+#                 RDY 2500, draining the backlog for RUNFOR s
+#   drain-nsq     bench_reader --fin-mode nsq (NSQ's bench_reader flushing), one per core
+#   drain-batch   bench_reader --fin-mode batch --drain: the rest of the backlog, until empty
+#   both-go       publish-mpub and drain-go together for RUNFOR s
+#   both-nsq      publish-mpub and drain-nsq together for RUNFOR s
+# and once each, on a fresh daemon with default flags:
+#   latency       bench_writer --rate RATE (single PUBs, send time in the body) for LAT_SECS
+#                 while a go-mode bench_reader --latency records end-to-end latency (HDR)
+#   fanout        FANOUT_MSGS published to a topic with 10 channels, then drained by one
+#                 go-mode consumer per channel: delivered msgs/s, CPU per delivered message
+#   idle          IDLE_TOPICS topics x 2 channels created over HTTP, then IDLE_SECS s idle:
+#                 daemon CPU (% of one core) and RSS
+# Daemon CPU is utime+stime from /proc/PID/stat over the phase; RSS is VmRSS after the phase
+# and hwm VmHWM (peak so far) from /proc/PID/status.
 #
-# Environment: RUNFOR (seconds, default 3), SIZE (default 200), BATCH_SIZE (default 200),
-#              DRAIN_MAX (Go duration bounding the drain phase, default 300s).
+# Environment: NSQD (binary, if not given as $1), RUNFOR (s, default 3), SIZE (200),
+# BATCH_SIZE (200), DRAIN_MAX (Go duration bounding drain-batch, 300s), RATE (20000),
+# LAT_SECS (10), FANOUT_MSGS (100000), IDLE_TOPICS (2000), IDLE_SECS (10),
+# MODES (space-separated subset of: setups latency fanout idle; default all).
 set -euo pipefail
 
-if [[ $# -lt 1 ]]; then
-    echo "usage: $0 NSQD_BIN [extra nsqd flags...]" >&2
+if [[ $# -ge 1 && $1 != -* ]]; then
+    NSQD_BIN=$1
+    shift
+else
+    NSQD_BIN=${NSQD:-}
+fi
+if [[ -z $NSQD_BIN ]]; then
+    echo "usage: $0 NSQD_BIN [extra nsqd flags...]   (or NSQD=path $0)" >&2
     exit 2
 fi
-NSQD_BIN=$1
-shift
 EXTRA_FLAGS=("$@")
 if [[ ! -x $NSQD_BIN ]]; then
     echo "$0: $NSQD_BIN is not an executable" >&2
@@ -33,8 +49,15 @@ RUNFOR=${RUNFOR:-3}
 SIZE=${SIZE:-200}
 BATCH_SIZE=${BATCH_SIZE:-200}
 DRAIN_MAX=${DRAIN_MAX:-300s}
+RATE=${RATE:-20000}
+LAT_SECS=${LAT_SECS:-10}
+FANOUT_MSGS=${FANOUT_MSGS:-100000}
+IDLE_TOPICS=${IDLE_TOPICS:-2000}
+IDLE_SECS=${IDLE_SECS:-10}
+MODES=${MODES:-setups latency fanout idle}
 TOPIC=sub_bench
 CHANNEL=ch
+NPROC=$(nproc)
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 echo "# building bench tools (release)"
@@ -46,6 +69,7 @@ READER=$TARGET_DIR/release/bench_reader
 CLK_TCK=$(getconf CLK_TCK)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/nsq-bench.XXXXXX")
 NSQD_PID=""
+BG_PIDS=()
 
 stop_nsqd() {
     if [[ -n $NSQD_PID ]] && kill -0 "$NSQD_PID" 2>/dev/null; then
@@ -60,6 +84,8 @@ stop_nsqd() {
     NSQD_PID=""
 }
 cleanup() {
+    local p
+    for p in ${BG_PIDS[@]+"${BG_PIDS[@]}"}; do kill "$p" 2>/dev/null || true; done
     stop_nsqd
     rm -rf "$WORK"
 }
@@ -82,10 +108,11 @@ cpu_ticks() {
     echo $((${12} + ${13}))
 }
 
-# Peak resident set size of the daemon, in KiB.
-rss_hwm_kib() {
-    awk '/^VmHWM:/ { print $2 }' "/proc/$NSQD_PID/status"
+status_kib() { # VmRSS | VmHWM
+    awk -v k="$1:" '$1 == k { print $2 }' "/proc/$NSQD_PID/status"
 }
+
+now_s() { date +%s.%N; }
 
 start_nsqd() { # setup-name [nsqd flags...]
     local name=$1
@@ -107,6 +134,7 @@ start_nsqd() { # setup-name [nsqd flags...]
             exit 1
         fi
         if (exec 3<>"/dev/tcp/127.0.0.1/$TCP_PORT") 2>/dev/null; then
+            ADDR=127.0.0.1:$TCP_PORT
             return 0
         fi
         sleep 0.1
@@ -116,7 +144,7 @@ start_nsqd() { # setup-name [nsqd flags...]
     exit 1
 }
 
-# field NAME from a "RESULT ..." line
+# field NAME from a "RESULT ..." line ("-" when absent)
 field() { # line name
     local kv
     for kv in $1; do
@@ -125,7 +153,7 @@ field() { # line name
             return
         fi
     done
-    echo 0
+    echo "-"
 }
 
 # Runs a tool, echoes its output, and stores its RESULT line in the named variable.
@@ -142,31 +170,79 @@ run_tool() { # var tool args...
     printf -v "$var" '%s' "$(echo "$out" | grep '^RESULT ' | tail -n 1)"
 }
 
+# Starts a tool in the background; its output goes to the file.
+bg_tool() { # outfile tool args...
+    local out=$1
+    shift
+    "$@" >"$out" 2>&1 &
+    BG_PID=$!
+    BG_PIDS+=("$BG_PID")
+}
+
+# Waits for a background tool and stores its RESULT line in the named variable.
+wait_tool() { # var pid outfile
+    local var=$1 pid=$2 out=$3
+    if ! wait "$pid"; then
+        cat "$out" >&2
+        echo "FAILED: background tool (see above)" >&2
+        exit 1
+    fi
+    sed 's/^/    /' "$out"
+    printf -v "$var" '%s' "$(grep '^RESULT ' "$out" | tail -n 1)"
+}
+
+FMT='%-13s %-9s %4s %6s %6s %10s %10s %8s %6s %10s %7s %7s %7s %7s %8s %8s\n'
+HEADER=$(printf "$FMT" mode setup size conns secs in_msgs/s out_msgs/s cpu_s cpu_% \
+    cpu_us/msg p50_ms p99_ms p99.9ms max_ms rss_MiB hwm_MiB)
 ROWS=()
-# add_row setup phase writer-RESULT reader-RESULT cpu-ticks
+# add_row mode setup conns writer-RESULT reader-RESULT cpu-ticks secs per(pub|sub)
 add_row() {
-    local setup=$1 phase=$2 wres=$3 rres=$4 ticks=$5
-    local pub sub pub_rate sub_rate pub_mib sub_mib per cpu_s cpu_us rss
-    pub=$(field "$wres" msgs)
-    sub=$(field "$rres" msgs)
-    pub_rate=$(field "$wres" msgs_per_sec)
-    sub_rate=$(field "$rres" msgs_per_sec)
-    pub_mib=$(field "$wres" mib_per_sec)
-    sub_mib=$(field "$rres" mib_per_sec)
-    # CPU per message: per published message when there was publishing (in "both" that is the
-    # whole publish + deliver + FIN life of a message), else per consumed message.
-    per=$pub
-    [[ $per -gt 0 ]] || per=$sub
+    local mode=$1 setup=$2 conns=$3 wres=$4 rres=$5 ticks=$6 secs=$7 per=$8
+    local in_rate=- out_rate=- n=0 cpu_s cpu_pct cpu_us rss hwm
+    [[ -z $wres ]] || in_rate=$(printf '%.0f' "$(field "$wres" msgs_per_sec)")
+    [[ -z $rres ]] || out_rate=$(printf '%.0f' "$(field "$rres" msgs_per_sec)")
+    case $per in
+        pub) n=$(field "$wres" msgs) ;;
+        sub) n=$(field "$rres" msgs) ;;
+    esac
     cpu_s=$(awk -v t="$ticks" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz }')
-    cpu_us=$(awk -v t="$ticks" -v hz="$CLK_TCK" -v n="$per" \
+    cpu_pct=$(awk -v t="$ticks" -v hz="$CLK_TCK" -v s="$secs" \
+        'BEGIN { if (s > 0) printf "%.1f", t / hz / s * 100; else print "-" }')
+    cpu_us=$(awk -v t="$ticks" -v hz="$CLK_TCK" -v n="$n" \
         'BEGIN { if (n > 0) printf "%.3f", t / hz * 1e6 / n; else print "-" }')
-    rss=$(awk -v k="$(rss_hwm_kib)" 'BEGIN { printf "%.1f", k / 1024 }')
-    [[ -n $wres ]] || { pub="-"; pub_rate="-"; pub_mib="-"; }
-    [[ -n $rres ]] || { sub="-"; sub_rate="-"; sub_mib="-"; }
-    ROWS+=("$(printf '%-10s %-8s %10s %12s %9s %10s %12s %9s %7s %11s %11s' \
-        "$setup" "$phase" "$pub" "$pub_rate" "$pub_mib" "$sub" "$sub_rate" "$sub_mib" \
-        "$cpu_s" "$cpu_us" "$rss")")
+    rss=$(awk -v k="$(status_kib VmRSS)" 'BEGIN { printf "%.1f", k / 1024 }')
+    hwm=$(awk -v k="$(status_kib VmHWM)" 'BEGIN { printf "%.1f", k / 1024 }')
+    ROWS+=("$(printf "$FMT" "$mode" "$setup" "$SIZE" "$conns" "$(printf '%.1f' "$secs")" \
+        "$in_rate" "$out_rate" "$cpu_s" "$cpu_pct" "$cpu_us" "$(field "$rres" p50_ms)" \
+        "$(field "$rres" p99_ms)" "$(field "$rres" p999_ms)" "$(field "$rres" max_ms)" \
+        "$rss" "$hwm")")
     echo "  => ${ROWS[-1]}"
+}
+
+# phase MODE SETUP CONNS PER [w:ARGS...] [r:ARGS...]: runs a writer and/or a reader with the
+# given arguments (split on spaces) at the same time and records a row.
+phase() {
+    local mode=$1 setup=$2 conns=$3 per=$4 wargs=$5 rargs=$6
+    local common=(--nsqd-tcp-address="$ADDR" --size="$SIZE")
+    local wres="" rres="" t0 t1 s0 s1 rpid="" rout=$WORK/$mode.$setup.reader.out
+    echo "## $mode ($setup)"
+    s0=$(now_s)
+    t0=$(cpu_ticks)
+    if [[ -n $rargs ]]; then
+        # shellcheck disable=SC2086
+        bg_tool "$rout" "$READER" "${common[@]}" $rargs
+        rpid=$BG_PID
+    fi
+    if [[ -n $wargs ]]; then
+        [[ -z $rpid ]] || sleep 0.2 # let the reader subscribe first
+        # shellcheck disable=SC2086
+        run_tool wres "$WRITER" "${common[@]}" $wargs
+    fi
+    [[ -z $rpid ]] || wait_tool rres "$rpid" "$rout"
+    t1=$(cpu_ticks)
+    s1=$(now_s)
+    add_row "$mode" "$setup" "$conns" "$wres" "$rres" $((t1 - t0)) \
+        "$(awk -v a="$s0" -v b="$s1" 'BEGIN { print b - a }')" "$per"
 }
 
 run_setup() { # setup-name [nsqd flags...]
@@ -175,56 +251,93 @@ run_setup() { # setup-name [nsqd flags...]
     echo
     echo "# setup $name: $NSQD_BIN $* ${EXTRA_FLAGS[*]-}"
     start_nsqd "$name" "$@"
-    local addr=127.0.0.1:$TCP_PORT t0 t1 wres rres setup_res
-    local common=(--nsqd-tcp-address="$addr" --topic="$TOPIC" --size="$SIZE")
+    local t=--topic=$TOPIC c=--channel=$CHANNEL setup_res
+    # Create the topic and channel up front (a SUB does both), so that publishing already pays
+    # for handing messages from the topic to the channel, as with a live consumer.
+    run_tool setup_res "$READER" --nsqd-tcp-address="$ADDR" $t $c --runfor=200ms --connections=1
+    local w="$t --batch-size=$BATCH_SIZE --runfor=${RUNFOR}s"
+    phase publish-mpub "$name" "${NPROC}w" pub "$w" ""
+    phase publish-pub "$name" 8w pub "$t --mode=pub --connections=8 --runfor=${RUNFOR}s" ""
+    phase drain-go "$name" 1r sub "" "$t $c --fin-mode=go --runfor=${RUNFOR}s"
+    phase drain-nsq "$name" "${NPROC}r" sub "" "$t $c --fin-mode=nsq --runfor=${RUNFOR}s"
+    phase drain-batch "$name" "${NPROC}r" sub "" "$t $c --fin-mode=batch --drain --runfor=$DRAIN_MAX"
+    phase both-go "$name" "${NPROC}w/1r" pub "$w" "$t $c --fin-mode=go --runfor=${RUNFOR}s"
+    phase both-nsq "$name" "${NPROC}w/${NPROC}r" pub "$w" "$t $c --fin-mode=nsq --runfor=${RUNFOR}s"
+    stop_nsqd
+}
 
-    # Create the topic and channel up front (a SUB does both), so that the publish phase
-    # includes handing messages from the topic to the channel, as with a live consumer.
-    run_tool setup_res "$READER" "${common[@]}" --channel="$CHANNEL" --runfor=200ms --connections=1
+run_latency() {
+    local t=--topic=lat_bench
+    echo
+    echo "# latency: $RATE msgs/s for ${LAT_SECS}s on a fresh daemon (default flags)"
+    start_nsqd latency
+    phase latency default 1w/1r sub "$t --rate=$RATE --runfor=${LAT_SECS}s" \
+        "$t --channel=lat --fin-mode=go --latency --runfor=$((LAT_SECS + 2))s"
+    stop_nsqd
+}
 
-    echo "## publish (${RUNFOR}s)"
+run_fanout() {
+    local t=--topic=fan_bench setup_res
+    echo
+    echo "# fanout: $FANOUT_MSGS messages to 10 channels on a fresh daemon (default flags)"
+    start_nsqd fanout
+    run_tool setup_res "$READER" --nsqd-tcp-address="$ADDR" $t --channel=fan --channels=10 \
+        --fin-mode=batch --runfor=200ms
+    run_tool setup_res "$WRITER" --nsqd-tcp-address="$ADDR" $t --batch-size="$BATCH_SIZE" \
+        --msgs="$FANOUT_MSGS" --runfor=600s
+    phase fanout default 10r sub "" "$t --channel=fan --channels=10 --fin-mode=go --drain --runfor=$DRAIN_MAX"
+    stop_nsqd
+}
+
+run_idle() {
+    echo
+    echo "# idle: $IDLE_TOPICS topics x 2 channels, then ${IDLE_SECS}s idle"
+    start_nsqd idle
+    local s0 s1 t0 t1
+    s0=$(now_s)
+    python3 - "$HTTP_PORT" "$IDLE_TOPICS" <<'EOF'
+import http.client, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+def post(path):
+    c.request("POST", path, body=b"")
+    r = c.getresponse()
+    r.read()
+    if r.status != 200:
+        sys.exit(f"POST {path}: HTTP {r.status}")
+for i in range(n):
+    post(f"/topic/create?topic=idle{i}")
+    for ch in ("a", "b"):
+        post(f"/channel/create?topic=idle{i}&channel={ch}")
+EOF
+    s1=$(now_s)
+    echo "    created in $(awk -v a="$s0" -v b="$s1" 'BEGIN { printf "%.2f", b - a }') s"
+    sleep 2
     t0=$(cpu_ticks)
-    run_tool wres "$WRITER" "${common[@]}" --batch-size="$BATCH_SIZE" --runfor="${RUNFOR}s"
+    sleep "$IDLE_SECS"
     t1=$(cpu_ticks)
-    add_row "$name" publish "$wres" "" $((t1 - t0))
-
-    echo "## drain"
-    t0=$(cpu_ticks)
-    run_tool rres "$READER" "${common[@]}" --channel="$CHANNEL" --drain --runfor="$DRAIN_MAX"
-    t1=$(cpu_ticks)
-    add_row "$name" drain "" "$rres" $((t1 - t0))
-
-    echo "## both (${RUNFOR}s)"
-    local rout=$WORK/$name.both-reader.out
-    t0=$(cpu_ticks)
-    "$READER" "${common[@]}" --channel="$CHANNEL" --runfor="${RUNFOR}s" >"$rout" 2>&1 &
-    local rpid=$!
-    run_tool wres "$WRITER" "${common[@]}" --batch-size="$BATCH_SIZE" --runfor="${RUNFOR}s"
-    if ! wait "$rpid"; then
-        cat "$rout" >&2
-        echo "FAILED: bench_reader in phase both" >&2
-        exit 1
-    fi
-    t1=$(cpu_ticks)
-    sed 's/^/    /' "$rout"
-    rres=$(grep '^RESULT ' "$rout" | tail -n 1)
-    add_row "$name" both "$wres" "$rres" $((t1 - t0))
-
-    echo "## peak RSS (VmHWM) of nsqd: $(rss_hwm_kib) KiB"
+    add_row idle "${IDLE_TOPICS}x2" 0 "" "" $((t1 - t0)) "$IDLE_SECS" none
     stop_nsqd
 }
 
 echo "# nsqd: $NSQD_BIN ${EXTRA_FLAGS[*]-}"
-echo "# RUNFOR=${RUNFOR}s SIZE=$SIZE BATCH_SIZE=$BATCH_SIZE, $(nproc) cores," \
-    "bench connections: $(nproc) per tool"
-run_setup default
-run_setup in-memory --mem-queue-size=100000000
+echo "# RUNFOR=${RUNFOR}s SIZE=$SIZE BATCH_SIZE=$BATCH_SIZE RATE=$RATE LAT_SECS=$LAT_SECS" \
+    "FANOUT_MSGS=$FANOUT_MSGS, $NPROC cores"
+if [[ " $MODES " == *" setups "* ]]; then
+    run_setup default
+    run_setup in-memory --mem-queue-size=100000000
+fi
+[[ " $MODES " != *" latency "* ]] || run_latency
+[[ " $MODES " != *" fanout "* ]] || run_fanout
+[[ " $MODES " != *" idle "* ]] || run_idle
 
 echo
-echo "# results (pub = bench_writer, sub = bench_reader; cpu = nsqd utime+stime over the phase;"
-echo "#          cpu_us/msg per published message, or per consumed one in drain; rss = VmHWM so far)"
-printf '%-10s %-8s %10s %12s %9s %10s %12s %9s %7s %11s %11s\n' \
-    setup phase pub_msgs pub_msgs/s pub_MiB/s sub_msgs sub_msgs/s sub_MiB/s cpu_s cpu_us/msg rss_MiB
+echo "# results: size = message bytes; conns = writer (w) / reader (r) connections;"
+echo "#   secs = phase wall time; cpu = nsqd utime+stime over the phase (cpu_% of one core);"
+echo "#   cpu_us/msg per published message (publish, both) or per consumed/delivered one"
+echo "#   (drain, latency, fanout); latency end to end (send stamp -> consumer read);"
+echo "#   rss = VmRSS after the phase, hwm = VmHWM so far"
+printf '%s\n' "$HEADER"
 for row in "${ROWS[@]}"; do
-    echo "$row"
+    printf '%s\n' "$row"
 done

@@ -41,6 +41,33 @@ pub fn encode_mpub(topic: &str, count: usize, body: &[u8]) -> Vec<u8> {
     buf
 }
 
+/// Appends one `PUB <topic>\n<u32 size><body>` command to `buf`.
+pub fn put_pub(buf: &mut Vec<u8>, topic: &str, body: &[u8]) {
+    buf.extend_from_slice(b"PUB ");
+    buf.extend_from_slice(topic.as_bytes());
+    buf.push(b'\n');
+    buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    buf.extend_from_slice(body);
+}
+
+/// Offset of the body inside a message frame's payload (timestamp, attempts, ID).
+pub const BODY_OFFSET: usize = ID_OFFSET + ID_LEN;
+
+/// Unix time in nanoseconds, as stamped into latency-mode message bodies.
+pub fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// The send time a latency-mode producer stamped into the first 8 bytes of a message body
+/// (big-endian Unix nanoseconds), if the payload is long enough to carry one.
+pub fn stamped_nanos(payload: &[u8]) -> Option<u64> {
+    let b = payload.get(BODY_OFFSET..BODY_OFFSET + 8)?;
+    Some(u64::from_be_bytes(b.try_into().ok()?))
+}
+
 /// `SUB <topic> <channel>\n`.
 pub fn encode_sub(topic: &str, channel: &str) -> Vec<u8> {
     format!("SUB {topic} {channel}\n").into_bytes()
@@ -104,6 +131,23 @@ mod tests {
         put_fin(&mut v, b"0123456789abcdef");
         assert_eq!(v, b"FIN 0123456789abcdef\n");
         assert_eq!(v.len(), FIN_LEN);
+    }
+
+    #[test]
+    fn pub_layout_and_stamp() {
+        let mut v = Vec::new();
+        put_pub(&mut v, "t", &42u64.to_be_bytes());
+        let mut want = b"PUB t\n".to_vec();
+        want.extend_from_slice(&[0, 0, 0, 8]);
+        want.extend_from_slice(&42u64.to_be_bytes());
+        assert_eq!(v, want);
+
+        let id = MessageId(*b"18acd669e6269000");
+        let mut b = BytesMut::new();
+        put_message(&mut b, 7, 1, &id, &4242u64.to_be_bytes());
+        let f = take_frame(&mut b).unwrap().unwrap();
+        assert_eq!(stamped_nanos(&f.data), Some(4242));
+        assert_eq!(stamped_nanos(&f.data[..30]), None);
     }
 
     #[test]

@@ -30,7 +30,9 @@ def test_ping_and_info(nsqd):
         "max_output_buffer_size",
         "max_output_buffer_timeout",
         "max_deflate_level",
+        "draining",  # drain mode (nsqd::drain), not in the reference
     ]
+    assert info["draining"] is False
     assert info["max_heartbeat_interval"] == 60 * 10**9
     assert info["max_output_buffer_size"] == 65536
     assert info["max_output_buffer_timeout"] == 30 * 10**9

@@ -294,6 +294,50 @@ impl Nsqd {
         let r = http_post(self.http_addr, path, b"");
         assert_eq!(r.status, 200, "POST {path}: {}", r.text());
     }
+
+    /// Sends a signal (`kill -<sig> <pid>`, e.g. `"TERM"`, `"INT"`) without waiting.
+    pub fn signal(&self, sig: &str) {
+        let pid = self.pid();
+        let sent = Process::new("kill")
+            .args([format!("-{sig}"), pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -{sig} {pid} failed");
+    }
+
+    /// Waits up to `timeout` for the process to exit on its own and returns its status
+    /// (panics with the log if it is still running then).
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .expect("child")
+                .try_wait()
+                .expect("try_wait")
+            {
+                thread::sleep(Duration::from_millis(50)); // let the drain thread catch up
+                return status;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "nsqd did not exit within {timeout:?}; log:\n{}",
+                    self.log().join("\n")
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Hands back the data dir of an exited process (for a restart with [`Nsqd::start_in`]).
+    pub fn into_data_dir(mut self) -> DataDir {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.data_dir.take().expect("data dir")
+    }
 }
 
 /// Spawns `cmd` (stdin/stdout null, stderr piped into `log` by a drain thread so the pipe never

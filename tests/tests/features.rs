@@ -526,6 +526,12 @@ async fn tls_required_stats_over_https() {
     let producers = stats["producers"].as_array().expect("producers");
     assert_eq!(producers.len(), 1, "{stats}");
     assert_tls_client("producer", &producers[0]);
+    // Prometheus /metrics is served over HTTPS too (nsqd::metrics).
+    let metrics = curl(&["--cacert", trust, &format!("{base}/metrics")]);
+    assert!(
+        metrics.contains("\nnsq_topic_messages_total{topic=\"feat_https\"} 1\n"),
+        "HTTPS /metrics: {metrics}"
+    );
 }
 
 /// HTTP API §1.7: with `--tls-required=true` the plain listener's 403 body carries the port

@@ -1,6 +1,21 @@
 //! `bench_reader`: subscribes N connections to a channel, FINs every message it receives and
 //! reports the consume rate (the Rust counterpart of NSQ's `bench/bench_reader`); `--drain`
 //! stops once the channel has gone quiet, to time draining a backlog.
+//!
+//! How FINs reach the socket decides what the daemon sees, so `--fin-mode` models real clients:
+//!
+//! * `go` (default): like a go-nsq `Consumer`, which hands every finished message to its
+//!   connection's write loop, and that loop writes and flushes each `FIN` on its own (go-nsq
+//!   conn.go, `writeLoop` / `WriteCommand`): one write syscall per FIN, from a task separate
+//!   from the one reading.
+//! * `nsq`: like NSQ's own bench/bench_reader/bench_reader.go: FINs go into a 4 KiB buffered
+//!   writer that is flushed when full, after every FIN in the last quarter of each RDY window
+//!   (`msgCount % rdy > rdy * 0.75`), and once a second.
+//! * `batch`: every FIN parsed from one socket read goes out in a single write.
+//!
+//! `--channels N` subscribes connection i to channel `<channel><i mod N>` (fan-out), and
+//! `--latency` reads the send time a `bench_writer --rate` producer stamped into each body and
+//! reports end-to-end latency percentiles from an HDR histogram.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -8,13 +23,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::BytesMut;
-use clap::Parser;
+use clap::{Parser, ValueEnum};
+use hdrhistogram::Histogram;
 use nsq_bench::report::{log_line, parse_deadline, Summary};
 use nsq_bench::{default_connections, go_style_args, godur, net, wire};
 use nsq_protocol::frame::{take_frame, FrameType, HEARTBEAT};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 const PREFIX: &str = "[bench_reader] ";
 
@@ -26,6 +43,21 @@ const MIN_READ_ROOM: usize = 64 << 10;
 const DRAIN_IDLE: Duration = Duration::from_secs(1);
 /// How often the main task checks the stop conditions.
 const POLL: Duration = Duration::from_millis(20);
+/// `--fin-mode nsq`: the size of Go's default `bufio.Writer`.
+const GO_BUFIO: usize = 4096;
+/// Latencies above this (ns) are clamped into the histogram's top bucket.
+const MAX_LATENCY_NS: u64 = 60_000_000_000;
+
+/// How FIN commands are written (see the crate docs).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum FinMode {
+    /// one write per FIN from a separate writer task, like go-nsq
+    Go,
+    /// NSQ's bench_reader: 4 KiB buffer, flushed per FIN in the last quarter of each RDY window
+    Nsq,
+    /// all FINs parsed from one read in one write
+    Batch,
+}
 
 /// Consume messages from an nsqd channel, FIN-ing each one, and report the rate.
 #[derive(Parser, Debug)]
@@ -49,12 +81,22 @@ struct Args {
     /// deadline to start the benchmark run, "2006-01-02 15:04:05" (UTC)
     #[arg(long)]
     deadline: Option<String>,
-    /// RDY count to use on each connection
+    /// RDY count to use on each connection (go-nsq's MaxInFlight with one nsqd)
     #[arg(long, default_value_t = 2500)]
     rdy: u64,
-    /// number of subscribed connections [default: one per core]
+    /// number of subscribed connections [default: one per channel with --fin-mode go (a
+    /// go-nsq Consumer has one connection per nsqd), else one per core, at least --channels]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     connections: Option<u32>,
+    /// how FINs are written: go (one write per FIN), nsq (NSQ's bench_reader), batch
+    #[arg(long, value_enum, default_value_t = FinMode::Go)]
+    fin_mode: FinMode,
+    /// subscribe to this many channels (<channel>0, <channel>1, ...; 1 = just <channel>)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    channels: u32,
+    /// record end-to-end latency from the send time stamped in each body (bench_writer --rate)
+    #[arg(long)]
+    latency: bool,
     /// stop once no message arrived for 1 s after at least one did; the time reported is then
     /// the span from the first to the last message
     #[arg(long)]
@@ -106,12 +148,21 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let n = args
-        .connections
-        .map_or_else(default_connections, |c| c as usize);
-    let sub = wire::encode_sub(&args.topic, &args.channel);
+    let channels = args.channels as usize;
+    let n = args.connections.map_or_else(
+        || match args.fin_mode {
+            FinMode::Go => channels,
+            _ => default_connections().max(channels),
+        },
+        |c| c as usize,
+    );
     let mut conns = Vec::with_capacity(n);
-    for _ in 0..n {
+    for i in 0..n {
+        let sub = if channels == 1 {
+            wire::encode_sub(&args.topic, &args.channel)
+        } else {
+            wire::encode_sub(&args.topic, &format!("{}{}", args.channel, i % channels))
+        };
         let mut stream = net::connect(&args.nsqd_tcp_address).await?;
         stream
             .write_all(&sub)
@@ -151,8 +202,13 @@ async fn run(args: Args) -> Result<(), String> {
         .into_iter()
         .map(|(stream, rbuf)| {
             let (shared, stop, rdy) = (Arc::clone(&shared), stop_rx.clone(), rdy.clone());
+            let conf = Conf {
+                mode: args.fin_mode,
+                rdy: args.rdy,
+                latency: args.latency,
+            };
             tokio::spawn(async move {
-                let r = consume(stream, rbuf, &rdy, &shared, stop).await;
+                let r = consume(stream, rbuf, &rdy, &shared, stop, conf).await;
                 shared.alive.fetch_sub(1, Ordering::Relaxed);
                 r
             })
@@ -179,9 +235,13 @@ async fn run(args: Args) -> Result<(), String> {
     let _ = stop_tx.send(true);
 
     let mut first_err = None;
+    let mut hist = new_histogram();
     for t in tasks {
         match t.await {
-            Ok(Ok(())) => {}
+            Ok(Ok(h)) => {
+                // Same bounds on both sides: adding cannot fail.
+                let _ = hist.add(&h);
+            }
             Ok(Err(e)) => first_err = first_err.or(Some(e)),
             Err(e) => first_err = first_err.or(Some(format!("subscriber task failed: {e}"))),
         }
@@ -212,24 +272,94 @@ async fn run(args: Args) -> Result<(), String> {
         size: args.size as usize,
     };
     eprintln!("{}", log_line(PREFIX, &summary.go_line()));
-    println!("{}", summary.result_line("reader"));
+    let mut result = summary.result_line("reader");
+    if args.latency {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let line = format!(
+            "latency: samples {} - p50 {:.3}ms - p99 {:.3}ms - p99.9 {:.3}ms - max {:.3}ms",
+            hist.len(),
+            ms(hist.value_at_quantile(0.5)),
+            ms(hist.value_at_quantile(0.99)),
+            ms(hist.value_at_quantile(0.999)),
+            ms(hist.max()),
+        );
+        eprintln!("{}", log_line(PREFIX, &line));
+        result.push_str(&format!(
+            " lat_samples={} p50_ms={:.3} p99_ms={:.3} p999_ms={:.3} max_ms={:.3}",
+            hist.len(),
+            ms(hist.value_at_quantile(0.5)),
+            ms(hist.value_at_quantile(0.99)),
+            ms(hist.value_at_quantile(0.999)),
+            ms(hist.max()),
+        ));
+    }
+    println!("{result}");
     Ok(())
 }
 
-/// One connection's loop: `RDY`, then read as much as the socket has, FIN every message parsed
-/// from it with one write, answer heartbeats, until told to stop or the connection closes.
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).expect("valid histogram bounds")
+}
+
+/// Per-connection settings.
+#[derive(Clone, Copy)]
+struct Conf {
+    mode: FinMode,
+    rdy: u64,
+    latency: bool,
+}
+
+/// What the go-mode writer task writes.
+enum Out {
+    Fin([u8; wire::ID_LEN]),
+    Nop,
+}
+
+/// go-nsq's connection write loop: one write (and so one syscall) per command.
+async fn go_writer(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Out>) {
+    let mut cmd = Vec::with_capacity(wire::FIN_LEN);
+    while let Some(o) = rx.recv().await {
+        cmd.clear();
+        match o {
+            Out::Fin(id) => wire::put_fin(&mut cmd, &id),
+            Out::Nop => cmd.extend_from_slice(wire::NOP),
+        }
+        if wr.write_all(&cmd).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One connection's loop: `RDY`, then read as much as the socket has and FIN every message
+/// as `conf.mode` says, answer heartbeats, until told to stop or the connection closes.
+/// Returns the latency histogram (empty without `--latency`).
 async fn consume(
     mut stream: TcpStream,
     mut rbuf: BytesMut,
     rdy: &[u8],
     shared: &Shared,
     mut stop: watch::Receiver<bool>,
-) -> Result<(), String> {
+    conf: Conf,
+) -> Result<Histogram<u64>, String> {
     stream
         .write_all(rdy)
         .await
         .map_err(|e| format!("write RDY: {e}"))?;
+    let mut hist = new_histogram();
+    let (mut rd, wr) = stream.into_split();
+    // go mode: FINs go to a writer task; the other modes write from this task.
+    let (go_tx, mut wr) = if conf.mode == FinMode::Go {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(go_writer(wr, rx));
+        (Some(tx), None)
+    } else {
+        (None, Some(wr))
+    };
     let mut wbuf: Vec<u8> = Vec::with_capacity(64 << 10);
+    let mut msg_count = 0u64;
+    // nsq mode: the reference tool flushes its buffered writer once a second.
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if rbuf.capacity() - rbuf.len() < MIN_READ_ROOM {
             // All frames taken from the buffer have been dropped, so this reclaims the space
@@ -238,27 +368,60 @@ async fn consume(
         }
         let n = tokio::select! {
             biased;
-            _ = stop.changed() => return Ok(()),
-            r = stream.read_buf(&mut rbuf) => r.map_err(|e| format!("read: {e}"))?,
+            _ = stop.changed() => return Ok(hist),
+            _ = tick.tick(), if conf.mode == FinMode::Nsq => {
+                flush(&mut wr, &mut wbuf).await?;
+                continue;
+            }
+            r = rd.read_buf(&mut rbuf) => r.map_err(|e| format!("read: {e}"))?,
         };
         if n == 0 {
             // nsqd closed the connection (it logs why); what we counted so far stands.
             eprintln!("{}", log_line(PREFIX, "connection closed by nsqd"));
-            return Ok(());
+            return Ok(hist);
         }
+        let now_ns = if conf.latency { wire::unix_nanos() } else { 0 };
         let mut got = 0u64;
+        let mut saw_heartbeat = false;
         while let Some(frame) = take_frame(&mut rbuf)? {
             match FrameType::from_i32(frame.frame_type) {
                 Some(FrameType::Message) => {
                     let id = wire::message_id(&frame.data).ok_or_else(|| {
                         format!("short message frame ({} bytes)", frame.data.len())
                     })?;
-                    wire::put_fin(&mut wbuf, id);
                     got += 1;
+                    if conf.latency {
+                        if let Some(sent) = wire::stamped_nanos(&frame.data) {
+                            let _ =
+                                hist.record(now_ns.saturating_sub(sent).clamp(1, MAX_LATENCY_NS));
+                        }
+                    }
+                    match &go_tx {
+                        Some(tx) => tx
+                            .send(Out::Fin(*id))
+                            .map_err(|_| "FIN writer ended".to_string())?,
+                        None => {
+                            wire::put_fin(&mut wbuf, id);
+                            if conf.mode == FinMode::Nsq {
+                                msg_count += 1;
+                                if wbuf.len() >= GO_BUFIO
+                                    || (msg_count % conf.rdy) as f64 > conf.rdy as f64 * 0.75
+                                {
+                                    flush(&mut wr, &mut wbuf).await?;
+                                }
+                            }
+                        }
+                    }
                 }
-                Some(FrameType::Response) if frame.data[..] == *HEARTBEAT => {
-                    wbuf.extend_from_slice(wire::NOP)
-                }
+                Some(FrameType::Response) if frame.data[..] == *HEARTBEAT => match &go_tx {
+                    Some(tx) => tx
+                        .send(Out::Nop)
+                        .map_err(|_| "FIN writer ended".to_string())?,
+                    None => {
+                        wbuf.extend_from_slice(wire::NOP);
+                        saw_heartbeat = true;
+                    }
+                },
                 Some(FrameType::Response) => {}
                 Some(FrameType::Error) => {
                     let text = String::from_utf8_lossy(&frame.data);
@@ -270,12 +433,19 @@ async fn consume(
         if got > 0 {
             shared.record(got);
         }
-        if !wbuf.is_empty() {
-            stream
-                .write_all(&wbuf)
-                .await
-                .map_err(|e| format!("write FIN: {e}"))?;
-            wbuf.clear();
+        if conf.mode == FinMode::Batch || saw_heartbeat {
+            flush(&mut wr, &mut wbuf).await?;
         }
     }
+}
+
+/// Writes and clears `wbuf` (nothing when empty).
+async fn flush(wr: &mut Option<OwnedWriteHalf>, wbuf: &mut Vec<u8>) -> Result<(), String> {
+    if let (Some(w), false) = (wr.as_mut(), wbuf.is_empty()) {
+        w.write_all(wbuf)
+            .await
+            .map_err(|e| format!("write FIN: {e}"))?;
+        wbuf.clear();
+    }
+    Ok(())
 }

@@ -1,11 +1,17 @@
 //! DiskQueue throughput: 10k 200-byte records written in batches of 200, then read back in
 //! batches of 200, through real files in a temp directory on /tmp (nsqd's defaults for file
 //! size and sync cadence, so the background syncer fsyncs as it would in production).
+//!
+//! Plus one fixed-duration figure for durable publishing (printed, not a criterion group):
+//! 2 writer threads each looping `put_batch(200 x 200 B)` + `wait_durable` for 5 s, reporting
+//! msgs/s and data fdatasyncs/s (group commit shares syncs between the writers). It runs when
+//! no filter is given or the filter mentions `durable`.
 
 use std::hint::black_box;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use nsq_core::backend::BackendQueue;
 use nsq_core::diskqueue::{DiskQueue, DiskQueueOptions};
 
@@ -50,9 +56,64 @@ fn bench(c: &mut Criterion) {
     q.close().unwrap();
 }
 
+fn durable_two_writers() {
+    const WRITERS: usize = 2;
+    const RUN: Duration = Duration::from_secs(5);
+    let dir = tempfile::Builder::new()
+        .prefix("dq-bench-durable")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let q = DiskQueue::open("durable", DiskQueueOptions::new(dir.path())).unwrap();
+    let payload = vec![0x5au8; SIZE];
+    let syncs_before = q.data_syncs();
+    let start = Instant::now();
+    let threads: Vec<_> = (0..WRITERS)
+        .map(|_| {
+            let q = Arc::clone(&q);
+            let payload = payload.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                let mut msgs = 0usize;
+                while start.elapsed() < RUN {
+                    let t = q
+                        .put_batch(BATCH, &mut |_, buf| buf.extend_from_slice(&payload))
+                        .unwrap();
+                    rt.block_on(q.wait_durable(t)).unwrap();
+                    msgs += BATCH;
+                }
+                msgs
+            })
+        })
+        .collect();
+    let msgs: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let secs = start.elapsed().as_secs_f64();
+    let syncs = q.data_syncs() - syncs_before;
+    println!(
+        "diskqueue/durable_2_writers: put_batch({BATCH} x {SIZE} B) + wait_durable, {WRITERS} threads, {secs:.1} s: {:.0} msgs/s, {:.0} fdatasyncs/s, {:.0} msgs per fdatasync",
+        msgs as f64 / secs,
+        syncs as f64 / secs,
+        msgs as f64 / syncs.max(1) as f64
+    );
+    q.close().unwrap();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3));
     targets = bench
 }
-criterion_main!(benches);
+
+fn main() {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let bench_mode = std::env::args().any(|a| a == "--bench");
+    if bench_mode && (filters.is_empty() || filters.iter().any(|f| f.contains("durable"))) {
+        durable_two_writers();
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

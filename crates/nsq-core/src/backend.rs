@@ -6,6 +6,24 @@
 
 use bytes::Bytes;
 
+/// Where a record starts in a backend; ordered as the queue is (file number, then byte offset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct RecordPos {
+    /// Data file number (`<name>.diskqueue.%06d.dat`).
+    pub file_num: i64,
+    /// Byte offset of the record's length prefix in that file.
+    pub offset: i64,
+}
+
+/// Returned by a successful put: identifies how far the writer got, for durability waits.
+/// Tickets of one backend only grow; comparing tickets of different backends means nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct WriteTicket(pub u64);
+
+/// A future that completes when the records behind a ticket are on stable storage.
+pub type DurableWait =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), BackendError>> + Send>>;
+
 /// Errors a backend reports. `Exiting` renders as the reference's `exiting`.
 #[derive(Debug)]
 pub enum BackendError {
@@ -53,23 +71,46 @@ impl From<std::io::Error> for BackendError {
 /// channel never holds its own lock while the backend does I/O.
 pub trait BackendQueue: Send + Sync + 'static {
     /// Appends `count` records in order. `encode(i, out)` appends record `i`'s payload to
-    /// `out` (the backend adds the length prefix). The whole batch costs one `write` syscall.
-    /// On error nothing of the batch is counted as written.
+    /// `out` (the backend adds the length prefix). The whole batch costs one `write` syscall
+    /// and never waits for the disk to sync. On error (e.g. ENOSPC) nothing of the batch
+    /// counts as written, the queue stays consistent, and a later put succeeds once the cause
+    /// is gone. The ticket is for [`BackendQueue::wait_durable`].
     fn put_batch(
         &self,
         count: usize,
         encode: &mut dyn FnMut(usize, &mut Vec<u8>),
-    ) -> Result<(), BackendError>;
+    ) -> Result<WriteTicket, BackendError>;
 
     /// Appends one record.
-    fn put(&self, payload: &[u8]) -> Result<(), BackendError> {
+    fn put(&self, payload: &[u8]) -> Result<WriteTicket, BackendError> {
         self.put_batch(1, &mut |_, out| out.extend_from_slice(payload))
     }
+
+    /// Completes once every record written up to and including `ticket` is fdatasync'd.
+    /// Group commit: one sync serves every waiter whose writes it covers, and a waiter makes
+    /// a sync start promptly (it does not wait for `sync_every` or `sync_timeout`). `Err` if
+    /// the sync covering the ticket failed (the records must not be acknowledged) or the
+    /// queue was deleted first.
+    fn wait_durable(&self, ticket: WriteTicket) -> DurableWait;
 
     /// Takes (consumes) up to `max` records from the front, appending them to `out`; returns
     /// how many were taken. Records taken are gone from the queue. Corrupt data is skipped
     /// as the diskqueue spec says.
     fn read_batch(&self, max: usize, out: &mut Vec<Bytes>) -> usize;
+
+    /// Like [`BackendQueue::read_batch`], also giving each record's start position (for
+    /// [`BackendQueue::set_read_watermark`]). Records taken this way are unsettled until the
+    /// caller says otherwise: with no watermark set, the first of them becomes the watermark,
+    /// so a caller of this method must call `set_read_watermark` after it (`None` once
+    /// everything is settled), or finished data files are kept.
+    fn read_batch_pos(&self, max: usize, out: &mut Vec<(Bytes, RecordPos)>) -> usize;
+
+    /// The durable-read watermark: `Some(pos)` = the oldest record the caller has read but not
+    /// yet settled (FINed, or stored durably elsewhere). The read position persisted in the
+    /// metadata (and the depth persisted with it) is never past it, and data files from the
+    /// watermark's file on are kept, so after a crash reading resumes at the watermark.
+    /// `None` = everything read is settled (go-diskqueue's behaviour). Cheap: no I/O.
+    fn set_read_watermark(&self, pos: Option<RecordPos>);
 
     /// Records written and not yet taken.
     fn depth(&self) -> i64;
@@ -93,12 +134,19 @@ impl BackendQueue for DropSink {
         &self,
         _count: usize,
         _encode: &mut dyn FnMut(usize, &mut Vec<u8>),
-    ) -> Result<(), BackendError> {
-        Ok(())
+    ) -> Result<WriteTicket, BackendError> {
+        Ok(WriteTicket::default())
+    }
+    fn wait_durable(&self, _ticket: WriteTicket) -> DurableWait {
+        Box::pin(std::future::ready(Ok(())))
     }
     fn read_batch(&self, _max: usize, _out: &mut Vec<Bytes>) -> usize {
         0
     }
+    fn read_batch_pos(&self, _max: usize, _out: &mut Vec<(Bytes, RecordPos)>) -> usize {
+        0
+    }
+    fn set_read_watermark(&self, _pos: Option<RecordPos>) {}
     fn depth(&self) -> i64 {
         0
     }

@@ -4,15 +4,17 @@
 
 pub mod backend;
 pub mod channel;
+pub mod deferred;
 pub mod diskqueue;
 pub mod e2e;
 pub mod engine;
+pub mod inflight;
 pub mod message;
 pub mod options;
 pub mod scanner;
 pub mod topic;
 
-pub use backend::{BackendError, BackendQueue, DropSink};
+pub use backend::{BackendError, BackendQueue, DropSink, DurableWait, RecordPos, WriteTicket};
 pub use channel::{Channel, ChannelStats, Consumer, FinishError, RequeueError, SubscribeError};
 pub use engine::{Engine, Hooks, NoHooks};
 pub use message::Message;

@@ -209,7 +209,8 @@ impl Topic {
         if to_backend {
             result = self
                 .backend
-                .put_batch(rest.len(), &mut |i, out| rest[i].encode_into(out));
+                .put_batch(rest.len(), &mut |i, out| rest[i].encode_into(out))
+                .map(drop);
             self.health.record(&result);
             self.state.lock().backend_writers -= 1;
         }
@@ -469,6 +470,7 @@ impl Topic {
         } else {
             self.backend
                 .put_batch(msgs.len(), &mut |i, out| msgs[i].encode_into(out))
+                .map(drop)
         };
         self.backend.close()?;
         r

@@ -632,12 +632,21 @@ fn records_larger_than_the_read_chunk() {
 }
 
 #[test]
-fn unparsable_metadata_is_refused() {
+fn unparsable_metadata_is_rebuilt_not_refused() {
+    // More cases in tests/diskqueue_recovery.rs.
     let dir = tempfile::tempdir().unwrap();
     fs::write(meta_file(dir.path(), "u"), b"6\n0,0\n").unwrap();
-    assert!(DiskQueue::open("u", opts(dir.path(), 100)).is_err());
+    let q = DiskQueue::open("u", opts(dir.path(), 100)).unwrap();
+    assert_eq!(q.depth(), 0);
+    q.put(&p32(1)).unwrap();
+    assert_payloads(&read_all(&q), &[p32(1)]);
+    q.close().unwrap();
+    // Positions rebuilt from the data: the (consumed) record still in file 0 is served again.
     fs::write(meta_file(dir.path(), "u"), b"garbage").unwrap();
-    assert!(DiskQueue::open("u", opts(dir.path(), 100)).is_err());
+    let q = DiskQueue::open("u", opts(dir.path(), 100)).unwrap();
+    assert_eq!(q.depth(), 1);
+    assert_payloads(&read_all(&q), &[p32(1)]);
+    q.close().unwrap();
 }
 
 #[test]

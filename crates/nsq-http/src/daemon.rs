@@ -27,6 +27,14 @@ pub trait Daemon: Sized {
     fn start(opts: Self::Options) -> impl Future<Output = Result<Self, Self::Error>>;
     /// Stops accepting, drains and persists what must be persisted.
     fn shutdown(self) -> impl Future<Output = ()>;
+    /// Serves until the process should exit, then shuts down: by default until the first
+    /// SIGINT or SIGTERM. nsqd overrides it for drain mode (nsqd::drain).
+    fn serve(self) -> impl Future<Output = ()> {
+        async move {
+            wait_for_signal().await;
+            self.shutdown().await;
+        }
+    }
 }
 
 /// How a fatal (exit 1) flag or config-file error is printed; each daemon keeps the reference
@@ -124,8 +132,7 @@ pub fn run<D: Daemon>(how: RunOptions) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        wait_for_signal().await;
-        daemon.shutdown().await;
+        daemon.serve().await;
         ExitCode::SUCCESS
     })
 }

@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use crate::client::HttpClient;
 use crate::cluster::ClusterInfo;
 use crate::history::History;
 use crate::http::Routes;
 use crate::notify::Notifier;
 use crate::options::{AdminOptions, Cidr};
-use nsq_http::client::HttpClient;
 
 /// Shared state of a running nsqadmin.
 pub struct Admin {
@@ -64,7 +64,7 @@ impl Admin {
 /// The upstream client for these options: timeouts, TLS (`--http-client-tls-*`), and the
 /// reference's `User-Agent`.
 pub(crate) fn build_client(o: &AdminOptions) -> Result<HttpClient, String> {
-    HttpClient::new(&nsq_http::client::ClientOptions {
+    nsq_http::client::HttpClient::new(&nsq_http::client::ClientOptions {
         connect_timeout: o.http_client_connect_timeout,
         request_timeout: o.http_client_request_timeout,
         user_agent: format!("nsqadmin/v{}", crate::options::VERSION),
@@ -76,5 +76,6 @@ pub(crate) fn build_client(o: &AdminOptions) -> Result<HttpClient, String> {
         },
         follow_redirects: true,
     })
+    .map(HttpClient::new)
     .map_err(|e| e.to_string())
 }

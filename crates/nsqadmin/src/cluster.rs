@@ -11,9 +11,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
+use crate::client::HttpClient;
 use crate::stats::{ClusterStats, RawStats};
 use nsq_go::url::query_escape;
-use nsq_http::client::HttpClient;
 
 /// Which kind of upstream a fan-out talked to (for `failed to query any <kind>`).
 #[derive(Debug, Clone, Copy)]

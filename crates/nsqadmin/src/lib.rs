@@ -5,9 +5,11 @@
 //! ([`history`]). `apps/nsqadmin` only parses flags ([`options`]) and calls [`server::start`].
 
 pub mod admin;
+pub mod client;
 pub mod cluster;
 pub mod history;
 pub mod http;
+pub mod metrics;
 /// Go-compatible JSON bytes.
 pub use nsq_go::json;
 pub mod notify;

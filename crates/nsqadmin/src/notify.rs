@@ -5,7 +5,7 @@
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use nsq_http::client::HttpClient;
+use crate::client::HttpClient;
 
 /// The notification body (fields in the reference's order; empty optional fields omitted).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

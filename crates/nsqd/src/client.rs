@@ -152,30 +152,33 @@ impl Client {
         self.message_count.fetch_add(n as u64, Ordering::Relaxed);
     }
 
-    /// FIN succeeded. The reader wakes the writer once per batch of commands (see
+    /// `n` FINs succeeded. The reader wakes the writer once per batch of commands (see
     /// `protocol_v2::read_loop`), not once per FIN.
-    pub fn finished(&self) {
-        self.finish_count.fetch_add(1, Ordering::Relaxed);
-        self.dec_in_flight_quiet();
+    pub fn finished(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.finish_count.fetch_add(n as u64, Ordering::Relaxed);
+        self.dec_in_flight_quiet(n as i64);
     }
 
     /// REQ succeeded (the writer is woken as for FIN).
     pub fn requeued(&self) {
         self.requeue_count.fetch_add(1, Ordering::Relaxed);
-        self.dec_in_flight_quiet();
+        self.dec_in_flight_quiet(1);
     }
 
-    fn dec_in_flight_quiet(&self) {
+    fn dec_in_flight_quiet(&self, n: i64) {
         // Never below zero (an empty() may have reset it meanwhile).
         let _ = self
             .in_flight_count
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                Some((v - 1).max(0))
+                Some((v - n).max(0))
             });
     }
 
     fn dec_in_flight(&self) {
-        self.dec_in_flight_quiet();
+        self.dec_in_flight_quiet(1);
         self.wake.notify_one();
     }
 

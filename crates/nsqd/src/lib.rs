@@ -6,10 +6,13 @@
 
 pub mod auth;
 pub mod client;
-pub mod compress;
+pub mod drain;
+/// The snappy/deflate stream layers live in their own crate (shared with nsq-client).
+pub use nsq_compress as compress;
 pub mod http;
 pub mod lookup;
 pub mod metadata;
+pub mod metrics;
 pub mod nsqd;
 pub mod options;
 pub mod protocol_v2;

@@ -91,6 +91,8 @@ pub struct Nsqd {
     pub http_client: nsq_http::client::HttpClient,
     /// Serialises metadata writes (async scheduled ones and synchronous pause writes).
     pub(crate) metadata_lock: Mutex<()>,
+    /// Drain mode (crate::drain).
+    pub drain: crate::drain::Drain,
 }
 
 impl Nsqd {
@@ -121,6 +123,10 @@ impl Nsqd {
     pub async fn topic(&self, name: &str) -> Result<Arc<Topic>, BackendError> {
         if let Some(t) = self.engine.get_topic(name) {
             return Ok(t);
+        }
+        if self.drain.is_draining() {
+            // A draining node creates no topics (crate::drain); callers refuse earlier.
+            return Err(BackendError::Exiting);
         }
         let lookupds = self.lookup.http_addresses();
         if lookupds.is_empty() {

@@ -235,6 +235,8 @@ pub struct NsqdOptions {
     pub deflate: bool,
     pub max_deflate_level: i64,
     pub snappy: bool,
+    /// `-sigterm`: what SIGTERM does (crate::drain); not in the reference.
+    pub sigterm: crate::drain::SigtermMode,
 }
 
 impl Default for NsqdOptions {
@@ -308,6 +310,7 @@ impl NsqdOptions {
             deflate: true,
             max_deflate_level: 6,
             snappy: true,
+            sigterm: crate::drain::SigtermMode::Shutdown,
         }
     }
 
@@ -551,6 +554,8 @@ pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
         "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)";
     "snappy" => snappy: Bool, Some("snappy"),
         "enable snappy feature negotiation (client compression)";
+    "sigterm" => sigterm: Custom, Some("sigterm"),
+        "what SIGTERM does: 'shutdown' (clean shutdown) or 'drain' (accept no new messages, deliver the queued ones, then shut down)";
     ],
     // nsqd's `cfg.Validate()` (apps/nsqd/main.go) checks these three before resolving.
     config_checks: &["tls_required", "tls_min_version", "log_level"],
@@ -667,6 +672,8 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
     	number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts (default 20)
   -queue-scan-worker-pool-max int
     	max concurrency for checking in-flight and deferred message timeouts (default 4)
+  -sigterm value
+    	what SIGTERM does: 'shutdown' (clean shutdown) or 'drain' (accept no new messages, deliver the queued ones, then shut down) (default shutdown)
   -snappy
     	enable snappy feature negotiation (client compression) (default true)
   -statsd-address string

@@ -19,6 +19,7 @@ use nsq_protocol::error::NsqError;
 use nsq_protocol::frame;
 use nsq_protocol::identify::{negotiate, parse_identify, IdentifyResponse, Negotiated};
 use nsq_protocol::names::is_ephemeral;
+use nsq_protocol::MessageId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -118,6 +119,31 @@ impl DecodeHooks for Gate<'_> {
     }
 }
 
+/// FINs waiting to be applied as one batch.
+#[derive(Default)]
+struct Fins {
+    ids: Vec<MessageId>,
+    failed: Vec<(MessageId, FinishError)>,
+}
+
+impl Fins {
+    /// Finishes the pending FINs with one channel lock round and queues the `E_FIN_FAILED`
+    /// errors in order. Returns whether any FIN was applied (window space freed).
+    fn flush(&mut self, client: &Client) -> bool {
+        if self.ids.is_empty() {
+            return false;
+        }
+        let ch = client.channel.get().expect("FIN allowed only after SUB");
+        let n = ch.finish_many(client.id, &self.ids, &mut self.failed);
+        client.finished(n);
+        for (id, e) in self.failed.drain(..) {
+            send_error(client, &NsqError::fin_failed(&id, &e.to_string()));
+        }
+        self.ids.clear();
+        n > 0
+    }
+}
+
 async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut decoder = Decoder::new(nsqd.tcp.limits);
@@ -128,10 +154,30 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
         mpub_topic: None,
     };
     let mut freed = false;
+    // Consecutive FINs of one read, finished together under one channel lock (see
+    // `Fins::flush`); any other command flushes them first, so responses keep their order.
+    let mut fins = Fins::default();
+    // The read deadline of the command being read: set when the previous command completed
+    // (or at the start) to now + 2 × heartbeat and NOT moved by reads that only bring part of
+    // a command, so a body trickled in byte by byte cannot hold the connection open
+    // (nsqd/protocol_v2.go, IOLoop: SetReadDeadline once per command, before its line; the
+    // body is read under the same deadline).
+    let mut deadline: Option<Instant> = None;
+    let mut started = false;
     loop {
+        let mut completed = !started;
+        started = true;
         loop {
             let decoded = decoder.decode_with(&mut buf, &mut gate);
+            if !matches!(decoded, Ok(Some(Command::Fin { .. }))) {
+                freed |= fins.flush(client);
+            }
+            completed |= matches!(decoded, Ok(Some(_)));
             match decoded {
+                Ok(Some(Command::Fin { id })) => {
+                    gate.mpub_topic = None;
+                    fins.ids.push(id);
+                }
                 Ok(Some(Command::Identify { body })) => match identify(nsqd, client, &body) {
                     Ok(None) => {}
                     Ok(Some(negotiated)) => {
@@ -151,7 +197,7 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 },
                 Ok(Some(cmd)) => {
                     gate.mpub_topic = None;
-                    freed |= matches!(cmd, Command::Fin { .. } | Command::Req { .. });
+                    freed |= matches!(cmd, Command::Req { .. });
                     if let Err(e) = exec(nsqd, client, cmd).await {
                         let fatal = e.fatal();
                         send_error(client, &e);
@@ -185,10 +231,16 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(64 * 1024);
         }
-        let deadline = client.settings.lock().heartbeat.map(|h| h * 2);
+        if completed {
+            deadline = client
+                .settings
+                .lock()
+                .heartbeat
+                .map(|h| Instant::now() + h * 2);
+        }
         let read = async {
             match deadline {
-                Some(d) => timeout(d, rd.read_buf(&mut buf)).await.ok(),
+                Some(d) => tokio::time::timeout_at(d, rd.read_buf(&mut buf)).await.ok(),
                 None => Some(rd.read_buf(&mut buf).await),
             }
         };
@@ -325,13 +377,17 @@ fn send_response(client: &Client, data: &[u8]) {
 
 /// Runs one decoded command. `Err` is the error frame to send (fatal or not, per its code).
 async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<(), NsqError> {
+    if nsqd.drain.is_draining() {
+        crate::drain::check_tcp(nsqd, &cmd)?;
+    }
     match cmd {
         Command::Nop => Ok(()),
         Command::Fin { id } => {
+            // read_loop batches FINs (`Fins`); this path serves any other caller.
             let ch = client.channel.get().expect("FIN allowed only after SUB");
             match ch.finish(client.id, &id) {
                 Ok(()) => {
-                    client.finished();
+                    client.finished(1);
                     Ok(())
                 }
                 Err(e) => Err(NsqError::fin_failed(&id, &e.to_string())),

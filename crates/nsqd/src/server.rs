@@ -130,6 +130,7 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
         metadata_dirty: metadata_dirty.clone(),
         lookup,
         metadata_lock: Mutex::new(()),
+        drain: crate::drain::Drain::default(),
     });
 
     engine.begin_loading();
@@ -316,5 +317,10 @@ impl nsq_http::daemon::Daemon for NsqdHandle {
 
     async fn shutdown(self) {
         NsqdHandle::shutdown(self).await
+    }
+
+    /// Signals, drain mode and `PUT /config/shutdown` (crate::drain).
+    async fn serve(self) {
+        crate::drain::run(self).await
     }
 }

@@ -46,6 +46,8 @@ pub struct Snapshot {
     pub producers: Vec<ClientStats>,
     /// With `include_mem`.
     pub memory: Option<MemStats>,
+    /// Drain mode (crate::drain).
+    pub draining: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -129,6 +131,7 @@ impl Snapshot {
         let mut s = Snapshot::of_engine(&nsqd.engine, filter);
         s.health = nsqd.health();
         s.start_time = nsqd.start_time;
+        s.draining = nsqd.drain.is_draining();
         if filter.include_clients && s.topic_found {
             let mut producers: Vec<Arc<Client>> = nsqd
                 .clients()

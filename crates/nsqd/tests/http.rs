@@ -298,6 +298,7 @@ async fn ping_and_info() {
         "max_output_buffer_size",
         "max_output_buffer_timeout",
         "max_deflate_level",
+        "draining",
     ];
     let mut last = 0;
     for k in keys {
@@ -941,7 +942,7 @@ async fn stats_json_shape_and_filters() {
         "{text}"
     );
     assert!(
-        text.ends_with(",\"gc_total_runs\":0},\"producers\":null}"),
+        text.ends_with(",\"gc_total_runs\":0},\"producers\":null,\"draining\":false}"),
         "{text}"
     );
 
@@ -965,7 +966,7 @@ async fn stats_json_shape_and_filters() {
          {\"channel_name\":\"c1\",\"depth\":0,\"backend_depth\":0,\"in_flight_count\":0,\"deferred_count\":0,\"message_count\":0,\"requeue_count\":0,\"timeout_count\":0,\"client_count\":0,\"clients\":[],\"paused\":false,\"e2e_processing_latency\":{\"count\":0,\"percentiles\":null}},\
          {\"channel_name\":\"c2\",\"depth\":0,\"backend_depth\":0,\"in_flight_count\":0,\"deferred_count\":0,\"message_count\":0,\"requeue_count\":0,\"timeout_count\":0,\"client_count\":0,\"clients\":[],\"paused\":false,\"e2e_processing_latency\":{\"count\":0,\"percentiles\":null}}],\
          \"depth\":0,\"backend_depth\":0,\"message_count\":0,\"message_bytes\":0,\"paused\":false,\"e2e_processing_latency\":{\"count\":0,\"percentiles\":null}}],\
-         \"producers\":null}"
+         \"producers\":null,\"draining\":false}"
     );
 
     let s = d.stats("&topic=b").await;
@@ -973,7 +974,7 @@ async fn stats_json_shape_and_filters() {
     let s = d.stats("&topic=nope&include_mem=0").await;
     assert_eq!(
         s,
-        serde_json::json!({"version":"1.3.0","health":"OK","start_time":s["start_time"],"topics":null,"producers":null})
+        serde_json::json!({"version":"1.3.0","health":"OK","start_time":s["start_time"],"topics":null,"producers":null,"draining":false})
     );
     let s = d.stats("&channel=c2").await;
     assert_eq!(s["topics"].as_array().unwrap().len(), 1);

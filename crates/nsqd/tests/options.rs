@@ -460,7 +460,7 @@ fn usage_text() {
     assert!(u.ends_with("  -worker-id\n    \t[deprecated] use --node-id\n"));
     // Every flag appears in the help text exactly once.
     let n = u.lines().filter(|l| l.starts_with("  -")).count();
-    assert_eq!(n, 53);
+    assert_eq!(n, 54);
     assert!(!nsqd::options::usage().is_empty());
 }
 

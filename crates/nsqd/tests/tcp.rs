@@ -487,3 +487,45 @@ async fn fatal_error_does_not_disturb_other_clients() {
     assert_eq!(&sub.message().await.body[..], b"still");
     h.shutdown().await;
 }
+
+/// The read deadline covers a whole command (nsqd/protocol_v2.go, IOLoop sets it once per
+/// command): a PUB body sent one byte per 1.5 s must not keep the connection open past
+/// 2 × heartbeat, although every single read comes well within it.
+#[tokio::test]
+async fn trickled_body_hits_the_command_read_deadline() {
+    let (h, _d) = start().await;
+    let mut c = Conn::open(&h).await;
+    c.send(&sized("IDENTIFY\n", br#"{"heartbeat_interval":1000}"#))
+        .await;
+    c.expect_response(b"OK").await;
+    let start = std::time::Instant::now();
+    let mut head = b"PUB t\n".to_vec();
+    head.extend_from_slice(&10u32.to_be_bytes());
+    c.send(&head).await;
+    // Trickle the body from a second task while this one waits for the close.
+    let (mut rd, mut wr) = c.s.into_split();
+    let trickle = tokio::spawn(async move {
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            if wr.write_all(b"x").await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), rd.read_to_end(&mut rest))
+        .await
+        .expect("connection closed before the body was complete")
+        .ok();
+    let took = start.elapsed();
+    // Closed at ~2 s (2 × heartbeat from the command's start), long before the 15 s the body
+    // takes; no OK was sent (heartbeats may have been).
+    assert!(took >= Duration::from_millis(1500), "closed after {took:?}");
+    assert!(took < Duration::from_secs(9), "closed only after {took:?}");
+    let mut buf = BytesMut::from(&rest[..]);
+    while let Some(f) = take_frame(&mut buf).unwrap() {
+        assert_eq!(&f.data[..], b"_heartbeat_");
+    }
+    trickle.abort();
+    h.shutdown().await;
+}

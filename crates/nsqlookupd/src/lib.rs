@@ -5,6 +5,7 @@
 
 pub mod db;
 pub mod http;
+pub mod metrics;
 pub mod nsqlookupd;
 pub mod options;
 pub mod server;

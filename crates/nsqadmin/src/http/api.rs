@@ -44,9 +44,11 @@ pub(super) async fn handle(
         Endpoint::HistoryTotal => history(admin, None, None),
         Endpoint::HistoryTopic => history(admin, Some(p(0)), None),
         Endpoint::HistoryChannel => history(admin, Some(p(0)), Some(p(1))),
-        Endpoint::Index | Endpoint::Static | Endpoint::Render | Endpoint::Ping => {
-            Err(Reply::error(StatusCode::NOT_FOUND, "NOT_FOUND"))
-        }
+        Endpoint::Index
+        | Endpoint::Static
+        | Endpoint::Render
+        | Endpoint::Ping
+        | Endpoint::Metrics => Err(Reply::error(StatusCode::NOT_FOUND, "NOT_FOUND")),
     };
     r.unwrap_or_else(|e| e)
 }

@@ -57,11 +57,14 @@ pub(crate) enum Endpoint {
     HistoryTotal,
     HistoryTopic,
     HistoryChannel,
+    /// `/metrics` (Prometheus; crate::metrics).
+    Metrics,
 }
 
 const ROUTES: &[(Method, &str, Endpoint)] = &[
     (Method::GET, "/", Endpoint::Index),
     (Method::GET, "/ping", Endpoint::Ping),
+    (Method::GET, "/metrics", Endpoint::Metrics),
     (Method::GET, "/topics", Endpoint::Index),
     (Method::GET, "/topics/:topic", Endpoint::Index),
     (Method::GET, "/topics/:topic/:channel", Endpoint::Index),
@@ -275,6 +278,8 @@ async fn route(admin: Arc<Admin>, peer: SocketAddr, req: Request) -> Reply {
             Endpoint::Index | Endpoint::Static | Endpoint::Render | Endpoint::Ping => {
                 ui::handle(&admin, ep, params, ctx).await
             }
+            Endpoint::Metrics => Reply::new(StatusCode::OK, crate::metrics::render())
+                .with(header::CONTENT_TYPE, nsq_prometheus::CONTENT_TYPE),
             _ => api::handle(&admin, ep, params, ctx).await,
         }
     });

@@ -31,11 +31,25 @@ pub(super) async fn handle(
 ) -> Response {
     let nsqd = &st.nsqd;
     match ep {
+        Endpoint::Pub | Endpoint::Mpub | Endpoint::TopicCreate | Endpoint::ChannelCreate
+            if nsqd.drain.is_draining() =>
+        {
+            crate::drain::http_refused()
+        }
+        Endpoint::Config if matches!(param.as_deref(), Some("drain")) => {
+            crate::drain::http_config(nsqd, req.method(), "drain")
+        }
+        Endpoint::Config
+            if param.as_deref() == Some("shutdown") && req.method() == axum::http::Method::PUT =>
+        {
+            crate::drain::http_config(nsqd, req.method(), "shutdown")
+        }
         Endpoint::Ping => ping(nsqd),
         Endpoint::Info => v1(info(nsqd)),
         Endpoint::Pub => v1(publish(nsqd, req).await),
         Endpoint::Mpub => v1(mpublish(nsqd, req).await),
         Endpoint::Stats => v1(stats(nsqd, req).await),
+        Endpoint::Metrics => crate::metrics::response(nsqd, req.uri().query()),
         Endpoint::TopicCreate => v1(topic_create(nsqd, req).await),
         Endpoint::TopicDelete => v1(topic_delete(nsqd, req).await),
         Endpoint::TopicEmpty => v1(topic_empty(nsqd, req).await),
@@ -226,6 +240,8 @@ fn info(nsqd: &Nsqd) -> ApiResult {
         max_output_buffer_size: i64,
         max_output_buffer_timeout: i64,
         max_deflate_level: i64,
+        /// Drain mode (crate::drain); not in the reference.
+        draining: bool,
     }
     let o = &nsqd.opts;
     let info = Info {
@@ -239,6 +255,7 @@ fn info(nsqd: &Nsqd) -> ApiResult {
         max_output_buffer_size: o.max_output_buffer_size,
         max_output_buffer_timeout: nanos(o.max_output_buffer_timeout),
         max_deflate_level: o.max_deflate_level,
+        draining: nsqd.drain.is_draining(),
     };
     Ok(Reply::Json(json::to_vec(&info)))
 }

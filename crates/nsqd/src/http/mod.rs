@@ -77,6 +77,8 @@ enum Endpoint {
     Pub,
     Mpub,
     Stats,
+    /// `/metrics` (Prometheus; crate::metrics).
+    Metrics,
     TopicCreate,
     TopicDelete,
     TopicEmpty,
@@ -102,6 +104,7 @@ const ROUTES: &[(Method, &str, Endpoint)] = &[
     (Method::POST, "/pub", Endpoint::Pub),
     (Method::POST, "/mpub", Endpoint::Mpub),
     (Method::GET, "/stats", Endpoint::Stats),
+    (Method::GET, "/metrics", Endpoint::Metrics),
     (Method::POST, "/topic/create", Endpoint::TopicCreate),
     (Method::POST, "/topic/delete", Endpoint::TopicDelete),
     (Method::POST, "/topic/empty", Endpoint::TopicEmpty),

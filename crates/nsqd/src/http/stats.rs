@@ -27,6 +27,8 @@ pub(crate) struct StatsJson {
     memory: Option<MemStats>,
     /// `null` when there are no producers or clients are excluded.
     producers: Option<Vec<ClientJson>>,
+    /// Drain mode (crate::drain); not in the reference.
+    draining: bool,
 }
 
 #[derive(Serialize)]
@@ -208,6 +210,7 @@ fn to_json(s: Snapshot, q: &StatsQuery<'_>) -> StatsJson {
                 .map(|c| client_json(c, q.topic))
                 .collect()
         }),
+        draining: s.draining,
     }
 }
 

@@ -50,6 +50,8 @@ enum Endpoint {
     ChannelCreate,
     ChannelDelete,
     TopicTombstone,
+    /// `/metrics` (Prometheus; crate::metrics).
+    Metrics,
 }
 
 impl Endpoint {
@@ -58,7 +60,12 @@ impl Endpoint {
     fn takes_params(self) -> bool {
         !matches!(
             self,
-            Endpoint::Ping | Endpoint::Info | Endpoint::Debug | Endpoint::Topics | Endpoint::Nodes
+            Endpoint::Ping
+                | Endpoint::Info
+                | Endpoint::Debug
+                | Endpoint::Topics
+                | Endpoint::Nodes
+                | Endpoint::Metrics
         )
     }
 }
@@ -78,6 +85,7 @@ const ROUTES: &[(Method, &str, Endpoint)] = &[
     (Method::POST, "/channel/create", Endpoint::ChannelCreate),
     (Method::POST, "/channel/delete", Endpoint::ChannelDelete),
     (Method::POST, "/topic/tombstone", Endpoint::TopicTombstone),
+    (Method::GET, "/metrics", Endpoint::Metrics),
 ];
 
 /// The route table as a router (built once).
@@ -168,6 +176,7 @@ fn handle(lookupd: &Nsqlookupd, ep: Endpoint, q: &Query) -> Response {
             })
         }
         Endpoint::Debug => json(&db.debug()),
+        Endpoint::Metrics => return crate::metrics::response(lookupd),
         Endpoint::Topics => {
             let mut m = BTreeMap::new();
             m.insert("topics", db.topics());

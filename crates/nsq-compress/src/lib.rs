@@ -1,5 +1,6 @@
 //! The compression layers a V2 connection switches to after IDENTIFY negotiates `snappy` or
-//! `deflate` (spec §10.3, §10.4): [`SnappyReader`]/[`SnappyWriter`] speak the snappy framing
+//! `deflate` (nsqd/protocol_v2.go, IDENTIFY and upgradeSnappy/upgradeDeflate; go-nsq conn.go,
+//! the same upgrades on the client side). Both ends use them: nsqd and nsq-client. [`SnappyReader`]/[`SnappyWriter`] speak the snappy framing
 //! format and [`DeflateReader`]/[`DeflateWriter`] raw DEFLATE with a sync flush per flush, each
 //! wrapping any tokio byte stream (plain TCP or TLS). Writers only buffer in `poll_write` and do
 //! all compression output and I/O in `poll_flush`, so a flush is the unit the client can decode

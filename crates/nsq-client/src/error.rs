@@ -1,0 +1,125 @@
+//! The client's error type. A server error frame becomes [`Error::Server`], which keeps the
+//! NSQ code (`E_BAD_TOPIC`, `E_PUB_FAILED`, …) as nsq-protocol's [`ErrorCode`] and the text.
+
+use std::io;
+
+use nsq_protocol::ErrorCode;
+
+/// Every code an error frame can carry, for matching the text's first word.
+const CODES: &[ErrorCode] = &[
+    ErrorCode::Invalid,
+    ErrorCode::BadBody,
+    ErrorCode::BadTopic,
+    ErrorCode::BadChannel,
+    ErrorCode::BadMessage,
+    ErrorCode::PubFailed,
+    ErrorCode::MpubFailed,
+    ErrorCode::DpubFailed,
+    ErrorCode::FinFailed,
+    ErrorCode::ReqFailed,
+    ErrorCode::TouchFailed,
+    ErrorCode::SubFailed,
+    ErrorCode::IdentifyFailed,
+    ErrorCode::AuthDisabled,
+    ErrorCode::AuthFailed,
+    ErrorCode::AuthFirst,
+    ErrorCode::Unauthorized,
+    ErrorCode::AuthError,
+    ErrorCode::BadProtocol,
+];
+
+/// An error frame from nsqd: `<CODE> <description>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerError {
+    /// The code, when it is one nsqd sends.
+    pub code: Option<ErrorCode>,
+    /// The whole frame text, e.g. `E_BAD_TOPIC PUB topic name "a b" is not valid`.
+    pub text: String,
+}
+
+impl ServerError {
+    /// Parses an error frame's data.
+    pub fn from_frame(data: &[u8]) -> Self {
+        let text = String::from_utf8_lossy(data).into_owned();
+        let first = text.split(' ').next().unwrap_or("");
+        let code = CODES.iter().copied().find(|c| c.as_str() == first);
+        ServerError { code, text }
+    }
+}
+
+impl std::fmt::Display for ServerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Why a client operation failed. Display texts follow go-nsq's where it has one.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// nsqd answered with an error frame (`ErrProtocol` in go-nsq).
+    #[error("{0}")]
+    Server(ServerError),
+    /// Reading or writing the connection failed.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// The connection closed before the answer arrived.
+    #[error("not connected")]
+    NotConnected,
+    /// IDENTIFY failed (go-nsq's `ErrIdentify`).
+    #[error("failed to IDENTIFY - {0}")]
+    Identify(String),
+    /// nsqd requires AUTH and no secret is configured.
+    #[error("Auth Required")]
+    AuthRequired,
+    /// AUTH was refused.
+    #[error("Error authenticating {0}")]
+    Auth(String),
+    /// The TLS configuration or handshake failed.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// Something nsqd sent is not valid protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The producer or consumer was stopped.
+    #[error("stopped")]
+    Stopped,
+    /// A topic or channel name is not valid.
+    #[error("invalid {kind} name {name:?}")]
+    InvalidName { kind: &'static str, name: String },
+    /// An invalid configuration.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// A lookupd query failed.
+    #[error("lookupd {addr}: {reason}")]
+    Lookupd { addr: String, reason: String },
+    /// `DPUB` with a delay that does not fit the protocol.
+    #[error("invalid defer {0:?}")]
+    InvalidDelay(std::time::Duration),
+}
+
+impl Error {
+    /// The NSQ error code, for an error frame from nsqd.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Server(e) => e.code,
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_frame_code() {
+        let e = ServerError::from_frame(b"E_BAD_TOPIC PUB topic name \"a b\" is not valid");
+        assert_eq!(e.code, Some(ErrorCode::BadTopic));
+        assert_eq!(Error::Server(e).code(), Some(ErrorCode::BadTopic));
+        assert_eq!(
+            ServerError::from_frame(b"E_BAD_PROTOCOL").code,
+            Some(ErrorCode::BadProtocol)
+        );
+        assert_eq!(ServerError::from_frame(b"E_NEW thing").code, None);
+    }
+}

@@ -1,0 +1,127 @@
+//! The rustls client configuration for `tls_v1` (go-nsq config.go, tlsConfig: a custom root CA,
+//! a client certificate + key, and skip-verify). Without a CA file the system bundle is loaded
+//! from the same well-known paths Go's crypto/x509 reads on Linux (root_linux.go).
+
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::WebPkiSupportedAlgorithms;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls_pki_types::pem::PemObject;
+
+use crate::config::TlsOptions;
+use crate::error::Error;
+
+/// Where Go looks for the system CA bundle on Linux (crypto/x509, root_linux.go).
+const SYSTEM_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/pki/tls/cacert.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+fn tls_err(e: impl std::fmt::Display) -> Error {
+    Error::Tls(e.to_string())
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Builds (or returns the given) client configuration.
+pub(crate) fn client_config(opts: &TlsOptions) -> Result<Arc<ClientConfig>, Error> {
+    if let Some(c) = &opts.client_config {
+        return Ok(c.clone());
+    }
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(tls_err)?;
+    let builder = if opts.insecure_skip_verify {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(SkipVerify(
+                provider().signature_verification_algorithms,
+            )))
+    } else {
+        let mut roots = RootCertStore::empty();
+        let pem = match &opts.root_ca_file {
+            Some(path) => std::fs::read(path).map_err(|e| {
+                Error::Tls(format!(
+                    "ERROR: failed to read custom Certificate Authority file {e}"
+                ))
+            })?,
+            None => SYSTEM_BUNDLES
+                .iter()
+                .find_map(|p| std::fs::read(p).ok())
+                .unwrap_or_default(),
+        };
+        let (added, _) = roots
+            .add_parsable_certificates(CertificateDer::pem_slice_iter(&pem).map_while(Result::ok));
+        if added == 0 && opts.root_ca_file.is_some() {
+            return Err(Error::Tls(
+                "ERROR: failed to append certificates from Certificate Authority file".into(),
+            ));
+        }
+        builder.with_root_certificates(roots)
+    };
+    let config = match (&opts.cert_file, &opts.key_file) {
+        (Some(cert), Some(key)) => {
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+                .map_err(tls_err)?
+                .collect::<Result<_, _>>()
+                .map_err(tls_err)?;
+            let key = PrivateKeyDer::from_pem_file(key).map_err(tls_err)?;
+            builder.with_client_auth_cert(certs, key).map_err(tls_err)?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
+}
+
+/// The name the server certificate is checked against: the host part of the address.
+pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, Error> {
+    ServerName::try_from(host.to_string()).map_err(tls_err)
+}
+
+/// `tls_insecure_skip_verify`: any certificate is accepted, but handshake signatures are still
+/// checked.
+#[derive(Debug)]
+struct SkipVerify(WebPkiSupportedAlgorithms);
+
+impl ServerCertVerifier for SkipVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}

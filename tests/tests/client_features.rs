@@ -1,0 +1,198 @@
+//! nsq-client's connection features against the real nsqd: TLS (custom CA, skip-verify),
+//! snappy, deflate (a 10k burst must arrive without waiting for a heartbeat — the stall
+//! tokio-nsq 0.14 has), and AUTH through a small fake auth HTTP server.
+
+use std::time::{Duration, Instant};
+
+use nsq_client::{Config, Consumer, Error, Producer};
+use nsq_integration_tests::{find_channel, Nsqd};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
+};
+use serde_json::Value;
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::timeout;
+
+/// A CA, a server certificate for `127.0.0.1` signed by it, as PEM files.
+struct Pki {
+    dir: TempDir,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "nsq-client test CA");
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = p.signed_by(&key, &ca, &ca_key).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+        std::fs::write(dir.path().join("server.pem"), cert.pem()).unwrap();
+        std::fs::write(dir.path().join("server.key"), key.serialize_pem()).unwrap();
+        Pki { dir }
+    }
+
+    fn path(&self, f: &str) -> String {
+        self.dir.path().join(f).display().to_string()
+    }
+}
+
+/// Publishes `n` messages and consumes them with `config` on both sides; returns how long
+/// consuming took and the consumer's connection stats from nsqd.
+async fn round_trip(nsqd: &Nsqd, topic: &str, n: usize, config: Config) -> (Duration, Value) {
+    let addr = nsqd.tcp_addr.to_string();
+    let producer = Producer::new(&addr, config.clone()).unwrap();
+    let bodies: Vec<String> = (0..n).map(|i| format!("message {i}")).collect();
+    for chunk in bodies.chunks(500) {
+        producer.multi_publish(topic, chunk.to_vec()).await.unwrap();
+    }
+    let mut consumer = Consumer::new(topic, "ch", config).unwrap();
+    let start = Instant::now();
+    consumer.connect_to_nsqd(&addr).await.unwrap();
+    let mut got = 0;
+    timeout(Duration::from_secs(25), async {
+        while got < n {
+            let m = consumer.next().await.unwrap();
+            assert_eq!(m.body().as_ref(), format!("message {got}").as_bytes());
+            got += 1;
+            m.finish();
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{got} of {n} messages"));
+    let took = start.elapsed();
+    let stats = nsqd.stats();
+    let client = find_channel(&stats, topic, "ch").unwrap()["clients"][0].clone();
+    consumer.stop().await;
+    (took, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_custom_ca_and_with_skip_verify() {
+    let pki = Pki::new();
+    let nsqd = Nsqd::start(&[
+        &format!("--tls-cert={}", pki.path("server.pem")),
+        &format!("--tls-key={}", pki.path("server.key")),
+    ]);
+    let mut config = Config {
+        tls_v1: true,
+        max_in_flight: 100,
+        ..Config::default()
+    };
+    config.tls.root_ca_file = Some(pki.path("ca.pem").into());
+    let (_, client) = round_trip(&nsqd, "f_tls", 200, config).await;
+    assert_eq!(client["tls"], true, "{client}");
+
+    let mut skip = Config {
+        tls_v1: true,
+        ..Config::default()
+    };
+    skip.tls.insecure_skip_verify = true;
+    Producer::new(nsqd.tcp_addr.to_string(), skip)
+        .unwrap()
+        .publish("f_tls", "skip")
+        .await
+        .unwrap();
+
+    // Without the CA the handshake fails.
+    let untrusted = Config {
+        tls_v1: true,
+        ..Config::default()
+    };
+    let e = Producer::new(nsqd.tcp_addr.to_string(), untrusted)
+        .unwrap()
+        .publish("f_tls", "x")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Tls(_)), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snappy_round_trip() {
+    let nsqd = Nsqd::start(&[]);
+    let config = Config {
+        snappy: true,
+        max_in_flight: 200,
+        ..Config::default()
+    };
+    let (_, client) = round_trip(&nsqd, "f_snappy", 2000, config).await;
+    assert_eq!(client["snappy"], true, "{client}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deflate_burst_arrives_without_waiting_for_a_heartbeat() {
+    let nsqd = Nsqd::start(&[]);
+    let config = Config {
+        deflate: true,
+        deflate_level: 6,
+        max_in_flight: 2500,
+        heartbeat_interval: Some(Duration::from_secs(30)),
+        ..Config::default()
+    };
+    let (took, client) = round_trip(&nsqd, "f_deflate", 10_000, config).await;
+    assert_eq!(client["deflate"], true, "{client}");
+    // A stalled stream would only move on at the next heartbeat (30 s).
+    assert!(took < Duration::from_secs(10), "10k messages took {took:?}");
+}
+
+/// A one-route HTTP server answering every `GET /auth?...` with `body`.
+async fn fake_auth_server(body: &'static str) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = vec![0; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_secret_is_sent_when_nsqd_requires_it() {
+    let auth = fake_auth_server(
+        r#"{"ttl":3600,"identity":"tester","identity_url":"","authorizations":[{"permissions":["subscribe","publish"],"topic":".*","channels":[".*"]}]}"#,
+    )
+    .await;
+    let nsqd = Nsqd::start(&[&format!("--auth-http-address={auth}")]);
+    let config = Config {
+        auth_secret: Some("s3cret".into()),
+        max_in_flight: 10,
+        ..Config::default()
+    };
+    let (_, client) = round_trip(&nsqd, "f_auth", 10, config).await;
+    assert_eq!(client["authed"], true, "{client}");
+    assert_eq!(client["auth_identity"], "tester", "{client}");
+
+    let e = Producer::new(nsqd.tcp_addr.to_string(), Config::default())
+        .unwrap()
+        .publish("f_auth", "x")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::AuthRequired), "{e}");
+}
