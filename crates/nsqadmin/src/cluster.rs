@@ -1,5 +1,5 @@
-//! Cluster data acquisition (nsqadmin.md §3): the primitive fetches from nsqlookupd and nsqd,
-//! producers (§3.2), the stats fan-out (§3.3), and the mutations of §5, with the reference's
+//! Cluster data acquisition (nsq's internal/clusterinfo/data.go, `ClusterInfo`): the primitive fetches from nsqlookupd and nsqd,
+//! producers (`GetLookupdProducers`), the stats fan-out (`GetNSQDStats`), and the mutations (`CreateTopicChannel`, `DeleteTopic`, …), with the reference's
 //! error aggregation: a GET fan-out fails only when every upstream failed (or there were none);
 //! otherwise failures become a *partial error*; POST fan-outs only ever produce partial errors.
 //!
@@ -210,7 +210,7 @@ async fn get_json<T: for<'de> Deserialize<'de>>(c: HttpClient, url: String) -> R
 }
 
 impl ClusterInfo {
-    /// L-mode when lookupds are configured (they win when both are set, §9).
+    /// L-mode when lookupds are configured (they win when both are set; nsqadmin/http.go).
     pub fn lookupd_mode(&self) -> bool {
         !self.lookupds.is_empty()
     }
@@ -532,7 +532,7 @@ impl ClusterInfo {
         Ok(out)
     }
 
-    // ---- mutations (§5) ----
+    // ---- mutations (clusterinfo/data.go) ----
 
     /// POSTs `path?qs` to every address, sequentially; failures become one warning.
     async fn post_all(&self, addrs: &[String], path: &str, qs: &str, warn: &mut Vec<String>) {
@@ -555,7 +555,7 @@ impl ClusterInfo {
         ps.iter().map(Producer::http_address).collect()
     }
 
-    /// §5.2. In N-mode (no lookupds) the topic and channel are created on every configured
+    /// `CreateTopicChannel`. In N-mode (no lookupds) the topic and channel are created on every configured
     /// nsqd instead (the reference does nothing for a topic and fails for a channel there).
     pub async fn create_topic_channel(
         &self,
@@ -585,7 +585,7 @@ impl ClusterInfo {
         Ok(())
     }
 
-    /// §5.4.
+    /// `DeleteTopic`.
     pub async fn delete_topic(&self, topic: &str, warn: &mut Vec<String>) -> Result<(), String> {
         let ps = self.topic_producers(topic, warn).await?;
         let qs = format!("topic={}", query_escape(topic));
@@ -596,7 +596,7 @@ impl ClusterInfo {
         Ok(())
     }
 
-    /// §5.5.
+    /// `DeleteChannel`.
     pub async fn delete_channel(
         &self,
         topic: &str,
@@ -616,7 +616,7 @@ impl ClusterInfo {
         Ok(())
     }
 
-    /// §5.3: `uri` is e.g. `topic/pause` or `channel/empty`.
+    /// `actionHelper`: `uri` is e.g. `topic/pause` or `channel/empty`.
     pub async fn action(
         &self,
         topic: &str,
@@ -634,7 +634,7 @@ impl ClusterInfo {
         Ok(())
     }
 
-    /// §5.6.
+    /// `TombstoneNodeForTopic`.
     pub async fn tombstone_topic_producer(
         &self,
         topic: &str,

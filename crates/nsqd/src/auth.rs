@@ -175,7 +175,7 @@ impl AuthState {
         self.expires < Instant::now()
     }
 
-    /// TCP spec §9.3: SUB needs `subscribe`, publish commands need `publish` and a channel
+    /// nsqd/protocol_v2.go, `CheckAuth` and auth/authorizations.go, `IsAllowed`: SUB needs `subscribe`, publish commands need `publish` and a channel
     /// pattern that matches `channel` = `""`; any one entry suffices.
     pub fn allows(&self, topic: &str, channel: &str, subscribe: bool) -> bool {
         self.authorizations

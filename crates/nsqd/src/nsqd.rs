@@ -118,7 +118,7 @@ impl Nsqd {
     }
 
     /// Gets or creates a topic for a publish or SUB. A new topic first gets every
-    /// non-ephemeral channel that any nsqlookupd knows for it (internals §2.1), so messages
+    /// non-ephemeral channel that any nsqlookupd knows for it (nsqd/nsqd.go, `GetTopic`), so messages
     /// published to a brand-new topic on this node are not lost for existing consumers.
     pub async fn topic(&self, name: &str) -> Result<Arc<Topic>, BackendError> {
         if let Some(t) = self.engine.get_topic(name) {

@@ -290,7 +290,7 @@ async fn upgrade(
     }
 }
 
-/// The auth check of SUB/PUB/MPUB/DPUB (spec §9.3), refreshing an expired authorization.
+/// The auth check of SUB/PUB/MPUB/DPUB (nsqd/protocol_v2.go, `CheckAuth`), refreshing an expired authorization.
 async fn check_auth(
     nsqd: &Nsqd,
     client: &Client,
@@ -339,7 +339,7 @@ async fn query_auth(
     .await
 }
 
-/// AUTH (spec §9.2).
+/// AUTH (nsqd/protocol_v2.go, `AUTH`).
 async fn auth(nsqd: &Nsqd, client: &Client, secret: Bytes) -> Result<(), NsqError> {
     if client.auth.lock().is_some() {
         return Err(NsqError::auth_already_set());

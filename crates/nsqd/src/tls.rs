@@ -1,7 +1,7 @@
 //! TLS for nsqd: the one `rustls::ServerConfig` built at startup from `--tls-cert`,
 //! `--tls-key`, `--tls-root-ca-file`, `--tls-client-auth-policy` and `--tls-min-version`
-//! (internals §15), shared by the TCP `tls_v1` upgrade (TCP protocol §10.2) and the HTTPS
-//! listener ([`serve_https`], HTTP API §1.1); plus the names `/stats` prints for a negotiated
+//! (nsqd/nsqd.go, `buildTLSConfig`), shared by the TCP `tls_v1` upgrade (nsqd/protocol_v2.go, `IDENTIFY`) and the HTTPS
+//! listener ([`serve_https`], nsqd/nsqd.go, `Main`); plus the names `/stats` prints for a negotiated
 //! connection ([`version_name`], [`cipher_suite_name`]) and the client certificate's common name
 //! handed to the auth server ([`peer_common_name`]).
 //!
@@ -31,14 +31,14 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::options::{NsqdOptions, TlsVersion};
 
-/// How long a client gets to finish the TLS handshake, on the TCP upgrade (§10.2) and on the
+/// How long a client gets to finish the TLS handshake, on the TCP upgrade and on the
 /// HTTPS listener alike.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long [`serve_https`] waits for in-flight requests after it is told to stop.
 const HTTPS_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The server side of a TLS handshake on `io` (the TCP `tls_v1` upgrade, §10.2), bounded by
+/// The server side of a TLS handshake on `io` (the TCP `tls_v1` upgrade), bounded by
 /// [`HANDSHAKE_TIMEOUT`]; a slow client gets `TimedOut`.
 pub async fn accept<IO>(
     config: Arc<ServerConfig>,
@@ -300,7 +300,7 @@ pub fn version_name(v: ProtocolVersion) -> &'static str {
 
 /// `tls_cipher_suite` in `/stats`: the IANA name of a TLS 1.2 suite
 /// (`TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`), and `Unknown <decimal id>` for every TLS 1.3
-/// suite (`Unknown 4865` for `TLS_AES_128_GCM_SHA256`), the reference's quirk (§10.2).
+/// suite (`Unknown 4865` for `TLS_AES_128_GCM_SHA256`), the reference's quirk (nsqd/stats.go, `ClientStats`).
 pub fn cipher_suite_name(cs: SupportedCipherSuite) -> String {
     let suite = cs.suite();
     match (cs, suite.as_str()) {

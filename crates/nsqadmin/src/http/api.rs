@@ -1,4 +1,4 @@
-//! The JSON API (nsqadmin.md §4, §5, §7.2, §9) and the history endpoints: each handler turns a
+//! The JSON API (nsqadmin/http.go: `topicsHandler` … `doConfig`) and the history endpoints: each handler turns a
 //! total upstream failure into `502 UPSTREAM_ERROR: …` and partial failures into a
 //! `"message":"WARNING: …"` field of a 200.
 
@@ -83,7 +83,7 @@ fn message_reply(w: &[String]) -> Reply {
     })
 }
 
-// ---- read API (§4) --------------------------------------------------------------------------
+// ---- read API (nsqadmin/http.go) --------------------------------------------------------------------
 
 async fn topics(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
     let q = Query::parse(ctx.raw_query.as_deref().unwrap_or(""))
@@ -312,9 +312,9 @@ async fn graphite(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
     Ok(Reply::json(&R { rate }))
 }
 
-// ---- admin actions (§5) ---------------------------------------------------------------------
+// ---- admin actions (nsqadmin/http.go) ---------------------------------------------------------------
 
-/// §5.1: with `--admin-user`s, the ACL header must name one of them.
+/// `isAuthorizedAdminRequest`: with `--admin-user`s, the ACL header must name one of them.
 pub(super) fn is_admin(admin: &Admin, ctx: &Ctx) -> bool {
     let o = admin.opts();
     if o.admin_users.is_empty() {
@@ -341,7 +341,7 @@ fn now_secs() -> i64 {
         .unwrap_or(0)
 }
 
-/// Enqueues the §6 notification for this request.
+/// Enqueues the notification (nsqadmin/notify.go) for this request.
 fn notify(admin: &Admin, ctx: &Ctx, action: &str, topic: &str, channel: &str, node: &str) {
     if !admin.notifier.enabled() {
         return;
@@ -565,7 +565,7 @@ async fn tombstone(admin: &Arc<Admin>, ctx: &Ctx, node: &str) -> ApiResult {
     Ok(message_reply(&warn))
 }
 
-// ---- /config (§9) ---------------------------------------------------------------------------
+// ---- /config (nsqadmin/http.go, `doConfig`) ---------------------------------------------------------------------
 
 fn config(admin: &Arc<Admin>, ctx: &Ctx, opt: &str) -> ApiResult {
     if let Some(cidr) = &admin.cidr {

@@ -1,6 +1,6 @@
-//! The UI shell (nsqadmin.md §8): the index page rendered from the embedded template for every
+//! The UI shell (nsqadmin/http.go, `indexHandler` and `staticAssetHandler`): the index page rendered from the embedded template for every
 //! UI route, the embedded static assets (or `--dev-static-dir`), `/ping`, and the Graphite
-//! reverse proxy (§7.1).
+//! reverse proxy (nsqadmin/http.go, `graphiteHandler` proxy).
 
 use std::sync::Arc;
 
@@ -125,7 +125,7 @@ fn asset(admin: &Admin, name: &str) -> Reply {
     }
 }
 
-/// §7.1: `GET <base>/render?…` forwarded to the Graphite host (path and query kept).
+/// The Graphite proxy: `GET <base>/render?…` forwarded to the Graphite host (path and query kept).
 async fn render_proxy(admin: &Arc<Admin>, ctx: &Ctx) -> Reply {
     let o = admin.opts();
     let Ok(g) = nsq_http::client::parse_url(&o.graphite_url) else {
