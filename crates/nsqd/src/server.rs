@@ -49,7 +49,7 @@ impl NsqdHandle {
 
 /// Starts the daemon: lock the data dir, bind, load metadata, serve.
 pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
-    opts.validate()?;
+    opts.validate().map_err(|e| e.to_string())?;
     let data_path = if opts.data_path.is_empty() {
         PathBuf::from(".")
     } else {
