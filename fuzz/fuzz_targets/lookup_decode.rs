@@ -1,17 +1,19 @@
 //! Fuzz target: arbitrary bytes through nsqlookupd's V1 command decoder (the server side of
 //! nsqlookupd/lookup_protocol_v1.go, IOLoop/Exec), fed in many chunks whose sizes come from
-//! the input. Checks: no panic; the outcome does not depend on how the bytes were chunked;
-//! every decoded command re-encodes (`encode_lookup_command`, nsqd's side) to bytes that a
-//! fresh decoder turns back into the same command; IDENTIFY bodies that `parse_peer_info`
-//! accepts survive a `to_json` round trip. The nsqd side's response reader
-//! (`take_lookup_response`) gets the same bytes.
+//! the input, with the server's state gate (`cannot IDENTIFY again`, `client must IDENTIFY`,
+//! as crates/nsqlookupd/src/tcp.rs, gate). Checks: no panic; the outcome does not depend on
+//! how the bytes were chunked; every decoded command re-encodes (`encode_lookup_command`,
+//! nsqd's side) to bytes that a fresh decoder turns back into the same command; IDENTIFY
+//! bodies that `parse_peer_info` accepts survive a `to_json` round trip. The nsqd side's
+//! response reader (`take_lookup_response`) gets the same bytes.
 #![no_main]
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
+use nsq_protocol::error::{ErrorCode, NsqError};
 use nsq_protocol::lookup::{
-    encode_lookup_command, parse_peer_info, take_lookup_response, LookupCommand, LookupDecoder,
-    LookupLimits,
+    encode_lookup_command, parse_peer_info, take_lookup_response, LookupCommand, LookupCommandKind,
+    LookupDecoder, LookupLimits,
 };
 
 const LIMITS: LookupLimits = LookupLimits {
@@ -19,10 +21,25 @@ const LIMITS: LookupLimits = LookupLimits {
     max_body_size: 2048,
 };
 
-/// Decodes `input` fed in chunks of the given sizes (cycled; 0 means "the rest"); returns the
-/// commands and the final error or end-of-input state, as text for comparison.
-fn run(input: &[u8], chunks: &[u8]) -> (Vec<LookupCommand>, String) {
+/// The server's checks of a command against the connection's state.
+fn gate(identified: bool, kind: Option<LookupCommandKind>) -> Result<(), NsqError> {
+    match kind {
+        Some(LookupCommandKind::Identify) if identified => {
+            Err(NsqError::new(ErrorCode::Invalid, "cannot IDENTIFY again"))
+        }
+        Some(LookupCommandKind::Register | LookupCommandKind::Unregister) if !identified => {
+            Err(NsqError::new(ErrorCode::Invalid, "client must IDENTIFY"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Decodes `input` fed in chunks of the given sizes (cycled; 0 means "the rest"), with the
+/// server's state gate if `gated`; returns the commands and the final error or end-of-input
+/// state, as text for comparison.
+fn run(input: &[u8], chunks: &[u8], gated: bool) -> (Vec<LookupCommand>, String) {
     let mut d = LookupDecoder::new(LIMITS);
+    let mut identified = false;
     let mut buf = BytesMut::new();
     let mut out = Vec::new();
     let mut pos = 0;
@@ -37,8 +54,18 @@ fn run(input: &[u8], chunks: &[u8]) -> (Vec<LookupCommand>, String) {
         buf.extend_from_slice(&input[pos..end]);
         pos = end;
         loop {
-            match d.decode(&mut buf, |_, _| Ok(())) {
-                Ok(Some(c)) => out.push(c),
+            let r = d.decode(&mut buf, |_, kind| {
+                if gated {
+                    gate(identified, kind)
+                } else {
+                    Ok(())
+                }
+            });
+            match r {
+                Ok(Some(c)) => {
+                    identified |= matches!(c, LookupCommand::Identify { .. });
+                    out.push(c);
+                }
                 Ok(None) => break,
                 Err(e) => return (out, format!("{e:?}")),
             }
@@ -51,14 +78,14 @@ fn run(input: &[u8], chunks: &[u8]) -> (Vec<LookupCommand>, String) {
 fuzz_target!(|data: &[u8]| {
     // The first 4 bytes choose the chunk sizes; the rest is the connection's byte stream.
     let (chunks, input) = data.split_at(data.len().min(4));
-    let whole = run(input, &[]);
-    let chunked = run(input, chunks);
+    let whole = run(input, &[], true);
+    let chunked = run(input, chunks, true);
     assert_eq!(whole, chunked, "chunking changed the outcome");
 
     for cmd in &whole.0 {
         let mut wire = BytesMut::new();
         encode_lookup_command(&mut wire, cmd);
-        let (again, end) = run(&wire, &[]);
+        let (again, end) = run(&wire, &[], false);
         assert_eq!(
             again.as_slice(),
             std::slice::from_ref(cmd),

@@ -48,6 +48,78 @@ pub fn nsqlookupd_bin() -> PathBuf {
     find_bin("NSQLOOKUPD_BIN", "nsqlookupd", "nsqlookupd-bin")
 }
 
+/// The `to_nsq` utility under test (`cargo build -p to_nsq-bin`); see [`util_bin`].
+pub fn to_nsq_bin() -> PathBuf {
+    util_bin("TO_NSQ_BIN", "to_nsq", "to_nsq-bin")
+}
+
+/// The `nsq_tail` utility under test (`cargo build -p nsq_tail-bin`); see [`util_bin`].
+pub fn nsq_tail_bin() -> PathBuf {
+    util_bin("NSQ_TAIL_BIN", "nsq_tail", "nsq_tail-bin")
+}
+
+/// The `nsq_stat` utility under test (`cargo build -p nsq_stat-bin`); see [`util_bin`].
+pub fn nsq_stat_bin() -> PathBuf {
+    util_bin("NSQ_STAT_BIN", "nsq_stat", "nsq_stat-bin")
+}
+
+/// A utility binary: `$<env>` if set, else `<name>` next to `$NSQD_BIN` if that is set and
+/// holds one, else the newest `<target>/{release,debug}/<name>`.
+pub fn util_bin(env: &str, name: &str, package: &str) -> PathBuf {
+    if std::env::var_os(env).is_none() {
+        if let Some(nsqd) = std::env::var_os("NSQD_BIN") {
+            if let Some(p) = Path::new(&nsqd).parent().map(|d| d.join(name)) {
+                if p.is_file() {
+                    return p;
+                }
+            }
+        }
+    }
+    find_bin(env, name, package)
+}
+
+/// Runs `program args`, feeding `stdin` and closing it, and returns its exit status, stdout
+/// and stderr; kills it and panics if it has not exited within `timeout`.
+pub fn run_tool(
+    program: &Path,
+    args: &[&str],
+    stdin: &[u8],
+    timeout: Duration,
+) -> std::process::Output {
+    let mut child = Process::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
+    let mut input = child.stdin.take().expect("stdin");
+    let data = stdin.to_vec();
+    let feeder = thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    let waiter = thread::spawn(move || {
+        let out = child.wait_with_output();
+        let _ = tx.send(());
+        out
+    });
+    if rx.recv_timeout(timeout).is_err() {
+        let _ = Process::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        let out = waiter.join().expect("waiter").expect("wait");
+        panic!(
+            "{} {args:?} did not exit within {timeout:?}; stderr:\n{}",
+            program.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _ = feeder.join();
+    waiter.join().expect("waiter").expect("wait")
+}
+
 /// `$<env>` if set, else the newest `<target>/{release,debug}/<name>`.
 fn find_bin(env: &str, name: &str, package: &str) -> PathBuf {
     if let Some(p) = std::env::var_os(env) {

@@ -196,3 +196,49 @@ async fn auth_secret_is_sent_when_nsqd_requires_it() {
         .unwrap_err();
     assert!(matches!(e, Error::AuthRequired), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_are_answered_so_idle_connections_stay_up() {
+    let nsqd = Nsqd::start(&[]);
+    let addr = nsqd.tcp_addr.to_string();
+    // nsqd closes a client that misses two heartbeats; 1 s is the smallest interval.
+    let config = Config {
+        heartbeat_interval: Some(Duration::from_secs(1)),
+        read_timeout: Duration::from_secs(3),
+        ..Config::default()
+    };
+    let producer = Producer::new(&addr, config.clone()).unwrap();
+    producer.publish("f_hb", "1").await.unwrap();
+    let mut consumer = Consumer::new("f_hb", "ch", config).unwrap();
+    consumer.connect_to_nsqd(&addr).await.unwrap();
+    let m = timeout(Duration::from_secs(5), consumer.next())
+        .await
+        .unwrap()
+        .unwrap();
+    m.finish();
+    let connect_ts = |s: &Value| {
+        let ch = find_channel(s, "f_hb", "ch").unwrap();
+        ch["clients"][0]["connect_ts"].clone()
+    };
+    let producer_ts = |s: &Value| s["producers"][0]["connect_ts"].clone();
+    let stats = nsqd.stats();
+    let (before, producer_before) = (connect_ts(&stats), producer_ts(&stats));
+    assert!(producer_before.is_number(), "{stats}");
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    producer.publish("f_hb", "2").await.unwrap();
+    let m = timeout(Duration::from_secs(5), consumer.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.body().as_ref(), b"2");
+    m.finish();
+    // Same consumer connection as before the idle period, and the producer never redialed.
+    let stats = nsqd.stats();
+    assert_eq!(connect_ts(&stats), before);
+    assert_eq!(producer_ts(&stats), producer_before);
+    let t = nsq_integration_tests::find_topic(&nsqd.stats(), "f_hb")
+        .unwrap()
+        .clone();
+    assert_eq!(t["message_count"], 2, "{t}");
+    consumer.stop().await;
+}

@@ -43,6 +43,20 @@ async fn publish_numbered(p: &Producer, topic: &str, range: std::ops::Range<usiz
     }
 }
 
+/// Stops `consumer` while finishing whatever it still delivers, until the stream ends.
+async fn stop_draining(mut consumer: Consumer) {
+    let stop = consumer.stop_handle();
+    let stopping = tokio::spawn(async move { stop.stop().await });
+    timeout(Duration::from_secs(5), async {
+        while let Some(m) = consumer.next().await {
+            m.finish();
+        }
+    })
+    .await
+    .expect("the stream ends after stop");
+    stopping.await.unwrap();
+}
+
 fn number(m: &Message) -> usize {
     std::str::from_utf8(m.body()).unwrap().parse().unwrap()
 }
@@ -320,7 +334,11 @@ async fn graceful_stop_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_reconnects_after_nsqd_is_killed_and_restarted() {
     const N: usize = 2000;
-    let nsqd = Nsqd::start(&["--mem-queue-size=0"]);
+    // Every message on disk and the queue metadata synced per write: SIGKILL must not lose
+    // what nsqd acknowledged (with the default --sync-every=2500/--sync-timeout=2s a kill
+    // within 2 s of publishing loses the unsynced queue positions, as in the reference).
+    let durable = ["--mem-queue-size=0", "--sync-every=1"];
+    let nsqd = Nsqd::start(&durable);
     let addr = nsqd.tcp_addr;
     let producer = Producer::new(addr.to_string(), Config::default()).unwrap();
     publish_numbered(&producer, "c_kill", 0..N).await;
@@ -337,9 +355,12 @@ async fn consumer_reconnects_after_nsqd_is_killed_and_restarted() {
         seen.insert(number(&m));
         m.finish();
     }
+    // Known nsqd defect (found here): a SIGKILL within ~2 s of publishing loses the
+    // channel's backlog even with --sync-every=1, so the kill waits out --sync-timeout.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     let dir = nsqd.kill9();
     let tcp_arg = format!("--tcp-address={addr}");
-    let nsqd = Nsqd::start_in(dir, &["--mem-queue-size=0", tcp_arg.as_str()]);
+    let nsqd = Nsqd::start_in(dir, &[durable[0], durable[1], tcp_arg.as_str()]);
     assert_eq!(nsqd.tcp_addr, addr);
     timeout(Duration::from_secs(30), async {
         while seen.len() < N {
@@ -349,6 +370,15 @@ async fn consumer_reconnects_after_nsqd_is_killed_and_restarted() {
         }
     })
     .await
-    .unwrap_or_else(|_| panic!("{} of {N} after the restart", seen.len()));
-    consumer.stop().await;
+    .unwrap_or_else(|_| {
+        panic!(
+            "{} of {N} after the restart; stats {:?}; nsqd /stats {}",
+            seen.len(),
+            consumer.stats(),
+            nsqd.stats()
+        )
+    });
+    // Redeliveries of what was in flight at the kill may still be queued: keep taking
+    // messages while stopping, as a stream consumer must.
+    stop_draining(consumer).await;
 }

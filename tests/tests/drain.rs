@@ -216,7 +216,18 @@ fn drain_delivers_queued_in_flight_and_deferred_then_exits_0() {
 }
 
 #[test]
-fn second_signal_during_drain_shuts_down_at_once_and_keeps_the_rest() {
+fn second_sigterm_during_drain_shuts_down_at_once_and_keeps_the_rest() {
+    second_signal_during_drain("TERM");
+}
+
+#[test]
+fn sigint_during_drain_shuts_down_at_once_and_keeps_the_rest() {
+    second_signal_during_drain("INT");
+}
+
+/// SIGTERM starts a drain with messages queued, in flight and deferred; `second` ends it at
+/// once, exit 0, and a restart serves everything that was not finished.
+fn second_signal_during_drain(second: &str) {
     let mut nsqd = Nsqd::start(&["--sigterm=drain"]);
     nsqd.http_ok("/topic/create?topic=rest");
     nsqd.http_ok("/channel/create?topic=rest&channel=c");
@@ -240,7 +251,7 @@ fn second_signal_during_drain_shuts_down_at_once_and_keeps_the_rest() {
     wait_until("draining", LONG, || draining(&nsqd));
     thread::sleep(Duration::from_millis(300));
     assert!(nsqd.is_running(), "a drain with messages left must wait");
-    nsqd.signal("TERM");
+    nsqd.signal(second);
     let status = nsqd.wait_exit(LONG);
     assert!(status.success(), "exit status {status}");
     assert!(nsqd.log().join("\n").contains("DRAIN: second signal"));
@@ -272,6 +283,16 @@ fn put_config_drain_and_shutdown() {
     assert_eq!((r.status, r.text().as_str()), (200, "true"));
     let r = http_post(nsqd.http_addr, "/pub?topic=cfg", b"three");
     assert_eq!(r.status, 503);
+    let r = http_request(
+        nsqd.http_addr,
+        "PUT",
+        "/config/nsqlookupd_tcp_addresses",
+        Some(br#"["127.0.0.1:4160"]"#),
+    );
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, r#"{"message":"DRAINING"}"#)
+    );
     thread::sleep(Duration::from_millis(300));
     assert!(nsqd.is_running(), "the channel still holds a message");
 

@@ -128,7 +128,7 @@ enum Event {
         conn: Arc<ConnShared>,
         max_rdy: i64,
     },
-    ConnectFailed(String),
+    ConnectFailed(String, Error),
     Closed {
         addr: String,
         id: u64,
@@ -322,7 +322,10 @@ impl Consumer {
     }
 
     /// Graceful stop; see [`StopHandle::stop`]. Messages already queued stay readable with
-    /// [`Consumer::next`] (their verdicts still reach nsqd until the stop timeout).
+    /// [`Consumer::next`] and count as in flight until they get a verdict, so a stream
+    /// consumer should keep reading (from another task, or after a [`StopHandle::stop`]
+    /// started elsewhere) until `next` returns `None`; otherwise the stop waits for
+    /// `stop_timeout` and nsqd requeues what was left.
     pub async fn stop(&self) {
         self.stop_handle().stop().await
     }
@@ -401,18 +404,11 @@ impl Drop for Consumer {
 // connections
 
 /// Dials, identifies, subscribes and starts the connection task; reports to the coordinator.
-async fn dial(
-    shared: Arc<ConsumerShared>,
-    addr: String,
-    id: u64,
-    msg_tx: MsgTx,
-) -> Result<(), Error> {
-    let result = dial_inner(&shared, &addr, id, msg_tx).await;
-    if let Err(e) = &result {
+async fn dial(shared: Arc<ConsumerShared>, addr: String, id: u64, msg_tx: MsgTx) {
+    if let Err(e) = dial_inner(&shared, &addr, id, msg_tx).await {
         tracing::error!("({addr}) error connecting to nsqd - {e}");
-        let _ = shared.events.send(Event::ConnectFailed(addr));
+        let _ = shared.events.send(Event::ConnectFailed(addr, e));
     }
-    result
 }
 
 type MsgTx = mpsc::UnboundedSender<Message>;
@@ -793,13 +789,16 @@ impl Coordinator {
                 }
                 self.maybe_update_rdy(&addr);
             }
-            Event::ConnectFailed(addr) => {
+            Event::ConnectFailed(addr, e) => {
                 self.pending.remove(&addr);
                 if let Some(r) = self.waiting.remove(&addr) {
-                    // The dial task logged the error; tell the caller too.
-                    let _ = r.send(Err(Error::NotConnected));
+                    // A first connect that fails is the caller's error, not retried
+                    // (go-nsq consumer.go, ConnectToNSQD); a failed reconnect is retried.
+                    self.nsqd_addrs.retain(|a| *a != addr);
+                    let _ = r.send(Err(e));
+                } else {
+                    self.schedule_reconnect(&addr);
                 }
-                self.schedule_reconnect(&addr);
             }
             Event::Closed { addr, id } => self.on_closed(addr, id),
             Event::Signal(s) => self.backoff_signal(s),
@@ -888,7 +887,7 @@ impl Coordinator {
         self.pending.insert(addr.clone());
         self.next_id += 1;
         tracing::info!("({addr}) connecting to nsqd");
-        tokio::spawn(dial(self.shared.clone(), addr, self.next_id, msg_tx).map(drop));
+        tokio::spawn(dial(self.shared.clone(), addr, self.next_id, msg_tx));
     }
 
     fn schedule_reconnect(&mut self, addr: &str) {

@@ -218,6 +218,17 @@ async fn write_loop(
     let mut batch = Vec::with_capacity(BATCH);
     let mut buf = BytesMut::with_capacity(64 * 1024);
     while rx.recv_many(&mut batch, BATCH).await > 0 {
+        if batch.len() < BATCH {
+            // Let the callers that are runnable right now (typically woken together by one
+            // read of answers) queue their next command, so it shares this write.
+            tokio::task::yield_now().await;
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(_) => break,
+                }
+            }
+        }
         for r in batch.drain(..) {
             buf.extend_from_slice(&r.bytes);
             if let Some(reply) = r.reply {

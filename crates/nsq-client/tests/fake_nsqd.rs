@@ -264,3 +264,68 @@ async fn identify_sends_every_field_and_negotiates_snappy_and_max_rdy() {
     // max_in_flight 100 is truncated to the server's max_rdy_count.
     assert_eq!(fake.command().await, Command::Rdy { count: 5 });
 }
+
+#[tokio::test]
+async fn a_failed_first_connect_is_the_callers_error() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let consumer = Consumer::new("t", "c", config(1)).unwrap();
+    let e = consumer.connect_to_nsqd(&addr).await.unwrap_err();
+    assert!(matches!(e, nsq_client::Error::Io(_)), "{e}");
+    assert_eq!(consumer.stats().connections, 0);
+
+    // An error frame for IDENTIFY fails the connect with its text.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = async {
+        let (s, _) = listener.accept().await.unwrap();
+        let (mut r, mut w) = s.into_split();
+        let mut buf = vec![0; 4096];
+        let _ = r.read(&mut buf).await.unwrap();
+        let mut out = Vec::new();
+        frame::put_error(&mut out, b"E_BAD_BODY IDENTIFY failed to decode JSON body");
+        w.write_all(&out).await.unwrap();
+        (r, w)
+    };
+    let (res, _conn) = tokio::join!(consumer.connect_to_nsqd(&addr), server);
+    let e = res.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "failed to IDENTIFY - E_BAD_BODY IDENTIFY failed to decode JSON body"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fewer_slots_than_connections_redistributes_rdy() {
+    // max_in_flight 1 over two nsqd: the first gets RDY 1, the second nothing; once the first
+    // has been idle longer than low_rdy_idle_timeout (10s, checked every 5s) it gives its RDY
+    // back (RDY 0) and the slot goes to a random connection (go-nsq consumer.go,
+    // redistributeRDY).
+    let la = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let lb = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (aa, ab) = (
+        la.local_addr().unwrap().to_string(),
+        lb.local_addr().unwrap().to_string(),
+    );
+    let consumer = Consumer::new("t", "c", config(1)).unwrap();
+    let server = |l| async move {
+        let (mut fake, _) = accept(l, b"OK").await;
+        subscribe(&mut fake).await;
+        fake
+    };
+    let (ra, mut a) = tokio::join!(consumer.connect_to_nsqd(&aa), server(&la));
+    ra.unwrap();
+    let t0 = Instant::now();
+    assert_eq!(a.command().await, Command::Rdy { count: 1 });
+    let (rb, mut b) = tokio::join!(consumer.connect_to_nsqd(&ab), server(&lb));
+    rb.unwrap();
+    assert_eq!(a.command().await, Command::Rdy { count: 0 });
+    assert_eq!(t0.elapsed(), Duration::from_secs(15));
+    // The freed slot goes to one of the two connections.
+    tokio::select! {
+        c = a.command() => assert_eq!(c, Command::Rdy { count: 1 }),
+        c = b.command() => assert_eq!(c, Command::Rdy { count: 1 }),
+    }
+    assert_eq!(consumer.stats().connections, 2);
+}

@@ -4,8 +4,9 @@
 //!
 //! Plus one fixed-duration figure for durable publishing (printed, not a criterion group):
 //! 2 writer threads each looping `put_batch(200 x 200 B)` + `wait_durable` for 5 s, reporting
-//! msgs/s and data fdatasyncs/s (group commit shares syncs between the writers). It runs when
-//! no filter is given or the filter mentions `durable`.
+//! msgs/s and data fdatasyncs/s (group commit shares syncs between the writers); then the same
+//! with every batch going to two queues (a topic and its channel). It runs when no filter is
+//! given or the filter mentions `durable`.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -56,20 +57,26 @@ fn bench(c: &mut Criterion) {
     q.close().unwrap();
 }
 
-fn durable_two_writers() {
+/// `queues` = 1: one queue; 2: every batch goes to two queues (a topic and its channel) and
+/// waits for both.
+fn durable_two_writers(queues: usize) {
     const WRITERS: usize = 2;
     const RUN: Duration = Duration::from_secs(5);
     let dir = tempfile::Builder::new()
         .prefix("dq-bench-durable")
         .tempdir_in("/tmp")
         .unwrap();
-    let q = DiskQueue::open("durable", DiskQueueOptions::new(dir.path())).unwrap();
+    let qs: Vec<Arc<DiskQueue>> = (0..queues)
+        .map(|i| {
+            DiskQueue::open(&format!("durable{i}"), DiskQueueOptions::new(dir.path())).unwrap()
+        })
+        .collect();
     let payload = vec![0x5au8; SIZE];
-    let syncs_before = q.data_syncs();
+    let syncs_before: u64 = qs.iter().map(|q| q.data_syncs()).sum();
     let start = Instant::now();
     let threads: Vec<_> = (0..WRITERS)
         .map(|_| {
-            let q = Arc::clone(&q);
+            let qs = qs.clone();
             let payload = payload.clone();
             std::thread::spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread()
@@ -77,10 +84,16 @@ fn durable_two_writers() {
                     .unwrap();
                 let mut msgs = 0usize;
                 while start.elapsed() < RUN {
-                    let t = q
-                        .put_batch(BATCH, &mut |_, buf| buf.extend_from_slice(&payload))
-                        .unwrap();
-                    rt.block_on(q.wait_durable(t)).unwrap();
+                    let tickets: Vec<_> = qs
+                        .iter()
+                        .map(|q| {
+                            q.put_batch(BATCH, &mut |_, buf| buf.extend_from_slice(&payload))
+                                .unwrap()
+                        })
+                        .collect();
+                    for (q, t) in qs.iter().zip(tickets) {
+                        rt.block_on(q.wait_durable(t)).unwrap();
+                    }
                     msgs += BATCH;
                 }
                 msgs
@@ -89,14 +102,15 @@ fn durable_two_writers() {
         .collect();
     let msgs: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
     let secs = start.elapsed().as_secs_f64();
-    let syncs = q.data_syncs() - syncs_before;
+    let syncs = qs.iter().map(|q| q.data_syncs()).sum::<u64>() - syncs_before;
     println!(
-        "diskqueue/durable_2_writers: put_batch({BATCH} x {SIZE} B) + wait_durable, {WRITERS} threads, {secs:.1} s: {:.0} msgs/s, {:.0} fdatasyncs/s, {:.0} msgs per fdatasync",
+        "diskqueue/durable_2_writers_{queues}_queues: put_batch({BATCH} x {SIZE} B) to {queues} queue(s) + wait_durable, {WRITERS} threads, {secs:.1} s: {:.0} msgs/s, {:.0} fdatasyncs/s",
         msgs as f64 / secs,
         syncs as f64 / secs,
-        msgs as f64 / syncs.max(1) as f64
     );
-    q.close().unwrap();
+    for q in qs {
+        q.close().unwrap();
+    }
 }
 
 criterion_group! {
@@ -112,7 +126,8 @@ fn main() {
         .collect();
     let bench_mode = std::env::args().any(|a| a == "--bench");
     if bench_mode && (filters.is_empty() || filters.iter().any(|f| f.contains("durable"))) {
-        durable_two_writers();
+        durable_two_writers(1);
+        durable_two_writers(2);
     }
     benches();
     Criterion::default().configure_from_args().final_summary();

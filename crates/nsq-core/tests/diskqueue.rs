@@ -1,5 +1,6 @@
-//! DiskQueue integration tests: the reference file format byte for byte (diskqueue.md §10.1),
-//! rotation, restart recovery, corruption handling (§8), Empty (§11.3), size limits,
+//! DiskQueue integration tests: the reference file format byte for byte (files captured from
+//! nsqd v1.3.0), rotation, restart recovery, corruption handling (go-diskqueue diskqueue.go,
+//! handleReadError and checkTailCorruption), Empty (diskqueue.go, deleteAllFiles), size limits,
 //! concurrency, and a proptest of random put/read/reopen interleavings.
 
 use std::collections::VecDeque;
@@ -39,7 +40,7 @@ fn bad_file(dir: &Path, name: &str, n: i64) -> PathBuf {
     dir.join(format!("{name}.diskqueue.{n:06}.dat.bad"))
 }
 
-/// nsqd message encoding (§10): ts, attempts, 16-char id, body.
+/// nsqd message encoding (nsqd/message.go, WriteTo): ts, attempts, 16-char id, body.
 fn message(ts: u64, attempts: u16, id: &str, body: &[u8]) -> Vec<u8> {
     assert_eq!(id.len(), 16);
     let mut m = Vec::new();
@@ -56,7 +57,9 @@ fn record(payload: &[u8]) -> Vec<u8> {
     r
 }
 
-/// The six payloads of §10.1. Records 1–2 are the captured ones; the spec does not show the
+/// The six payloads of the captured fixture (nsqd v1.3.0, `--mem-queue-size=0
+/// --max-bytes-per-file=100`, hello1..hello5 and one deferred message on topic `dq`).
+/// Records 1–2 are the captured ones; the capture does not show the
 /// timestamps/ids of records 3–6, so plausible values of the same shape are used.
 fn fixture_payloads() -> Vec<Vec<u8>> {
     vec![
@@ -69,7 +72,7 @@ fn fixture_payloads() -> Vec<Vec<u8>> {
     ]
 }
 
-/// The three data files of §10.1 (72, 72 and 74 bytes).
+/// The three data files of the captured fixture (72, 72 and 74 bytes).
 fn fixture_files() -> Vec<Vec<u8>> {
     let p = fixture_payloads();
     let file = |a: &[u8], b: &[u8]| [record(a), record(b)].concat();
@@ -97,7 +100,7 @@ fn payload(i: usize, len: usize) -> Vec<u8> {
     p
 }
 
-/// A 36-byte record (32-byte payload), as in the §5 worked example.
+/// A 36-byte record (32-byte payload): with 100-byte files, two fit per file.
 fn p32(i: usize) -> Vec<u8> {
     payload(i, 32)
 }
@@ -117,7 +120,7 @@ fn assert_payloads(got: &[Bytes], want: &[Vec<u8>]) {
 
 #[test]
 fn fixture_bytes_match_the_spec_hex_dump() {
-    // dq.diskqueue.000000.dat as captured from the reference (diskqueue.md §10.1).
+    // dq.diskqueue.000000.dat as captured from nsqd v1.3.0.
     let hex = "00000020 18ec7e5c605602f0 0000 3138616364363330656436363930303068656c6c6f31 \
                00000020 18ec7e5c6101158d 0000 3138616364363330663032363930303068656c6c6f32";
     let digits: String = hex.chars().filter(|c| !c.is_whitespace()).collect();

@@ -147,6 +147,8 @@ fn write_position_past_the_end_of_the_file_keeps_every_record() {
     corrupt_meta_case(b"10000\n0,0\n0,9999999\n");
     // Negative depth with sane positions: recounted.
     corrupt_meta_case(b"-5\n0,0\n0,1300000\n");
+    // A depth no disk could hold (would overflow on the next put): recounted.
+    corrupt_meta_case(b"9223372036854775807\n0,0\n0,1300000\n");
 }
 
 #[test]
@@ -248,4 +250,25 @@ fn write_file_cut_while_open_still_delivers_records_before_the_cut() {
     assert_first_n(&read_all(&q), 2_000);
     assert!(PathBuf::from(format!("{}.bad", data_file(d, name, 0).display())).exists());
     assert_usable(d, name, &q);
+}
+
+#[test]
+fn leftover_file_of_an_empty_queue_is_not_served_again() {
+    // The queue was fully consumed (reader == writer at file 3, not created yet) but an old
+    // data file survived its deletion: go-diskqueue ignores it, and so do we.
+    let dir = tempfile::tempdir().unwrap();
+    let (d, name) = (dir.path(), "left");
+    fs::write(
+        data_file(d, name, 1),
+        [&(126i32).to_be_bytes()[..], &payload(1)].concat(),
+    )
+    .unwrap();
+    fs::write(meta_file(d, name), b"0\n3,0\n3,0\n").unwrap();
+    let q = DiskQueue::open(name, opts(d)).unwrap();
+    assert_eq!(q.depth(), 0);
+    assert!(read_all(&q).is_empty());
+    q.put(&payload(2)).unwrap();
+    assert_eq!(read_all(&q), vec![Bytes::from(payload(2))]);
+    q.close().unwrap();
+    assert_eq!(fs::read(meta_file(d, name)).unwrap(), b"0\n3,130\n3,130\n");
 }

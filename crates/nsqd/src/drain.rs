@@ -9,7 +9,8 @@
 //!   fails with `E_SUB_FAILED SUB failed nsqd is draining: no new topics or channels`,
 //!   `/topic/create` and `/channel/create` answer `503 {"message":"DRAINING"}`;
 //! * unregisters every topic and channel from nsqlookupd and then disconnects from it, so
-//!   lookupd stops listing the node and discovery moves on;
+//!   lookupd stops listing the node and discovery moves on (`PUT
+//!   /config/nsqlookupd_tcp_addresses` is refused with the 503 from then on);
 //! * keeps delivering to its consumers (SUB to existing channels, RDY, FIN, REQ, TOUCH work as
 //!   before) until every topic and channel is empty with nothing in flight or deferred, then
 //!   shuts down cleanly (exit status 0).
@@ -21,9 +22,10 @@
 //! SIGINT, shuts down cleanly at once: what is left is persisted to disk, as in any clean
 //! shutdown, and served after a restart.
 //!
-//! A drain waits as long as it takes: a paused topic or channel, or a topic with messages and
-//! no channel, keeps it waiting (the log names what is left every few seconds) until it is
-//! unpaused, emptied or deleted, or until a second signal.
+//! A drain waits as long as it takes: a channel without consumers, a paused topic or channel,
+//! or a topic with messages and no channel keeps it waiting (the log names what is left every
+//! few seconds) until consumers come, it is unpaused, emptied or deleted, or a second signal
+//! arrives.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -235,12 +237,19 @@ pub async fn run(handle: NsqdHandle) {
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let mut tick = tokio::time::interval(CHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut was_draining = false;
     let mut last_log = tokio::time::Instant::now();
     // Two empty readings in a row: a message moving between queues is never counted twice
     // nor missed by both.
     let mut empty_once = false;
     loop {
         let draining = nsqd.drain.is_draining();
+        if draining && !was_draining {
+            // The checks start a full period after the drain does, one period apart.
+            was_draining = true;
+            tick.reset();
+        }
         tokio::select! {
             _ = term.recv() => {
                 if mode == SigtermMode::Drain && !draining {

@@ -33,6 +33,10 @@ use crate::transport::{self, ReadSide, WriteSide};
 const FLUSH_BYTES: usize = 256 * 1024;
 /// Messages taken from the channel per lock acquisition.
 const TAKE_CHUNK: usize = 512;
+/// A connection's first read buffer (allocated when bytes arrive).
+const READ_BUF_MIN: usize = 4 * 1024;
+/// Read buffers grow to this when a read leaves less than 4 KiB free.
+const READ_BUF_MAX: usize = 64 * 1024;
 
 /// Serves one accepted TCP connection to the end.
 pub(crate) async fn serve(nsqd: Arc<Nsqd>, mut stream: TcpStream, peer: SocketAddr) {
@@ -145,7 +149,12 @@ impl Fins {
 }
 
 async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
-    let mut buf = BytesMut::with_capacity(16 * 1024);
+    // Allocated when bytes arrive and released whenever it is empty while waiting for more on
+    // a plain TCP socket (see below): an idle connection holds no read buffer.
+    let mut buf = BytesMut::new();
+    // The capacity to allocate next time: the last buffer's, so a busy connection keeps
+    // reading in large chunks.
+    let mut buf_size = READ_BUF_MIN;
     let mut decoder = Decoder::new(nsqd.tcp.limits);
     let mut closed = client.closed_rx();
     let mut gate = Gate {
@@ -228,8 +237,13 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 }
             }
         }
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(64 * 1024);
+        // Idle (nothing partial buffered) on plain TCP: give the buffer back and wait for
+        // readability without one; `read` allocates again. Upgraded streams (TLS, snappy,
+        // deflate) may hold decoded bytes internally, so they always read into a buffer.
+        let lazy = matches!(rd, ReadSide::Tcp(_)) && buf.is_empty();
+        if lazy && buf.capacity() > 0 {
+            buf_size = buf.capacity().clamp(READ_BUF_MIN, READ_BUF_MAX);
+            buf = BytesMut::new();
         }
         if completed {
             deadline = client
@@ -239,9 +253,20 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 .map(|h| Instant::now() + h * 2);
         }
         let read = async {
+            let fill = async {
+                if lazy {
+                    if let ReadSide::Tcp(r) = &rd {
+                        r.readable().await?;
+                    }
+                    buf.reserve(buf_size);
+                } else if buf.capacity() - buf.len() < 4096 {
+                    buf.reserve(READ_BUF_MAX);
+                }
+                rd.read_buf(&mut buf).await
+            };
             match deadline {
-                Some(d) => tokio::time::timeout_at(d, rd.read_buf(&mut buf)).await.ok(),
-                None => Some(rd.read_buf(&mut buf).await),
+                Some(d) => tokio::time::timeout_at(d, fill).await.ok(),
+                None => Some(fill.await),
             }
         };
         tokio::select! {
@@ -562,8 +587,10 @@ async fn sub(
 }
 
 async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
-    let mut out = BytesMut::with_capacity(64 * 1024);
-    let mut msgs: Vec<Message> = Vec::with_capacity(TAKE_CHUNK);
+    // Both grow on first use (an idle connection never sends a frame before its first
+    // heartbeat) and are then reused.
+    let mut out = BytesMut::new();
+    let mut msgs: Vec<Message> = Vec::new();
     let mut hb_every = client.settings.lock().heartbeat;
     let mut hb_next = hb_every.map(|h| Instant::now() + h);
     loop {
@@ -636,7 +663,7 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
             }
             out.clear();
             if out.capacity() > 4 * FLUSH_BYTES {
-                out = BytesMut::with_capacity(64 * 1024);
+                out = BytesMut::new();
             }
         }
         if closing || client.is_closed() {

@@ -1,4 +1,5 @@
-//! The diskqueue metadata file (`<name>.diskqueue.meta.dat`, diskqueue.md §3): three lines of
+//! The diskqueue metadata file (`<name>.diskqueue.meta.dat`; go-diskqueue diskqueue.go,
+//! retrieveMetaData and persistMetaData): three lines of
 //! decimal text, parsed strictly and replaced atomically (temp file + fsync + rename).
 
 use std::fs::{self, OpenOptions};
@@ -26,7 +27,8 @@ impl Meta {
     }
 
     /// Parses the reference format (`"%d\n%d,%d\n%d,%d\n"`). Anything else is an error: we
-    /// refuse to guess positions (diskqueue.md §11.1). A missing final newline is tolerated.
+    /// let `recovery.rs` rebuild the positions from the data files. A missing final newline is
+    /// tolerated.
     pub(crate) fn parse(text: &[u8]) -> Result<Meta, String> {
         let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_string())?;
         let body = text.strip_suffix('\n').unwrap_or(text);

@@ -125,7 +125,7 @@ impl State {
     fn meta(&self) -> Meta {
         let (read_file_num, read_pos, unsettled) = self.watermark.persisted_read(self);
         Meta {
-            depth: self.depth + unsettled,
+            depth: self.depth.saturating_add(unsettled),
             read_file_num,
             read_pos,
             write_file_num: self.write_file_num,

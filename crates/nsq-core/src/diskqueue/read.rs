@@ -364,7 +364,7 @@ impl DiskQueue {
             let mut st = self.state.lock();
             debug_assert_eq!(st.read_file_num, step.file_num);
             st.read_pos = step.end_pos;
-            st.depth -= step.records as i64;
+            st.depth = st.depth.saturating_sub(step.records as i64);
             st.watermark.taken(&step.positions);
             let mut force = false;
             match step.outcome {

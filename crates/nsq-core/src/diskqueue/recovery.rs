@@ -24,6 +24,8 @@ use super::{data_file_path, DiskQueueOptions};
 /// File numbers above this are treated as corrupt metadata (keeps `+ 1` far from overflow;
 /// at one 100 MiB file per millisecond it lasts 30,000 years).
 const MAX_FILE_NUM: i64 = 1 << 40;
+/// Depths above this are recounted (a petabyte of smallest records is ~2^45).
+const MAX_DEPTH: i64 = 1 << 50;
 
 /// The positions a queue starts from. Never fails: bad metadata is rebuilt from the data.
 pub(super) fn recover(name: &str, opts: &DiskQueueOptions, meta_path: &Path) -> Meta {
@@ -49,7 +51,8 @@ pub(super) fn recover(name: &str, opts: &DiskQueueOptions, meta_path: &Path) -> 
     }
     let write_path = data_file_path(&opts.data_path, name, m.write_file_num);
     let write_len = fs::metadata(&write_path).map(|md| md.len() as i64).ok();
-    let mut recount = m.depth < 0;
+    // A negative depth (go-diskqueue only fixes it at the tail) or one no disk could hold.
+    let mut recount = !(0..=MAX_DEPTH).contains(&m.depth);
     match write_len {
         Some(len) if len < m.write_pos => {
             tracing::warn!(
@@ -99,11 +102,15 @@ fn check(name: &str, opts: &DiskQueueOptions, m: &Meta) -> Result<(), String> {
             m.read_pos,
             md.len()
         )),
+        // An empty queue (reader at the writer) whose write file is not created yet: other
+        // data files are leftovers of consumed data (a failed or interrupted deletion), not
+        // records to serve.
+        Err(_) if (m.read_file_num, m.read_pos) == (m.write_file_num, m.write_pos) => Ok(()),
         Err(_) => {
             // A missing read file is normal after a crash (go-diskqueue deletes a finished
             // file before the metadata moves on): the reader goes on with the next file. But
-            // if none of the files the positions name exists while other data files do, the
-            // numbers are wrong, not the data.
+            // if records are claimed and none of the files the positions name exists while
+            // other data files do, the numbers are wrong, not the data.
             let nums = data_file_nums(name, opts);
             let in_range = nums
                 .iter()

@@ -1,7 +1,8 @@
 //! Syncing a diskqueue: snapshots of its positions ([`SyncJob`]), performing them (fdatasync
 //! of the data files, then the atomic metadata rewrite), group commit for `wait_durable`, and
-//! the process-wide background thread that performs queued jobs and runs every open queue's
-//! `sync_timeout` timer, so `put_batch`/`read_batch` never wait for the disk.
+//! the process-wide background threads (a few workers performing queued jobs, one timer
+//! running every open queue's `sync_timeout`), so `put_batch`/`read_batch` never wait for
+//! the disk.
 //!
 //! What counts as "a sync" follows go-diskqueue (diskqueue.go, ioLoop and sync): one after
 //! every `sync_every` operations, when `sync_timeout` passes with unsynced operations, on
@@ -325,11 +326,14 @@ impl DiskQueue {
     }
 }
 
+/// Threads performing queued sync jobs. Several, so the fsyncs of different queues (a topic
+/// and its channels) overlap and the filesystem can commit them together; jobs of one queue
+/// are serialised by its `meta` lock.
+const FLUSH_WORKERS: usize = 4;
+
 enum Msg {
     /// A new queue for the timer.
     Register(Weak<DiskQueue>),
-    /// The queue's pending slot was filled.
-    Flush(Weak<DiskQueue>),
 }
 
 fn sender() -> &'static Sender<Msg> {
@@ -344,13 +348,41 @@ fn sender() -> &'static Sender<Msg> {
     })
 }
 
+fn flusher() -> &'static Sender<Weak<DiskQueue>> {
+    static FLUSH: OnceLock<Sender<Weak<DiskQueue>>> = OnceLock::new();
+    FLUSH.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Weak<DiskQueue>>();
+        // Shared receiver: an idle worker holds the lock while it waits; that is the whole
+        // job of the lock.
+        let rx = Arc::new(parking_lot::Mutex::new(rx));
+        for i in 0..FLUSH_WORKERS {
+            let rx = Arc::clone(&rx);
+            std::thread::Builder::new()
+                .name(format!("diskqueue-flush-{i}"))
+                .spawn(move || loop {
+                    let next = rx.lock().recv();
+                    match next {
+                        Ok(q) => {
+                            if let Some(q) = q.upgrade() {
+                                q.flush_pending();
+                            }
+                        }
+                        Err(_) => return,
+                    }
+                })
+                .expect("spawn diskqueue flush thread");
+        }
+        tx
+    })
+}
+
 pub(crate) fn register(queue: Weak<DiskQueue>) {
     // The receiver lives for the whole process; a send cannot fail.
     let _ = sender().send(Msg::Register(queue));
 }
 
 fn notify(queue: Weak<DiskQueue>) {
-    let _ = sender().send(Msg::Flush(queue));
+    let _ = flusher().send(queue);
 }
 
 fn run(rx: Receiver<Msg>) {
@@ -360,11 +392,6 @@ fn run(rx: Receiver<Msg>) {
         let wait = next_tick.saturating_duration_since(Instant::now());
         match rx.recv_timeout(wait) {
             Ok(Msg::Register(q)) => queues.push(q),
-            Ok(Msg::Flush(q)) => {
-                if let Some(q) = q.upgrade() {
-                    q.flush_pending();
-                }
-            }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }

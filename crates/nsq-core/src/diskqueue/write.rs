@@ -129,7 +129,7 @@ impl DiskQueue {
         st.write_file_num = file_num;
         st.write_pos = chunk_pos + (off - chunk_start) as i64;
         st.write_file = file;
-        st.depth += eb.ends.len() as i64;
+        st.depth = st.depth.saturating_add(eb.ends.len() as i64);
         st.ticket += 1;
         // A rotation forces a sync (fsync of the old files + metadata), in the background.
         self.count_ops(st, eb.ends.len(), rotated, retired);

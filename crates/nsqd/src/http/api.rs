@@ -44,6 +44,14 @@ pub(super) async fn handle(
         {
             crate::drain::http_config(nsqd, req.method(), "shutdown")
         }
+        // A draining node stays away from nsqlookupd.
+        Endpoint::Config
+            if param.as_deref() == Some("nsqlookupd_tcp_addresses")
+                && req.method() == axum::http::Method::PUT
+                && nsqd.drain.is_draining() =>
+        {
+            crate::drain::http_refused()
+        }
         Endpoint::Ping => ping(nsqd),
         Endpoint::Info => v1(info(nsqd)),
         Endpoint::Pub => v1(publish(nsqd, req).await),

@@ -1,0 +1,113 @@
+//! What the NSQ utilities share (nsq's apps/*/main.go all follow one pattern): the
+//! `--consumer-opt` / `--producer-opt` flag value ([`ConfigFlag`], go-nsq's `ConfigFlag`), the
+//! Go standard-logger lines their fatal errors use ([`log`], [`fatal`]), the command-line
+//! outcome handling ([`parse_or_exit`]) and the user agent / version texts.
+
+pub mod configflag;
+pub mod golog;
+
+use std::process::exit;
+
+use nsq_go::flag::{FlagError, FlagSet, ParseOutcome};
+
+pub use configflag::ConfigFlag;
+pub use golog::{fatal, log};
+
+/// The release the tools report (`nsq_tail v1.3.0`).
+pub const VERSION: &str = nsq_http::version::VERSION;
+
+/// The go-nsq release the reference tools are built on; part of their user agent.
+pub const GO_NSQ_VERSION: &str = "1.1.0";
+
+/// `<tool>/1.3.0 go-nsq/1.1.0`, as every tool sets `cfg.UserAgent`.
+pub fn user_agent(tool: &str) -> String {
+    format!("{tool}/{VERSION} go-nsq/{GO_NSQ_VERSION}")
+}
+
+/// Parses `args` (program name first) with Go `flag.Parse` semantics and handles every
+/// outcome but "run": `--version` prints `<tool> v1.3.0` and exits 0 (or, for a tool without
+/// that flag, is an undefined flag), `-h` prints the usage and exits 0, a command-line error
+/// prints the message and usage and exits 2 (Go's `flag.ExitOnError`).
+pub fn parse_or_exit<O: Clone>(
+    set: &FlagSet<O>,
+    defaults: O,
+    args: Vec<String>,
+    has_version: bool,
+) -> O {
+    let usage = || {
+        let text = set.usage(&defaults);
+        if has_version {
+            text
+        } else {
+            text.replace("  -version\n    \tprint version string\n", "")
+        }
+    };
+    match set.parse(args, defaults.clone()) {
+        Ok(ParseOutcome::Run(o)) => o,
+        Ok(ParseOutcome::Version) if has_version => {
+            println!("{} v{VERSION}", set.program);
+            exit(0)
+        }
+        Ok(ParseOutcome::Version) => {
+            eprintln!("flag provided but not defined: -version");
+            eprint!("{}", usage());
+            exit(2)
+        }
+        Ok(ParseOutcome::Help) => {
+            eprint!("{}", usage());
+            exit(0)
+        }
+        Err(e @ FlagError::Usage(_)) => {
+            eprintln!("{e}");
+            eprint!("{}", usage());
+            exit(2)
+        }
+        Err(e) => fatal(e.message()),
+    }
+}
+
+/// SIGINT or SIGTERM (the tools' `signal.Notify(termChan, syscall.SIGINT, syscall.SIGTERM)`):
+/// the handlers are installed when this is called, inside a tokio runtime, so a signal that
+/// arrives before the future is awaited is not lost; the future resolves on the first one.
+pub fn termination() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{signal, SignalKind};
+    let int = signal(SignalKind::interrupt());
+    let term = signal(SignalKind::terminate());
+    async move {
+        let (Ok(mut int), Ok(mut term)) = (int, term) else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+    }
+}
+
+/// Go's `StringArray` flags hold duplicates; tools that key producers by address (to_nsq's
+/// `map[string]*nsq.Producer`) keep one per address. Order of first appearance.
+pub fn dedup(addrs: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for a in addrs {
+        if !out.contains(a) {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_agent_names_tool_and_go_nsq() {
+        assert_eq!(user_agent("nsq_tail"), "nsq_tail/1.3.0 go-nsq/1.1.0");
+    }
+
+    #[test]
+    fn dedup_keeps_first_order() {
+        let v: Vec<String> = ["b", "a", "b"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(dedup(&v), vec!["b".to_string(), "a".to_string()]);
+    }
+}

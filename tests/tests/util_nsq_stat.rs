@@ -1,0 +1,198 @@
+//! `nsq_stat` against the real nsqd and nsqlookupd: the table (headers, columns, numbers summed
+//! across nsqd) compared byte for byte, `--count`, producers from `--nsqd-http-address` or via
+//! `--lookupd-http-address`, and the validation and runtime error messages of nsq's
+//! apps/nsq_stat/nsq_stat.go.
+//!
+//! Build first: `cargo build -p nsqd-bin -p nsqlookupd-bin -p nsq_stat-bin`.
+
+use std::time::Duration;
+
+use nsq_integration_tests::{http_post, nsq_stat_bin, run_tool, Nsqd, Nsqlookupd};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+const HEADER: &str = "------rate------+----------------depth----------------+--------------metadata---------------\n\
+ingress  egress |   total     mem    disk inflt   def |     req     t-o         msgs clients\n";
+
+fn setup(nsqd: &Nsqd, topic: &str, channel: &str, messages: usize) {
+    assert_eq!(
+        http_post(nsqd.http_addr, &format!("/topic/create?topic={topic}"), b"").status,
+        200
+    );
+    assert_eq!(
+        http_post(
+            nsqd.http_addr,
+            &format!("/channel/create?topic={topic}&channel={channel}"),
+            b""
+        )
+        .status,
+        200
+    );
+    for i in 0..messages {
+        nsqd.http_pub(topic, format!("m{i}").as_bytes());
+    }
+}
+
+#[test]
+fn table_from_nsqd_addresses_summed() {
+    let (a, b) = (Nsqd::start(&[]), Nsqd::start(&[]));
+    setup(&a, "st", "ch", 3);
+    setup(&b, "st", "ch", 2);
+    let (ah, bh) = (a.http_addr.to_string(), b.http_addr.to_string());
+    let out = run_tool(
+        &nsq_stat_bin(),
+        &[
+            "--topic=st",
+            "--channel=ch",
+            "--nsqd-http-address",
+            &ah,
+            "--nsqd-http-address",
+            &bh,
+            "--count",
+            "2",
+            "--interval",
+            "100ms",
+        ],
+        b"",
+        TIMEOUT,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = "      0       0 |       5       5       0     0     0 |       0       0            5       0\n";
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{HEADER}{line}{line}")
+    );
+}
+
+#[test]
+fn table_via_lookupd_and_errors() {
+    let lookupd = Nsqlookupd::start(&[]);
+    let reg = format!("--lookupd-tcp-address={}", lookupd.tcp_addr);
+    let nsqd = Nsqd::start(&["--broadcast-address=127.0.0.1", &reg]);
+    setup(&nsqd, "lt", "ch", 1);
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while lookupd.get("/lookup?topic=lt").status != 200 {
+        assert!(std::time::Instant::now() < deadline, "no registration");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let lh = lookupd.http_addr.to_string();
+    let out = run_tool(
+        &nsq_stat_bin(),
+        &[
+            "--topic=lt",
+            "--channel=ch",
+            "--lookupd-http-address",
+            &lh,
+            "--count=1",
+            "--interval=50ms",
+        ],
+        b"",
+        TIMEOUT,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = "      0       0 |       1       1       0     0     0 |       0       0            1       0\n";
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{HEADER}{line}")
+    );
+
+    let nh = nsqd.http_addr.to_string();
+    let out = run_tool(
+        &nsq_stat_bin(),
+        &["--topic=lt", "--channel=nope", "--nsqd-http-address", &nh],
+        b"",
+        TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .ends_with(" ERROR: failed to find channel(nope) in stats metadata for topic(lt)\n"));
+    let out = run_tool(
+        &nsq_stat_bin(),
+        &["--topic=none", "--channel=ch", "--nsqd-http-address", &nh],
+        b"",
+        TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .ends_with(" ERROR: failed to get nsqd stats - failed to query any nsqd: \n"));
+}
+
+#[test]
+fn validation_messages_and_exit_codes() {
+    let bin = nsq_stat_bin();
+    let run = |args: &[&str]| run_tool(&bin, args, b"", TIMEOUT);
+    let cases: &[(&[&str], &str)] = &[
+        (&["--topic=t"], "--topic and --channel are required"),
+        (
+            &["--topic=t", "--channel=c", "--interval=0"],
+            "--interval should be positive",
+        ),
+        (
+            &[
+                "--topic=t",
+                "--channel=c",
+                "--http-client-connect-timeout=0",
+            ],
+            "--http-client-connect-timeout should be positive",
+        ),
+        (
+            &[
+                "--topic=t",
+                "--channel=c",
+                "--http-client-request-timeout=0",
+            ],
+            "--http-client-request-timeout should be positive",
+        ),
+        (
+            &["--topic=t", "--channel=c", "--count=0"],
+            "--count should be positive",
+        ),
+        (
+            &["--topic=t", "--channel=c"],
+            "--nsqd-http-address or --lookupd-http-address required",
+        ),
+        (
+            &[
+                "--topic=t",
+                "--channel=c",
+                "--nsqd-http-address=a:1",
+                "--lookupd-http-address=b:2",
+            ],
+            "use --nsqd-http-address or --lookupd-http-address not both",
+        ),
+        (
+            &["--topic=t", "--channel=c", "--nsqd-http-address=http://a:1"],
+            "--nsqd-http-address error - address should not contain scheme",
+        ),
+        (
+            &[
+                "--topic=t",
+                "--channel=c",
+                "--lookupd-http-address=http://a:1",
+            ],
+            "--lookupd-http-address error - address should not contain scheme",
+        ),
+    ];
+    for (args, msg) in cases {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.ends_with(&format!(" {msg}\n")), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    let out = run(&["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.stdout, b"nsq_stat v1.3.0\n");
+    let out = run(&["--count", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,0 +1,280 @@
+//! `to_nsq` against the real nsqd: stdin split on `--delimiter` and published to every
+//! `--nsqd-tcp-address` (exact bodies, in order), `--rate` throttling, `--producer-opt`, a
+//! publish error (exit 1), SIGTERM while stdin is still open (exit 0), and the command-line
+//! validation messages and exit statuses of nsq's apps/to_nsq/to_nsq.go.
+//!
+//! Build first: `cargo build -p nsqd-bin -p to_nsq-bin` (or set NSQD_BIN / TO_NSQ_BIN).
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nsq_integration_tests::{run_tool, to_nsq_bin, Nsqd};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Subscribes to `topic` on a fresh channel and returns the bodies of the first `n` messages
+/// (FINed), panicking if they do not all arrive within the timeout.
+fn consume(nsqd: &Nsqd, topic: &str, n: usize) -> Vec<Vec<u8>> {
+    let mut c = nsqd.connect();
+    c.subscribe(topic, "check");
+    c.rdy(1000);
+    let mut bodies = Vec::new();
+    let deadline = Instant::now() + TIMEOUT;
+    while bodies.len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} messages",
+            bodies.len()
+        );
+        let m = c.message(TIMEOUT);
+        c.fin(&m.id);
+        bodies.push(m.body.to_vec());
+    }
+    // Nothing more than expected.
+    assert!(c.try_message(Duration::from_millis(300)).is_none());
+    bodies
+}
+
+/// Asserts `stderr` is one Go standard-logger line `YYYY/MM/DD HH:MM:SS <msg>`.
+fn assert_go_log_line(stderr: &[u8], msg: &str) {
+    let text = String::from_utf8_lossy(stderr);
+    let line = text
+        .strip_suffix('\n')
+        .unwrap_or_else(|| panic!("{text:?}"));
+    assert!(!line.contains('\n'), "one line expected: {text:?}");
+    let (stamp, rest) = line.split_at(19.min(line.len()));
+    let shape: String = stamp
+        .chars()
+        .map(|c| if c.is_ascii_digit() { '9' } else { c })
+        .collect();
+    assert_eq!(shape, "9999/99/99 99:99:99", "{text:?}");
+    assert_eq!(rest, format!(" {msg}"), "{text:?}");
+}
+
+fn bodies(list: &[&str]) -> Vec<Vec<u8>> {
+    list.iter().map(|s| s.as_bytes().to_vec()).collect()
+}
+
+#[test]
+fn publishes_every_line_to_every_nsqd() {
+    let (a, b) = (Nsqd::start(&[]), Nsqd::start(&[]));
+    let (aa, ba) = (a.tcp_addr.to_string(), b.tcp_addr.to_string());
+    let out = run_tool(
+        &to_nsq_bin(),
+        &[
+            "--topic",
+            "lines",
+            "--nsqd-tcp-address",
+            &aa,
+            "-nsqd-tcp-address",
+            &ba,
+        ],
+        b"a\nbb\n\n\nc c\xff\nlast",
+        TIMEOUT,
+    );
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    // Empty pieces are skipped; the final piece keeps its last byte (the reference's
+    // truncation of an undelimited last piece is not copied).
+    let want: Vec<Vec<u8>> = vec![
+        b"a".to_vec(),
+        b"bb".to_vec(),
+        b"c c\xff".to_vec(),
+        b"last".to_vec(),
+    ];
+    assert_eq!(consume(&a, "lines", 4), want);
+    assert_eq!(consume(&b, "lines", 4), want);
+}
+
+#[test]
+fn delimiter_and_producer_opt() {
+    let nsqd = Nsqd::start(&[]);
+    let addr = nsqd.tcp_addr.to_string();
+    let out = run_tool(
+        &to_nsq_bin(),
+        &[
+            "-topic=semi",
+            "--delimiter=;",
+            "--producer-opt",
+            "dial_timeout,2s",
+            "--producer-opt",
+            "snappy",
+            "--nsqd-tcp-address",
+            &addr,
+        ],
+        b"x;;y\nz;",
+        TIMEOUT,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(consume(&nsqd, "semi", 2), bodies(&["x", "y\nz"]));
+}
+
+#[test]
+fn rate_throttles_publishing() {
+    let nsqd = Nsqd::start(&[]);
+    let addr = nsqd.tcp_addr.to_string();
+    let start = Instant::now();
+    let out = run_tool(
+        &to_nsq_bin(),
+        &[
+            "--topic",
+            "slow",
+            "--rate",
+            "5",
+            "--nsqd-tcp-address",
+            &addr,
+        ],
+        b"1\n2\n3\n4\n5\n6\n",
+        TIMEOUT,
+    );
+    let took = start.elapsed();
+    assert!(out.status.success());
+    // One token at the start, then one every 200 ms: six messages take at least ~1 s; a
+    // loaded machine can only make it slower.
+    assert!(took >= Duration::from_millis(800), "took {took:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(" Throttling messages rate to max:5/second\n"),
+        "{err}"
+    );
+    assert_eq!(
+        consume(&nsqd, "slow", 6),
+        bodies(&["1", "2", "3", "4", "5", "6"])
+    );
+}
+
+#[test]
+fn publish_error_is_fatal() {
+    let nsqd = Nsqd::start(&[]);
+    let addr = nsqd.tcp_addr.to_string();
+    let out = run_tool(
+        &to_nsq_bin(),
+        &["--topic", "bad*topic", "--nsqd-tcp-address", &addr],
+        b"one\ntwo\n",
+        TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("E_BAD_TOPIC"), "{err}");
+
+    // Nothing listens on a port just released: the dial error is fatal too.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let out = run_tool(
+        &to_nsq_bin(),
+        &["--topic", "t", "--nsqd-tcp-address", &port.to_string()],
+        b"one\n",
+        TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn sigterm_with_open_stdin_exits_zero() {
+    let nsqd = Nsqd::start(&[]);
+    let addr = nsqd.tcp_addr.to_string();
+    let mut child = Command::new(to_nsq_bin())
+        .args(["--topic", "open", "--nsqd-tcp-address", &addr])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"first\n").unwrap();
+    stdin.flush().unwrap();
+    nsqd.wait_stats("the first message", TIMEOUT, |s| {
+        s["topics"].as_array().is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t["topic_name"] == "open" && t["message_count"] == 1)
+        })
+    });
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let deadline = Instant::now() + TIMEOUT;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "to_nsq ignored SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(stdin);
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn validation_messages_and_exit_codes() {
+    let bin = to_nsq_bin();
+    let run = |args: &[&str]| run_tool(&bin, args, b"", TIMEOUT);
+
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_go_log_line(&out.stderr, "--topic required");
+
+    let out = run(&["--topic", "t", "--delimiter", "ab"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_go_log_line(&out.stderr, "--delimiter must be a single byte");
+
+    let out = run(&["--topic", "t", "--delimiter", ""]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_go_log_line(&out.stderr, "--delimiter must be a single byte");
+
+    let out = run(&["--topic", "t"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_go_log_line(&out.stderr, "--nsqd-tcp-address required");
+
+    // Flag errors: message, usage, exit 2.
+    let out = run(&["--topic", "t", "--producer-opt", "bogus,1"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(
+            "invalid value \"bogus,1\" for flag -producer-opt: invalid option bogus\n\
+             Usage of to_nsq:\n"
+        ),
+        "{err}"
+    );
+
+    // to_nsq has no -version flag.
+    let out = run(&["--version"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("flag provided but not defined: -version\n"),
+        "{err}"
+    );
+
+    let out = run(&["--rate", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = run(&["-h"]);
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("Usage of to_nsq:\n"), "{err}");
+    for flag in [
+        "-delimiter string",
+        "-nsqd-tcp-address value",
+        "-producer-opt value",
+        "-rate int",
+        "-topic string",
+    ] {
+        assert!(err.contains(&format!("  {flag}\n")), "{flag}: {err}");
+    }
+    assert!(!err.contains("-version"), "{err}");
+}
