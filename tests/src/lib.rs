@@ -7,6 +7,8 @@
 //! The binaries are not built by the tests: run `cargo build -p nsqd-bin -p nsqlookupd-bin`
 //! first, or set `NSQD_BIN` / `NSQLOOKUPD_BIN` to a binary.
 
+pub mod certs;
+
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};

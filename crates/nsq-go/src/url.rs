@@ -125,6 +125,21 @@ fn unescape_checked(s: &str, plus_is_space: bool) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// Go's `url.QueryEscape`: unreserved bytes stay, space becomes `+`, the rest `%XX`.
+pub fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &c in s.as_bytes() {
+        match c {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(c as char)
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{c:02X}")),
+        }
+    }
+    out
+}
+
 /// The request path as Go's `URL.Path` holds it (unescaped); `None` when the escapes are
 /// invalid (Go's server rejects the request with `400 Bad Request`).
 pub fn decode_path(raw: &str) -> Option<String> {
@@ -305,6 +320,7 @@ mod tests {
 
     #[test]
     fn escapes() {
+        assert_eq!(query_escape("t#ephemeral a/b"), "t%23ephemeral+a%2Fb");
         assert_eq!(escape_path("/config/a b"), "/config/a%20b");
         assert_eq!(html_escape("/p?a=1&b=2"), "/p?a=1&amp;b=2");
     }

@@ -1,6 +1,7 @@
 //! What every HTTP-speaking NSQ binary shares (nsqd, nsqlookupd, nsqadmin, and the utilities
 //! to come), on top of the Go rules of `nsq-go`:
 //!
+//! * [`client`]: the one outgoing HTTP(S) client, with Go's error texts.
 //! * [`reply`]: the reference's response primitives (content types, `X-NSQ-Content-Type`,
 //!   v1 error bodies, Go's `http.Redirect`).
 //! * [`router`]: one httprouter-style router (exact match per method, case and trailing-slash
@@ -9,6 +10,7 @@
 //! * [`version`]: `<app> v1.3.0 (built w/rustc…)`.
 //! * [`daemon`]: parse flags → start → wait for SIGINT/SIGTERM → shut down, for `apps/*`.
 
+pub mod client;
 pub mod daemon;
 pub mod logging;
 pub mod reply;

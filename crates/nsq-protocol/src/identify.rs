@@ -1,5 +1,5 @@
 //! IDENTIFY: the request body (decoded with Go `encoding/json` leniency), its validation
-//! against the server's bounds, feature negotiation and the JSON response (spec §9.1).
+//! against the server's bounds, feature negotiation and the JSON response (nsqd/protocol_v2.go, `IDENTIFY`).
 //!
 //! Go's decoder matches keys case-insensitively, lets the last duplicate win, ignores unknown
 //! keys, treats `null` as "leave unchanged", and rejects type mismatches, fractional or
@@ -223,7 +223,7 @@ impl Default for ServerFeatures {
     }
 }
 
-/// The outcome of feature negotiation (§9.1.4).
+/// The outcome of feature negotiation (nsqd/protocol_v2.go, `IDENTIFY`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Negotiated {
     pub tls_v1: bool,

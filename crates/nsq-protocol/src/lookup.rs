@@ -1,4 +1,4 @@
-//! The nsqlookupd TCP "V1" protocol (nsqlookupd spec §3), both sides, sans-I/O.
+//! The nsqlookupd TCP "V1" protocol (nsqlookupd/lookup_protocol_v1.go; nsqd/lookup_peer.go), both sides, sans-I/O.
 //!
 //! Client → server: after the magic `"  V1"`, lines `NAME[ PARAM ...]\n`; only `IDENTIFY` has
 //! a body (`[4-byte signed size][JSON]`). Server → client: `[4-byte size][data]` with no frame

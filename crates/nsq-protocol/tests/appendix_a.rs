@@ -1,5 +1,5 @@
 //! Every Appendix A error text the command decoder produces, byte for byte, plus the
-//! decoder-level rows of the §14 checklist and the §2.1 line rules.
+//! decoder-level cases of nsqd/protocol_v2.go's command parsing and its line rules.
 
 mod common;
 
@@ -41,7 +41,7 @@ fn invalid_command() {
     assert_err(b"\r\n", "E_INVALID invalid command ");
     assert_err(b" NOP\n", "E_INVALID invalid command ");
     assert_eq!(err_text(b"F\xffO\n"), b"E_INVALID invalid command F\xffO");
-    // Frame bytes of the spec §3 example.
+    // Frame bytes of a response frame (nsqd/protocol.go, `SendFramedResponse`).
     let mut frame = Vec::new();
     nsq_protocol::frame::put_error(&mut frame, &err_text(b"FOO\n"));
     assert_eq!(&frame[..8], &[0, 0, 0, 0x21, 0, 0, 0, 1]);

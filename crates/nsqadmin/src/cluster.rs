@@ -1,5 +1,5 @@
-//! Cluster data acquisition (nsqadmin.md §3): the primitive fetches from nsqlookupd and nsqd,
-//! producers (§3.2), the stats fan-out (§3.3), and the mutations of §5, with the reference's
+//! Cluster data acquisition (nsq's internal/clusterinfo/data.go, `ClusterInfo`): the primitive fetches from nsqlookupd and nsqd,
+//! producers (`GetLookupdProducers`), the stats fan-out (`GetNSQDStats`), and the mutations (`CreateTopicChannel`, `DeleteTopic`, …), with the reference's
 //! error aggregation: a GET fan-out fails only when every upstream failed (or there were none);
 //! otherwise failures become a *partial error*; POST fan-outs only ever produce partial errors.
 //!
@@ -11,8 +11,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
-use crate::client::{query_escape, HttpClient};
+use crate::client::HttpClient;
 use crate::stats::{ClusterStats, RawStats};
+use nsq_go::url::query_escape;
 
 /// Which kind of upstream a fan-out talked to (for `failed to query any <kind>`).
 #[derive(Debug, Clone, Copy)]
@@ -204,12 +205,12 @@ fn gather<T>(
 }
 
 async fn get_json<T: for<'de> Deserialize<'de>>(c: HttpClient, url: String) -> Result<T, String> {
-    let body = c.get_v1(&url).await?;
+    let body = c.get_v1(&url).await.map_err(|e| e.to_string())?;
     serde_json::from_slice(&body).map_err(|e| format!("failed to decode {url} - {e}"))
 }
 
 impl ClusterInfo {
-    /// L-mode when lookupds are configured (they win when both are set, §9).
+    /// L-mode when lookupds are configured (they win when both are set; nsqadmin/http.go).
     pub fn lookupd_mode(&self) -> bool {
         !self.lookupds.is_empty()
     }
@@ -222,9 +223,9 @@ impl ClusterInfo {
             #[serde(default)]
             topics: Vec<String>,
         }
-        let c = self.client;
+        let c = self.client.clone();
         let rs = fan_out(self.lookupds.clone(), move |a| {
-            get_json::<R>(c, format!("http://{a}/topics"))
+            get_json::<R>(c.clone(), format!("http://{a}/topics"))
         })
         .await;
         let mut all: Vec<String> = gather(Kind::Lookupd, rs, warn)?
@@ -246,10 +247,10 @@ impl ClusterInfo {
             #[serde(default)]
             channels: Vec<String>,
         }
-        let c = self.client;
+        let c = self.client.clone();
         let q = query_escape(topic);
         let rs = fan_out(self.lookupds.clone(), move |a| {
-            get_json::<R>(c, format!("http://{a}/channels?topic={q}"))
+            get_json::<R>(c.clone(), format!("http://{a}/channels?topic={q}"))
         })
         .await;
         let mut all: Vec<String> = gather(Kind::Lookupd, rs, warn)?
@@ -267,11 +268,14 @@ impl ClusterInfo {
             #[serde(default)]
             producers: Vec<LookupdProducer>,
         }
-        let c = self.client;
-        let rs = fan_out(self.lookupds.clone(), move |a| async move {
-            get_json::<R>(c, format!("http://{a}/nodes"))
-                .await
-                .map(|r| (a, r))
+        let c = self.client.clone();
+        let rs = fan_out(self.lookupds.clone(), move |a| {
+            let c = c.clone();
+            async move {
+                get_json::<R>(c, format!("http://{a}/nodes"))
+                    .await
+                    .map(|r| (a, r))
+            }
         })
         .await;
         let mut producers: Vec<Producer> = Vec::new();
@@ -315,10 +319,10 @@ impl ClusterInfo {
             #[serde(default)]
             producers: Vec<LookupdProducer>,
         }
-        let c = self.client;
+        let c = self.client.clone();
         let q = query_escape(topic);
         let rs = fan_out(self.lookupds.clone(), move |a| {
-            get_json::<R>(c, format!("http://{a}/lookup?topic={q}"))
+            get_json::<R>(c.clone(), format!("http://{a}/lookup?topic={q}"))
         })
         .await;
         let mut producers: Vec<Producer> = Vec::new();
@@ -340,9 +344,9 @@ impl ClusterInfo {
     // ---- nsqd fetches ----
 
     pub async fn nsqd_topics(&self, warn: &mut Vec<String>) -> Result<Vec<String>, String> {
-        let c = self.client;
+        let c = self.client.clone();
         let rs = fan_out(self.nsqds.clone(), move |a| {
-            get_json::<RawStats>(c, format!("http://{a}/stats?format=json"))
+            get_json::<RawStats>(c.clone(), format!("http://{a}/stats?format=json"))
         })
         .await;
         let mut all: Vec<String> = gather(Kind::Nsqd, rs, warn)?
@@ -384,7 +388,7 @@ impl ClusterInfo {
 
     /// One nsqd as a producer: `/info` then its topic list from `/stats`.
     pub async fn nsqd_producer(c: HttpClient, addr: String) -> Result<Producer, String> {
-        let mut p = Self::nsqd_info(c, &addr).await?;
+        let mut p = Self::nsqd_info(c.clone(), &addr).await?;
         let stats: RawStats = get_json(
             c,
             format!("http://{addr}/stats?format=json&include_clients=false"),
@@ -404,8 +408,11 @@ impl ClusterInfo {
     }
 
     pub async fn nsqd_producers(&self, warn: &mut Vec<String>) -> Result<Vec<Producer>, String> {
-        let c = self.client;
-        let rs = fan_out(self.nsqds.clone(), move |a| Self::nsqd_producer(c, a)).await;
+        let c = self.client.clone();
+        let rs = fan_out(self.nsqds.clone(), move |a| {
+            Self::nsqd_producer(c.clone(), a)
+        })
+        .await;
         gather(Kind::Nsqd, rs, warn)
     }
 
@@ -414,15 +421,16 @@ impl ClusterInfo {
         topic: &str,
         warn: &mut Vec<String>,
     ) -> Result<Vec<Producer>, String> {
-        let c = self.client;
+        let c = self.client.clone();
         let q = query_escape(topic);
         let want = topic.to_string();
         let rs = fan_out(self.nsqds.clone(), move |a| {
             let q = q.clone();
             let want = want.clone();
+            let c = c.clone();
             async move {
                 let stats: RawStats = get_json(
-                    c,
+                    c.clone(),
                     format!("http://{a}/stats?format=json&topic={q}&include_clients=false"),
                 )
                 .await?;
@@ -494,7 +502,7 @@ impl ClusterInfo {
         include_clients: bool,
         warn: &mut Vec<String>,
     ) -> Result<ClusterStats, String> {
-        let c = self.client;
+        let c = self.client.clone();
         let mut suffix = String::new();
         if let Some(t) = topic {
             suffix.push_str(&format!("&topic={}", query_escape(t)));
@@ -511,6 +519,7 @@ impl ClusterInfo {
             .collect();
         let rs = fan_out(targets, move |(addr, host)| {
             let url = format!("http://{addr}/stats?format=json{suffix}");
+            let c = c.clone();
             async move { get_json::<RawStats>(c, url).await.map(|r| (addr, host, r)) }
         })
         .await;
@@ -523,7 +532,7 @@ impl ClusterInfo {
         Ok(out)
     }
 
-    // ---- mutations (§5) ----
+    // ---- mutations (clusterinfo/data.go) ----
 
     /// POSTs `path?qs` to every address, sequentially; failures become one warning.
     async fn post_all(&self, addrs: &[String], path: &str, qs: &str, warn: &mut Vec<String>) {
@@ -534,7 +543,7 @@ impl ClusterInfo {
                 .post_v1(&format!("http://{a}/{path}?{qs}"))
                 .await
             {
-                errs.push(e);
+                errs.push(e.to_string());
             }
         }
         if !errs.is_empty() {
@@ -546,7 +555,7 @@ impl ClusterInfo {
         ps.iter().map(Producer::http_address).collect()
     }
 
-    /// §5.2. In N-mode (no lookupds) the topic and channel are created on every configured
+    /// `CreateTopicChannel`. In N-mode (no lookupds) the topic and channel are created on every configured
     /// nsqd instead (the reference does nothing for a topic and fails for a channel there).
     pub async fn create_topic_channel(
         &self,
@@ -576,7 +585,7 @@ impl ClusterInfo {
         Ok(())
     }
 
-    /// §5.4.
+    /// `DeleteTopic`.
     pub async fn delete_topic(&self, topic: &str, warn: &mut Vec<String>) -> Result<(), String> {
         let ps = self.topic_producers(topic, warn).await?;
         let qs = format!("topic={}", query_escape(topic));
@@ -587,7 +596,7 @@ impl ClusterInfo {
         Ok(())
     }
 
-    /// §5.5.
+    /// `DeleteChannel`.
     pub async fn delete_channel(
         &self,
         topic: &str,
@@ -607,7 +616,7 @@ impl ClusterInfo {
         Ok(())
     }
 
-    /// §5.3: `uri` is e.g. `topic/pause` or `channel/empty`.
+    /// `actionHelper`: `uri` is e.g. `topic/pause` or `channel/empty`.
     pub async fn action(
         &self,
         topic: &str,
@@ -625,7 +634,7 @@ impl ClusterInfo {
         Ok(())
     }
 
-    /// §5.6.
+    /// `TombstoneNodeForTopic`.
     pub async fn tombstone_topic_producer(
         &self,
         topic: &str,
@@ -635,7 +644,7 @@ impl ClusterInfo {
         let qs = format!("topic={}&node={}", query_escape(topic), query_escape(node));
         self.post_all(&self.lookupds, "topic/tombstone", &qs, warn)
             .await;
-        let p = Self::nsqd_producer(self.client, node.to_string()).await?;
+        let p = Self::nsqd_producer(self.client.clone(), node.to_string()).await?;
         let qs = format!("topic={}", query_escape(topic));
         self.post_all(&[p.http_address()], "topic/delete", &qs, warn)
             .await;

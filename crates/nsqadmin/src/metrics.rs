@@ -4,10 +4,8 @@
 //! families. The cluster's own numbers are scraped from nsqd and nsqlookupd directly;
 //! docs/metrics.md lists every family.
 //!
-//! The counters are process-wide statics fed by [`crate::client::HttpClient`]: an
-//! `HttpClient` is a `Copy` value built per request from the current options, so it has no
-//! daemon object to count into, and one nsqadmin runs per process. In-process tests that start
-//! several admins share the counts.
+//! The counters are process-wide statics fed by [`crate::client::HttpClient`] (one nsqadmin
+//! runs per process; in-process tests that start several admins share the counts).
 
 use std::collections::BTreeMap;
 
@@ -40,7 +38,7 @@ static ERRORS: Mutex<BTreeMap<(String, Failure), u64>> = Mutex::new(BTreeMap::ne
 
 /// The `host:port` label of a URL (the URL itself, when it does not parse).
 fn upstream(url: &str) -> String {
-    crate::client::Url::parse(url).map_or_else(|_| url.to_string(), |u| u.host_port)
+    crate::client::upstream(url)
 }
 
 /// Counts one request to `url`.

@@ -1,4 +1,4 @@
-//! Admin-action notifications (nsqadmin.md §6): each admin action enqueues a JSON body that one
+//! Admin-action notifications (nsqadmin/notify.go, `notifyAdminAction`): each admin action enqueues a JSON body that one
 //! background task POSTs to `--notification-http-endpoint`, one at a time, in order. A failed
 //! POST is logged and dropped (the reference crashes on a transport error: [ref-defect]).
 

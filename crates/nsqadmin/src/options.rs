@@ -228,7 +228,7 @@ impl AdminOptions {
                 .map_err(|e| format!("failed to resolve --nsqd-http-address ({a}) - {e}"))?;
         }
         if self.proxy_graphite {
-            crate::client::Url::parse(&self.graphite_url).map_err(|e| {
+            nsq_http::client::parse_url(&self.graphite_url).map_err(|e| {
                 format!(
                     "failed to parse --graphite-url ({}) - {e}",
                     self.graphite_url

@@ -9,7 +9,6 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::Admin;
-use crate::client::HttpClient;
 use crate::history::History;
 use crate::http::Routes;
 use crate::notify::Notifier;
@@ -51,10 +50,7 @@ pub async fn start(opts: AdminOptions) -> Result<AdminHandle, String> {
     tracing::info!("HTTP: listening on {http_addr}");
 
     let base_path = opts.normalized_base_path();
-    let client = HttpClient {
-        connect_timeout: opts.http_client_connect_timeout,
-        request_timeout: opts.http_client_request_timeout,
-    };
+    let client = crate::admin::build_client(&opts)?;
     let history = (!opts.history_interval.is_zero()).then(|| {
         Arc::new(History::new(
             opts.history_interval,
@@ -65,7 +61,8 @@ pub async fn start(opts: AdminOptions) -> Result<AdminHandle, String> {
         routes: Routes::new(&base_path, opts.proxy_graphite),
         base_path,
         cidr,
-        notifier: Notifier::start(&opts.notification_http_endpoint, client),
+        notifier: Notifier::start(&opts.notification_http_endpoint, client.clone()),
+        client: RwLock::new(client),
         history: history.clone(),
         hostname: nsq_go::os::hostname(),
         opts: RwLock::new(Arc::new(opts)),

@@ -1,4 +1,4 @@
-//! nsqd `/stats` as nsqadmin re-emits it (nsqadmin.md §3.3, §3.4): the raw shapes read from
+//! nsqd `/stats` as nsqadmin re-emits it (nsq's internal/clusterinfo/types.go and data.go, `GetNSQDStats`): the raw shapes read from
 //! nsqd, the per-node topic/channel/client objects with `node`, `hostname` and `memory_depth`
 //! added, and the cross-node aggregates (`node:"*"`).
 //!
@@ -90,7 +90,7 @@ pub struct RawE2e {
 
 // ---- what nsqadmin emits --------------------------------------------------------------------
 
-/// §3.4 latency object.
+/// The latency object (internal/quantile, `E2eProcessingLatencyAggregate`).
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct E2e {
     pub count: i64,
@@ -163,7 +163,7 @@ impl E2e {
     }
 }
 
-/// A client of a channel, as re-emitted (§3.3, fields in the reference's order).
+/// A client of a channel, as re-emitted (clusterinfo/types.go, `ClientStats`; fields in the reference's order).
 #[derive(Debug, Clone, Serialize)]
 pub struct ClientStats {
     pub node: String,

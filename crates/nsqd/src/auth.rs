@@ -1,5 +1,6 @@
-//! The AUTH client: nsqd asks an HTTP auth server whether a client may publish or subscribe
-//! (nsqd-internals §17, nsqd-tcp-protocol §9.2–9.3). [`query`] sends the reference's
+//! The AUTH client: nsqd asks an HTTP(S) auth server whether a client may publish or subscribe
+//! (nsq's internal/auth/authorizations.go, `QueryAnyAuthd`; nsqd/protocol_v2.go, `AUTH`).
+//! [`query`] sends the reference's
 //! `GET /auth?common_name=…&remote_ip=…&secret=…&tls=…` to the configured servers in turn
 //! (random start) and turns the first good answer into an [`AuthState`]; the connection code
 //! keeps that state, asks [`AuthState::allows`] before SUB/PUB/MPUB/DPUB and re-queries with
@@ -10,12 +11,12 @@
 //! whole answer) and validated like the reference: every permission must be `subscribe` or
 //! `publish`, every regex must compile, `ttl` must be positive.
 //!
+//! The request goes through the daemon's one [`HttpClient`] (`nsq_http::client`), which
+//! verifies `https://` servers against `--tls-root-ca-file`, follows redirects, sends
+//! `user:password@` as Basic auth, and retries a `403` carrying `https_port` over HTTPS, as
+//! the reference's `GETV1` does.
+//!
 //! Known differences from the reference, all on the failure side:
-//! * only `http://` servers: an `https://` address (or a `403` that would make the reference
-//!   retry over HTTPS on the body's `https_port`) fails the query, so `--tls-root-ca-file` is
-//!   not used yet;
-//! * HTTP redirects are not followed (the reference's Go client follows them) and
-//!   `user:password@` in a URL is dropped rather than sent as Basic auth;
 //! * regexes are compiled by the `regex` crate, whose syntax is RE2's with small differences
 //!   (no `\Q…\E`, and Unicode general-category classes such as `\pL` are not compiled in);
 //! * a key that appears twice under different case (`"ttl"` and `"TTL"`) resolves in sorted
@@ -28,7 +29,8 @@ use regex::Regex;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
-use crate::httpclient;
+use nsq_go::url::query_escape;
+use nsq_http::client::HttpClient;
 
 /// What an authorization entry permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -173,7 +175,7 @@ impl AuthState {
         self.expires < Instant::now()
     }
 
-    /// TCP spec §9.3: SUB needs `subscribe`, publish commands need `publish` and a channel
+    /// nsqd/protocol_v2.go, `CheckAuth` and auth/authorizations.go, `IsAllowed`: SUB needs `subscribe`, publish commands need `publish` and a channel
     /// pattern that matches `channel` = `""`; any one entry suffices.
     pub fn allows(&self, topic: &str, channel: &str, subscribe: bool) -> bool {
         self.authorizations
@@ -200,13 +202,12 @@ impl AuthState {
 /// (`E_UNAUTHORIZED AUTH no authorizations found`); `Err` is `E_AUTH_FAILED AUTH failed`, its
 /// text the last server's failure.
 pub async fn query(
+    client: &HttpClient,
     addresses: &[String],
     secret: &[u8],
     remote_ip: &str,
     tls: bool,
     common_name: &str,
-    connect_timeout: Duration,
-    request_timeout: Duration,
 ) -> Result<AuthState, String> {
     if addresses.is_empty() {
         return Err("no auth servers configured".to_string());
@@ -216,7 +217,7 @@ pub async fn query(
     let mut last_err = String::new();
     for i in 0..addresses.len() {
         let address = &addresses[(start + i) % addresses.len()];
-        match query_one(address, &query, connect_timeout, request_timeout).await {
+        match query_one(client, address, &query).await {
             Ok(state) => return Ok(state),
             Err(e) => {
                 tracing::error!("failed auth against {address} {e}");
@@ -231,22 +232,22 @@ pub async fn query(
 fn request_query(secret: &[u8], remote_ip: &str, tls: bool, common_name: &str) -> String {
     format!(
         "common_name={}&remote_ip={}&secret={}&tls={}",
-        httpclient::query_escape(common_name),
-        httpclient::query_escape(remote_ip),
+        query_escape(common_name),
+        query_escape(remote_ip),
         query_escape_bytes(secret),
         if tls { "true" } else { "false" }
     )
 }
 
-/// [`httpclient::query_escape`] for a secret that need not be UTF-8.
+/// [`query_escape`] for a secret that need not be UTF-8.
 fn query_escape_bytes(b: &[u8]) -> String {
     match std::str::from_utf8(b) {
-        Ok(s) => httpclient::query_escape(s),
+        Ok(s) => query_escape(s),
         Err(_) => {
             let mut out = String::with_capacity(b.len() * 3);
             for &c in b {
                 if c.is_ascii() {
-                    out.push_str(&httpclient::query_escape(&(c as char).to_string()));
+                    out.push_str(&query_escape(&(c as char).to_string()));
                 } else {
                     out.push_str(&format!("%{c:02X}"));
                 }
@@ -256,74 +257,23 @@ fn query_escape_bytes(b: &[u8]) -> String {
     }
 }
 
-async fn query_one(
-    address: &str,
-    query: &str,
-    connect_timeout: Duration,
-    request_timeout: Duration,
-) -> Result<AuthState, String> {
-    let (host_port, path_and_query) = endpoint(address, query)?;
-    let resp = httpclient::get(
-        &host_port,
-        &path_and_query,
-        connect_timeout,
-        request_timeout,
-    )
-    .await?;
-    if resp.status != 200 {
-        let body = String::from_utf8_lossy(&resp.body);
-        if resp.status == 403 {
-            // The reference retries over HTTPS on the body's `https_port` here.
-            return Err(format!(
-                "got response {} {body:?} (retrying over HTTPS is not supported yet)",
-                resp.status
-            ));
-        }
-        return Err(format!("got response {} {body:?}", resp.status));
-    }
-    AuthState::from_response(&resp.body)
+async fn query_one(client: &HttpClient, address: &str, query: &str) -> Result<AuthState, String> {
+    let body = client
+        .get_v1(&endpoint(address, query))
+        .await
+        .map_err(|e| e.to_string())?;
+    AuthState::from_response(&body)
 }
 
 /// Where to send the request: `host:port` → `http://host:port/auth?<query>`; an address
 /// containing `://` is the full URL, to which `?<query>` is appended verbatim as the reference
 /// does (so a URL that already has a query gets a second `?`, and a `#fragment` swallows it).
-fn endpoint(address: &str, query: &str) -> Result<(String, String), String> {
-    if !address.contains("://") {
-        return Ok((address.to_string(), format!("/auth?{query}")));
-    }
-    let full = format!("{address}?{query}");
-    let (scheme, rest) = full.split_once("://").expect("contains ://");
-    match scheme.to_ascii_lowercase().as_str() {
-        "http" => {}
-        "https" => {
-            return Err(format!(
-                "{address}: HTTPS auth servers are not supported yet"
-            ))
-        }
-        other => return Err(format!("unsupported protocol scheme {other:?}")),
-    }
-    let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
-    let split = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(split);
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if host.is_empty() {
-        return Err(format!("{address}: no host in request URL"));
-    }
-    let has_port = match host.rfind(':') {
-        Some(i) => !host[i..].contains(']'),
-        None => false,
-    };
-    let host_port = if has_port {
-        host.to_string()
+fn endpoint(address: &str, query: &str) -> String {
+    if address.contains("://") {
+        format!("{address}?{query}")
     } else {
-        format!("{host}:80")
-    };
-    let path = if path.starts_with('/') {
-        path.to_string()
-    } else {
-        format!("/{path}")
-    };
-    Ok((host_port, path))
+        format!("http://{address}/auth?{query}")
+    }
 }
 
 /// The auth server's answer as Go decodes it into the reference's `State`.
@@ -480,29 +430,13 @@ mod tests {
     #[test]
     fn endpoints() {
         assert_eq!(
-            endpoint("127.0.0.1:4181", "q=1").unwrap(),
-            ("127.0.0.1:4181".into(), "/auth?q=1".into())
+            endpoint("127.0.0.1:4181", "q=1"),
+            "http://127.0.0.1:4181/auth?q=1"
         );
         assert_eq!(
-            endpoint("http://h:1/v1/nsq", "q=1").unwrap(),
-            ("h:1".into(), "/v1/nsq?q=1".into())
+            endpoint("https://h:1/v1/nsq", "q=1"),
+            "https://h:1/v1/nsq?q=1"
         );
-        assert_eq!(
-            endpoint("HTTP://u:p@h", "q=1").unwrap(),
-            ("h:80".into(), "/?q=1".into())
-        );
-        assert_eq!(
-            endpoint("http://[::1]:9/a?x=y", "q=1").unwrap(),
-            ("[::1]:9".into(), "/a?x=y?q=1".into())
-        );
-        assert_eq!(
-            endpoint("http://h:1/a#frag", "q=1").unwrap(),
-            ("h:1".into(), "/a".into())
-        );
-        assert!(endpoint("https://h/auth", "q")
-            .unwrap_err()
-            .contains("HTTPS auth servers are not supported"));
-        assert!(endpoint("ftp://h/auth", "q").is_err());
     }
 
     #[test]

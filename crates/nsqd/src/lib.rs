@@ -10,7 +10,6 @@ pub mod drain;
 /// The snappy/deflate stream layers live in their own crate (shared with nsq-client).
 pub use nsq_compress as compress;
 pub mod http;
-pub mod httpclient;
 pub mod lookup;
 pub mod metadata;
 pub mod metrics;

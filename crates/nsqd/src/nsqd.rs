@@ -86,6 +86,9 @@ pub struct Nsqd {
     pub(crate) metadata_dirty: Arc<Notify>,
     /// The nsqlookupd connections (registration and channel pre-creation).
     pub lookup: Lookup,
+    /// The outgoing HTTP(S) client (nsqlookupd `/channels`, auth servers), verifying HTTPS
+    /// servers against `--tls-root-ca-file` (nsqd/nsqd.go, `buildClientTLSConfig`).
+    pub http_client: nsq_http::client::HttpClient,
     /// Serialises metadata writes (async scheduled ones and synchronous pause writes).
     pub(crate) metadata_lock: Mutex<()>,
     /// Drain mode (crate::drain).
@@ -115,7 +118,7 @@ impl Nsqd {
     }
 
     /// Gets or creates a topic for a publish or SUB. A new topic first gets every
-    /// non-ephemeral channel that any nsqlookupd knows for it (internals §2.1), so messages
+    /// non-ephemeral channel that any nsqlookupd knows for it (nsqd/nsqd.go, `GetTopic`), so messages
     /// published to a brand-new topic on this node are not lost for existing consumers.
     pub async fn topic(&self, name: &str) -> Result<Arc<Topic>, BackendError> {
         if let Some(t) = self.engine.get_topic(name) {
@@ -146,15 +149,12 @@ impl Nsqd {
 
     /// The union of `/channels?topic=` over every lookupd, sorted, without ephemeral names.
     async fn lookupd_channels(&self, lookupds: &[String], topic: &str) -> Vec<String> {
-        let path = format!("/channels?topic={}", crate::httpclient::query_escape(topic));
-        let (connect, total) = (
-            self.opts.http_client_connect_timeout,
-            self.opts.http_client_request_timeout,
-        );
+        let topic_q = nsq_go::url::query_escape(topic);
         let queries = lookupds.iter().cloned().map(|addr| {
-            let path = path.clone();
+            let client = self.http_client.clone();
+            let url = format!("http://{addr}/channels?topic={topic_q}");
             async move {
-                let r = crate::httpclient::get(&addr, &path, connect, total).await;
+                let r = client.get_v1(&url).await;
                 (addr, r)
             }
         });
@@ -162,19 +162,16 @@ impl Nsqd {
         let mut ok = 0;
         for (addr, r) in futures_join_all(queries).await {
             match r {
-                Ok(resp) if resp.status == 200 => {
+                Ok(body) => {
                     ok += 1;
                     #[derive(serde::Deserialize)]
                     struct Channels {
                         channels: Vec<String>,
                     }
-                    match serde_json::from_slice::<Channels>(&resp.body) {
+                    match serde_json::from_slice::<Channels>(&body) {
                         Ok(c) => channels.extend(c.channels),
                         Err(e) => tracing::warn!("bad /channels answer from {addr} - {e}"),
                     }
-                }
-                Ok(resp) => {
-                    tracing::warn!("lookupd {addr} answered /channels with {}", resp.status)
                 }
                 Err(e) => tracing::warn!("failed to query lookupd {addr} for channels - {e}"),
             }

@@ -26,6 +26,25 @@ pub fn version_string() -> String {
     nsq_http::version::version_string("nsqd")
 }
 
+/// An option value nsqd refuses; `Display` is the reference's text.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OptionsError {
+    #[error("--max-deflate-level must be [1,9]")]
+    MaxDeflateLevel,
+    #[error("--node-id must be [0,1024)")]
+    NodeId,
+    #[error("cannot require TLS client connections without TLS key and cert")]
+    TlsWithoutCert,
+    #[error("invalid E2E processing latency percentile: {}", format_float(*.0))]
+    E2ePercentile(f64),
+    /// `--tls-required` that is neither `tcp-https` nor a Go bool (lower-cased value).
+    #[error("strconv.ParseBool: parsing {}: invalid syntax", go_quote(.0.as_bytes()))]
+    TlsRequired(String),
+    /// `--tls-min-version` naming no version (lower-cased value).
+    #[error("unknown tlsVersionOption {}", go_quote(.0.as_bytes()))]
+    TlsVersion(String),
+}
+
 /// `--tls-required`: a bool flag that also accepts `tcp-https`. The numbers are what
 /// `/config/tls_required` shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -41,7 +60,7 @@ pub enum TlsRequired {
 
 impl TlsRequired {
     /// The reference's parsing: lower-case, `tcp-https`, else Go's `strconv.ParseBool`.
-    pub fn parse(s: &str) -> Result<TlsRequired, String> {
+    pub fn parse(s: &str) -> Result<TlsRequired, OptionsError> {
         let s = s.to_ascii_lowercase();
         if s == "tcp-https" {
             return Ok(TlsRequired::TcpHttps);
@@ -49,10 +68,7 @@ impl TlsRequired {
         match parse_bool(&s) {
             Some(true) => Ok(TlsRequired::True),
             Some(false) => Ok(TlsRequired::False),
-            None => Err(format!(
-                "strconv.ParseBool: parsing {}: invalid syntax",
-                go_quote(s.as_bytes())
-            )),
+            None => Err(OptionsError::TlsRequired(s)),
         }
     }
 
@@ -74,7 +90,7 @@ pub enum TlsVersion {
 
 impl TlsVersion {
     /// `tls1.0` … `tls1.3`, case-insensitive. `Ok(None)` for `""` (keep the current value).
-    pub fn parse(s: &str) -> Result<Option<TlsVersion>, String> {
+    pub fn parse(s: &str) -> Result<Option<TlsVersion>, OptionsError> {
         let lower = s.to_ascii_lowercase();
         match lower.as_str() {
             "" => Ok(None),
@@ -82,10 +98,7 @@ impl TlsVersion {
             "tls1.1" => Ok(Some(TlsVersion::Tls11)),
             "tls1.2" => Ok(Some(TlsVersion::Tls12)),
             "tls1.3" => Ok(Some(TlsVersion::Tls13)),
-            _ => Err(format!(
-                "unknown tlsVersionOption {}",
-                go_quote(lower.as_bytes())
-            )),
+            _ => Err(OptionsError::TlsVersion(lower)),
         }
     }
 
@@ -110,7 +123,7 @@ impl flag::Value for TlsRequired {
     }
 
     fn set(&mut self, text: &str) -> Result<(), String> {
-        *self = TlsRequired::parse(text)?;
+        *self = TlsRequired::parse(text).map_err(|e| e.to_string())?;
         Ok(())
     }
 
@@ -125,7 +138,7 @@ impl flag::Value for TlsRequired {
 
 impl flag::Value for TlsVersion {
     fn set(&mut self, text: &str) -> Result<(), String> {
-        if let Some(v) = TlsVersion::parse(text)? {
+        if let Some(v) = TlsVersion::parse(text).map_err(|e| e.to_string())? {
             *self = v;
         }
         Ok(())
@@ -333,27 +346,22 @@ impl NsqdOptions {
     /// with its messages. Not checked here (the daemon does them): the data-path lock, loading the
     /// TLS cert/key/CA files (`failed to build TLS config - …`, which the reference checks
     /// between the node-id and the TLS-required rule), and binding the listeners.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OptionsError> {
         if !(1..=9).contains(&self.max_deflate_level) {
-            return Err("--max-deflate-level must be [1,9]".to_string());
+            return Err(OptionsError::MaxDeflateLevel);
         }
         if !(0..1024).contains(&self.node_id) {
-            return Err("--node-id must be [0,1024)".to_string());
+            return Err(OptionsError::NodeId);
         }
         if self.effective_tls_required() != TlsRequired::False
             && self.tls_cert.is_empty()
             && self.tls_key.is_empty()
         {
-            return Err(
-                "cannot require TLS client connections without TLS key and cert".to_string(),
-            );
+            return Err(OptionsError::TlsWithoutCert);
         }
         for &v in &self.e2e_processing_latency_percentiles {
             if v <= 0.0 || v > 1.0 {
-                return Err(format!(
-                    "invalid E2E processing latency percentile: {}",
-                    format_float(v)
-                ));
+                return Err(OptionsError::E2ePercentile(v));
             }
         }
         Ok(())

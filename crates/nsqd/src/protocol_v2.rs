@@ -315,7 +315,7 @@ async fn upgrade(
     }
 }
 
-/// The auth check of SUB/PUB/MPUB/DPUB (spec §9.3), refreshing an expired authorization.
+/// The auth check of SUB/PUB/MPUB/DPUB (nsqd/protocol_v2.go, `CheckAuth`), refreshing an expired authorization.
 async fn check_auth(
     nsqd: &Nsqd,
     client: &Client,
@@ -354,18 +354,17 @@ async fn query_auth(
         (m.tls, m.tls_common_name.clone())
     };
     crate::auth::query(
+        &nsqd.http_client,
         &nsqd.opts.auth_http_addresses,
         secret,
         &client.remote_addr.ip().to_string(),
         tls,
         &cn,
-        nsqd.opts.http_client_connect_timeout,
-        nsqd.opts.http_client_request_timeout,
     )
     .await
 }
 
-/// AUTH (spec §9.2).
+/// AUTH (nsqd/protocol_v2.go, `AUTH`).
 async fn auth(nsqd: &Nsqd, client: &Client, secret: Bytes) -> Result<(), NsqError> {
     if client.auth.lock().is_some() {
         return Err(NsqError::auth_already_set());

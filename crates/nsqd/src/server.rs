@@ -49,7 +49,7 @@ impl NsqdHandle {
 
 /// Starts the daemon: lock the data dir, bind, load metadata, serve.
 pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
-    opts.validate()?;
+    opts.validate().map_err(|e| e.to_string())?;
     let data_path = if opts.data_path.is_empty() {
         PathBuf::from(".")
     } else {
@@ -103,7 +103,19 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
         }),
     );
 
+    let http_client = nsq_http::client::HttpClient::new(&nsq_http::client::ClientOptions {
+        connect_timeout: opts.http_client_connect_timeout,
+        request_timeout: opts.http_client_request_timeout,
+        user_agent: format!("nsqd/{}", nsq_protocol::VERSION),
+        tls: nsq_http::client::TlsOptions {
+            root_ca_file: opts.tls_root_ca_file.clone(),
+            ..Default::default()
+        },
+        follow_redirects: true,
+    })
+    .map_err(|e| format!("failed to build TLS config - {e}"))?;
     let nsqd = Arc::new(Nsqd {
+        http_client,
         tcp: tcp_config(&opts, tls.is_some()),
         tls: tls.clone(),
         opts,

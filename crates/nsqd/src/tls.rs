@@ -1,7 +1,7 @@
 //! TLS for nsqd: the one `rustls::ServerConfig` built at startup from `--tls-cert`,
 //! `--tls-key`, `--tls-root-ca-file`, `--tls-client-auth-policy` and `--tls-min-version`
-//! (internals §15), shared by the TCP `tls_v1` upgrade (TCP protocol §10.2) and the HTTPS
-//! listener ([`serve_https`], HTTP API §1.1); plus the names `/stats` prints for a negotiated
+//! (nsqd/nsqd.go, `buildTLSConfig`), shared by the TCP `tls_v1` upgrade (nsqd/protocol_v2.go, `IDENTIFY`) and the HTTPS
+//! listener ([`serve_https`], nsqd/nsqd.go, `Main`); plus the names `/stats` prints for a negotiated
 //! connection ([`version_name`], [`cipher_suite_name`]) and the client certificate's common name
 //! handed to the auth server ([`peer_common_name`]).
 //!
@@ -31,14 +31,14 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::options::{NsqdOptions, TlsVersion};
 
-/// How long a client gets to finish the TLS handshake, on the TCP upgrade (§10.2) and on the
+/// How long a client gets to finish the TLS handshake, on the TCP upgrade and on the
 /// HTTPS listener alike.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long [`serve_https`] waits for in-flight requests after it is told to stop.
 const HTTPS_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The server side of a TLS handshake on `io` (the TCP `tls_v1` upgrade, §10.2), bounded by
+/// The server side of a TLS handshake on `io` (the TCP `tls_v1` upgrade), bounded by
 /// [`HANDSHAKE_TIMEOUT`]; a slow client gets `TimedOut`.
 pub async fn accept<IO>(
     config: Arc<ServerConfig>,
@@ -300,7 +300,7 @@ pub fn version_name(v: ProtocolVersion) -> &'static str {
 
 /// `tls_cipher_suite` in `/stats`: the IANA name of a TLS 1.2 suite
 /// (`TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`), and `Unknown <decimal id>` for every TLS 1.3
-/// suite (`Unknown 4865` for `TLS_AES_128_GCM_SHA256`), the reference's quirk (§10.2).
+/// suite (`Unknown 4865` for `TLS_AES_128_GCM_SHA256`), the reference's quirk (nsqd/stats.go, `ClientStats`).
 pub fn cipher_suite_name(cs: SupportedCipherSuite) -> String {
     let suite = cs.suite();
     match (cs, suite.as_str()) {
@@ -315,104 +315,16 @@ pub fn cipher_suite_name(cs: SupportedCipherSuite) -> String {
 pub fn peer_common_name(conn: &rustls::ServerConnection) -> String {
     conn.peer_certificates()
         .and_then(|certs| certs.first())
-        .and_then(|leaf| der::subject_common_name(leaf.as_ref()))
+        .and_then(|leaf| subject_common_name(leaf.as_ref()))
         .unwrap_or_default()
 }
 
-/// Just enough DER to find a certificate's subject CN, without an X.509 crate.
-mod der {
-    /// `2.5.4.3` (id-at-commonName), encoded.
-    const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
-
-    const SEQUENCE: u8 = 0x30;
-    const SET: u8 = 0x31;
-    const OID: u8 = 0x06;
-    const EXPLICIT_0: u8 = 0xa0;
-
-    /// Splits one TLV off `input`: `(tag, value, rest)`. Single-byte tags, definite lengths.
-    fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-        let (&tag, rest) = input.split_first()?;
-        if tag & 0x1f == 0x1f {
-            return None; // high-tag-number form: never in the fields we walk
-        }
-        let (&first, rest) = rest.split_first()?;
-        let (len, rest) = if first < 0x80 {
-            (first as usize, rest)
-        } else {
-            let n = (first & 0x7f) as usize;
-            if n == 0 || n > 4 || rest.len() < n {
-                return None;
-            }
-            let len = rest[..n]
-                .iter()
-                .fold(0usize, |acc, &b| (acc << 8) | b as usize);
-            (len, &rest[n..])
-        };
-        if rest.len() < len {
-            return None;
-        }
-        Some((tag, &rest[..len], &rest[len..]))
-    }
-
-    /// Like [`tlv`], requiring `tag`.
-    fn expect(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-        let (t, value, rest) = tlv(input)?;
-        (t == tag).then_some((value, rest))
-    }
-
-    /// Certificate → tbsCertificate → [version] serial signature issuer validity **subject**
-    /// → the last CN attribute (Go keeps the last one it sees).
-    pub(super) fn subject_common_name(cert: &[u8]) -> Option<String> {
-        let (certificate, _) = expect(cert, SEQUENCE)?;
-        let (tbs, _) = expect(certificate, SEQUENCE)?;
-        let mut fields = tbs;
-        if fields.first() == Some(&EXPLICIT_0) {
-            fields = tlv(fields)?.2; // version
-        }
-        for _ in 0..4 {
-            fields = tlv(fields)?.2; // serialNumber, signature, issuer, validity
-        }
-        let (mut rdns, _) = expect(fields, SEQUENCE)?;
-        let mut cn = None;
-        while !rdns.is_empty() {
-            let (mut set, rest) = expect(rdns, SET)?;
-            rdns = rest;
-            while !set.is_empty() {
-                let (attr, rest) = expect(set, SEQUENCE)?;
-                set = rest;
-                let (oid, value) = expect(attr, OID)?;
-                if oid == OID_COMMON_NAME {
-                    let (tag, value, _) = tlv(value)?;
-                    if let Some(s) = string_value(tag, value) {
-                        cn = Some(s);
-                    }
-                }
-            }
-        }
-        cn
-    }
-
-    /// The directory-string types Go decodes in a Name.
-    fn string_value(tag: u8, value: &[u8]) -> Option<String> {
-        match tag {
-            // UTF8String, NumericString, PrintableString, IA5String
-            0x0c | 0x12 | 0x13 | 0x16 => String::from_utf8(value.to_vec()).ok(),
-            // T61String: Go reads it as Latin-1
-            0x14 => Some(value.iter().map(|&b| b as char).collect()),
-            // BMPString: UTF-16BE
-            0x1e => {
-                if !value.len().is_multiple_of(2) {
-                    return None;
-                }
-                let units: Vec<u16> = value
-                    .chunks_exact(2)
-                    .map(|c| u16::from_be_bytes([c[0], c[1]]))
-                    .collect();
-                String::from_utf16(&units).ok()
-            }
-            _ => None,
-        }
-    }
+/// The last common name of the subject (Go keeps the last one it sees), read with
+/// x509-parser.
+fn subject_common_name(cert: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(cert).ok()?;
+    let cn = cert.subject().iter_common_name().last()?;
+    cn.as_str().ok().map(str::to_string)
 }
 
 /// Serves `router` over TLS on `listener` until `stop` is notified (either `notify_one` or

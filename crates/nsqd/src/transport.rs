@@ -1,6 +1,6 @@
 //! A connection's byte streams and the IDENTIFY upgrades between them: plain TCP halves at
 //! first, then (as negotiated) TLS, and snappy or deflate on top — each confirmed by one extra
-//! `OK` frame sent through the new layer (spec §10).
+//! `OK` frame sent through the new layer (nsqd/client_v2.go, `UpgradeTLS`, `UpgradeDeflate`, `UpgradeSnappy`).
 
 use std::io;
 use std::pin::Pin;
@@ -130,7 +130,7 @@ pub(crate) async fn upgrade(
         wr = WriteSide::Boxed(Box::new(DeflateWriter::new(wr, level)));
         client.meta.lock().deflate = true;
         // The reference's first deflate bytes are an empty sync block (its pump flushes the
-        // idle client) and then the OK: send the same bytes (spec §10.4).
+        // idle client) and then the OK: send the same bytes (client_v2.go, `UpgradeDeflate`).
         wr.flush().await.map_err(|e| e.to_string())?;
         send_ok(&mut wr).await.map_err(|e| e.to_string())?;
     }

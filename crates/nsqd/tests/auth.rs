@@ -1,10 +1,14 @@
 //! The AUTH client against a tiny in-test auth server: the exact request, the accept/reject
-//! rules for the answer, failover between servers, the permission rule of TCP spec §9.3 and
-//! expiry.
+//! rules for the answer, failover between servers, the permission rule (nsq's
+//! internal/auth/authorizations.go, `IsAllowed`), expiry, and HTTPS auth servers verified
+//! with `--tls-root-ca-file` (directly, and through the reference's retry of a `403` on the
+//! body's `https_port`), also end to end through nsqd's TCP `AUTH`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use nsq_http::client::{ClientOptions, HttpClient, TlsOptions};
+use nsq_integration_tests::certs::Pki;
 use nsqd::auth::{self, AuthState, Permission};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -56,17 +60,22 @@ async fn closed_port() -> String {
     a
 }
 
+fn client(root_ca_file: &str) -> HttpClient {
+    HttpClient::new(&ClientOptions {
+        connect_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(5),
+        user_agent: "nsqd/test".to_string(),
+        tls: TlsOptions {
+            root_ca_file: root_ca_file.to_string(),
+            ..TlsOptions::default()
+        },
+        follow_redirects: true,
+    })
+    .unwrap()
+}
+
 async fn query(addrs: &[String], secret: &[u8]) -> Result<AuthState, String> {
-    auth::query(
-        addrs,
-        secret,
-        "127.0.0.1",
-        false,
-        "",
-        Duration::from_secs(2),
-        Duration::from_secs(5),
-    )
-    .await
+    auth::query(&client(""), addrs, secret, "127.0.0.1", false, "").await
 }
 
 const ALLOW: &str = r#"{"ttl":3600,"identity":"bob","identity_url":"http://x/bob","authorizations":[{"topic":".*","channels":[".*"],"permissions":["subscribe","publish"]}]}"#;
@@ -110,13 +119,12 @@ async fn parameters_are_escaped_and_full_urls_used() {
     let srv = auth_server(200, ALLOW).await;
     let url = format!("http://{}/v1/nsq", srv.addr);
     auth::query(
+        &client(""),
         &[url],
         b"a b&c=d",
         "10.0.0.1",
         true,
         "CN=client/x",
-        Duration::from_secs(2),
-        Duration::from_secs(5),
     )
     .await
     .unwrap();
@@ -214,12 +222,175 @@ async fn unreachable_servers_fail_over() {
     assert!(query(&[], b"x").await.is_err());
 }
 
+/// An HTTPS auth server with the PKI's server certificate, answering `body` to everything.
+async fn https_auth_server(pki: &Pki, body: &str) -> AuthServer {
+    use tokio_rustls::rustls;
+    let certs = vec![rustls::pki_types::CertificateDer::from(
+        pki.server.der.clone(),
+    )];
+    let key = {
+        use rustls::pki_types::pem::PemObject;
+        rustls::pki_types::PrivateKeyDer::from_pem_slice(pki.server.key_pem.as_bytes()).unwrap()
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let recorded = requests.clone();
+    let body = body.to_string();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, recorded, body) = (acceptor.clone(), recorded.clone(), body.clone());
+            tokio::spawn(async move {
+                // A client that rejects our certificate fails the handshake here.
+                let Ok(mut s) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                recorded
+                    .lock()
+                    .push(String::from_utf8_lossy(&head).to_string());
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    AuthServer { addr, requests }
+}
+
 #[tokio::test]
-async fn https_is_not_supported_yet() {
-    let e = query(&["https://127.0.0.1:1/auth".to_string()], b"x")
+async fn https_auth_server_is_verified_with_the_root_ca() {
+    let pki = Pki::new();
+    let srv = https_auth_server(&pki, ALLOW).await;
+    let url = format!("https://{}/auth", srv.addr);
+    let st = auth::query(
+        &client(pki.ca_path()),
+        std::slice::from_ref(&url),
+        b"good",
+        "127.0.0.1",
+        true,
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(st.identity, "bob");
+    let reqs = srv.requests.lock().clone();
+    assert!(
+        reqs[0].starts_with(
+            "GET /auth?common_name=&remote_ip=127.0.0.1&secret=good&tls=true HTTP/1.1\r\n"
+        ),
+        "{}",
+        reqs[0]
+    );
+
+    // Without the CA the server's certificate is refused, with Go's words.
+    let e = auth::query(&client(""), &[url], b"good", "127.0.0.1", true, "")
         .await
         .unwrap_err();
-    assert!(e.contains("HTTPS auth servers are not supported"), "{e}");
+    assert!(
+        e.ends_with(
+            ": tls: failed to verify certificate: x509: certificate signed by unknown authority"
+        ),
+        "{e}"
+    );
+    assert_eq!(srv.requests.lock().len(), 1);
+}
+
+#[tokio::test]
+async fn a_403_with_https_port_is_retried_over_https() {
+    let pki = Pki::new();
+    let tls_srv = https_auth_server(&pki, ALLOW).await;
+    let port = tls_srv.addr.rsplit_once(':').unwrap().1.to_string();
+    let plain = auth_server(
+        403,
+        &format!(r#"{{"message":"TLS_REQUIRED","https_port":{port}}}"#),
+    )
+    .await;
+    let addr = plain.addr.clone();
+    let st = auth::query(
+        &client(pki.ca_path()),
+        &[addr],
+        b"s",
+        "127.0.0.1",
+        false,
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(st.identity, "bob");
+    assert_eq!(plain.requests.lock().len(), 1);
+    let reqs = tls_srv.requests.lock().clone();
+    assert_eq!(reqs.len(), 1);
+    assert!(
+        reqs[0].starts_with(
+            "GET /auth?common_name=&remote_ip=127.0.0.1&secret=s&tls=false HTTP/1.1\r\n"
+        ),
+        "{}",
+        reqs[0]
+    );
+}
+
+#[tokio::test]
+async fn nsqd_authenticates_against_an_https_auth_server() {
+    let pki = Pki::new();
+    let srv = https_auth_server(&pki, ALLOW).await;
+    let data = tempfile::tempdir().unwrap();
+    let args = vec![
+        "nsqd".to_string(),
+        "--tcp-address=127.0.0.1:0".to_string(),
+        "--http-address=127.0.0.1:0".to_string(),
+        format!("--data-path={}", data.path().display()),
+        format!("--auth-http-address=https://{}/auth", srv.addr),
+        format!("--tls-root-ca-file={}", pki.ca_path()),
+    ];
+    let nsqd::options::ParseOutcome::Run(opts) = nsqd::options::parse_args(args).unwrap() else {
+        panic!("not a run")
+    };
+    let h = nsqd::start(opts).await.unwrap();
+    let addr = h.tcp_addr();
+    let reply = tokio::task::spawn_blocking(move || {
+        let mut c = nsq_integration_tests::V2Conn::connect(addr);
+        c.identify("{}");
+        c.send(&[nsq_protocol::command::Command::Auth {
+            body: nsq_integration_tests::Bytes::from_static(b"good"),
+        }]);
+        c.read_non_heartbeat(Duration::from_secs(15)).unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        reply.frame_type,
+        0,
+        "{}",
+        nsq_integration_tests::describe(&reply)
+    );
+    assert_eq!(
+        &reply.data[..],
+        br#"{"identity":"bob","identity_url":"http://x/bob","permission_count":1}"#
+    );
+    assert!(srv.requests.lock()[0].contains("secret=good"));
+    h.shutdown().await;
 }
 
 fn state(json: &str) -> AuthState {

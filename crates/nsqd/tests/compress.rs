@@ -1,4 +1,4 @@
-//! The snappy and deflate connection layers (spec §10.3, §10.4): the exact first bytes the
+//! The snappy and deflate connection layers (nsqd/client_v2.go, `UpgradeSnappy`, `UpgradeDeflate`): the exact first bytes the
 //! reference sends after the upgrade, round trips with arbitrary write/flush/read boundaries,
 //! interop with the `snap` and `flate2` crates' own stream codecs, and corrupt-input errors.
 
@@ -16,14 +16,14 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 /// The `OK` response frame: size 6, frame type 0 (response), `OK`.
 const OK_FRAME: [u8; 10] = [0, 0, 0, 6, 0, 0, 0, 0, b'O', b'K'];
 
-/// §10.3: what the reference sends after switching to snappy.
+/// `UpgradeSnappy`: what the reference sends after switching to snappy.
 const SNAPPY_FIRST_BYTES: [u8; 28] = [
     0xff, 0x06, 0x00, 0x00, 0x73, 0x4e, 0x61, 0x50, 0x70, 0x59, // stream identifier
     0x01, 0x0e, 0x00, 0x00, 0x26, 0x98, 0x2b, 0xcf, // uncompressed chunk, len 14, CRC
     0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x00, 0x00, 0x4f, 0x4b, // the OK frame
 ];
 
-/// §10.4: what the reference (Go's compress/flate, level 6) sends after switching to deflate:
+/// `UpgradeDeflate`: what the reference (Go's compress/flate, level 6) sends after switching to deflate:
 /// an empty sync flush, then the `OK` frame and a sync flush.
 const GO_DEFLATE_FIRST_BYTES: [u8; 21] = [
     0x00, 0x00, 0x00, 0xff, 0xff, 0x62, 0x60, 0x60, 0x60, 0x63, 0x60, 0x60, 0x60, 0xf0, 0xf7, 0x06,
@@ -241,7 +241,7 @@ async fn deflate_first_bytes_inflate_like_the_reference() {
     w.write_all(&OK_FRAME).await.unwrap();
     w.flush().await.unwrap();
     let got = rec.bytes();
-    // With the zlib-rs backend the bytes are exactly the reference's (spec §10.4).
+    // With the zlib-rs backend the bytes are exactly the reference's (`UpgradeDeflate`).
     assert_eq!(got, GO_DEFLATE_FIRST_BYTES);
     assert!(got.ends_with(&[0x00, 0x00, 0xff, 0xff]));
     assert_eq!(inflate(&got), OK_FRAME);

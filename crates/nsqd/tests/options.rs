@@ -626,7 +626,7 @@ fn config_errors() {
 
 #[test]
 fn startup_validation_messages() {
-    let check = |args: &[&str]| run(args).validate();
+    let check = |args: &[&str]| run(args).validate().map_err(|e| e.to_string());
     assert_eq!(
         check(&["-max-deflate-level=0"]),
         Err(s("--max-deflate-level must be [1,9]"))

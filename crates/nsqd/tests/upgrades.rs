@@ -124,7 +124,7 @@ async fn deflate_upgrade_then_pub() {
         (resp["deflate"].as_bool(), resp["deflate_level"].as_i64()),
         (Some(true), Some(6))
     );
-    // The first bytes are exactly the reference's (spec §10.4, deflate level 6).
+    // The first bytes are exactly the reference's (nsqd/client_v2.go, `UpgradeDeflate`, level 6).
     let mut first = [0u8; 21];
     s.read_exact(&mut first).await.unwrap();
     assert_eq!(

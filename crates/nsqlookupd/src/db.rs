@@ -1,9 +1,9 @@
-//! The registration database (nsqlookupd spec §4): a map from registration key
+//! The registration database (nsqlookupd/registration_db.go, `RegistrationDB`): a map from registration key
 //! (`client::`, `topic:<t>:`, `channel:<t>:<c>`) to the producers (IDENTIFYed nsqd
 //! connections) registered under it, with per-entry tombstones.
 //!
 //! Every query takes the current time (`now`, nanoseconds since the Unix epoch) as an
-//! argument, so the liveness and tombstone rules of §4.3 are pure functions of it and can be
+//! argument, so the liveness and tombstone rules (`Producer.IsTombstoned`, `FilterByActive`) are pure functions of it and can be
 //! tested without sleeping; the daemon passes [`now_nanos`].
 
 use std::collections::{BTreeMap, HashSet};
@@ -139,7 +139,7 @@ impl Peer {
         self.last_update.load(Ordering::Relaxed)
     }
 
-    /// §4.3: active iff `now - last_update <= timeout`.
+    /// `FilterByActive`: active iff `now - last_update <= timeout`.
     fn is_active(&self, now: i64, timeout: Duration) -> bool {
         i128::from(now) - i128::from(self.last_update()) <= timeout.as_nanos() as i128
     }
@@ -168,7 +168,7 @@ impl Producer {
         }
     }
 
-    /// §4.3: tombstoned iff flagged and `now - tombstoned_at < lifetime`.
+    /// `IsTombstoned`: tombstoned iff flagged and `now - tombstoned_at < lifetime`.
     fn is_tombstoned(&self, now: i64, lifetime: Duration) -> bool {
         self.tombstoned
             && i128::from(now) - i128::from(self.tombstoned_at) < lifetime.as_nanos() as i128
@@ -259,7 +259,7 @@ impl RegistrationDb {
         Self::default()
     }
 
-    // ---- primitive operations (§4.2) ----------------------------------------------------
+    // ---- primitive operations (registration_db.go) ----------------------------------------------------
 
     /// Creates the registration if missing (no producers).
     pub fn add_registration(&self, k: Registration) {
@@ -317,7 +317,7 @@ impl RegistrationDb {
             .collect()
     }
 
-    // ---- TCP protocol operations (§3) ---------------------------------------------------
+    // ---- TCP protocol operations (lookup_protocol_v1.go) ---------------------------------------------------
 
     /// IDENTIFY: adds the peer to `client::`.
     pub fn identify(&self, peer: &Arc<Peer>) -> bool {
@@ -349,7 +349,7 @@ impl RegistrationDb {
         added
     }
 
-    /// UNREGISTER (§3.4.4). Returns the registrations the peer was removed from, and for a
+    /// UNREGISTER (lookup_protocol_v1.go, `UNREGISTER`). Returns the registrations the peer was removed from, and for a
     /// topic unregistration the channel registrations among them (the reference warns about
     /// those).
     pub fn unregister(&self, id: &str, topic: &str, channel: Option<&str>) -> Vec<Registration> {
@@ -384,7 +384,7 @@ impl RegistrationDb {
         removed
     }
 
-    /// Disconnect (§3.6): removes the peer from every registration; registrations stay.
+    /// Disconnect (lookup_protocol_v1.go, end of `IOLoop`): removes the peer from every registration; registrations stay.
     /// Returns those it was removed from.
     pub fn remove_peer(&self, id: &str) -> Vec<Registration> {
         let mut map = self.map.write();
@@ -393,7 +393,7 @@ impl RegistrationDb {
             .collect()
     }
 
-    // ---- HTTP queries (§5) --------------------------------------------------------------
+    // ---- HTTP queries (nsqlookupd/http.go) --------------------------------------------------------------
 
     /// `/topics`: every topic registration's name.
     pub fn topics(&self) -> Vec<String> {

@@ -1,7 +1,7 @@
-//! One nsqd connection on the TCP listener (spec §3): the `"  V1"` magic, then commands
+//! One nsqd connection on the TCP listener (nsqlookupd/lookup_protocol_v1.go, `IOLoop`): the `"  V1"` magic, then commands
 //! decoded by `nsq_protocol::lookup::LookupDecoder` and answered with size-prefixed frames.
 //! Every error is fatal: the error frame is written and the connection closed. When the
-//! connection ends, an IDENTIFYed peer is removed from every registration (§3.6).
+//! connection ends, an IDENTIFYed peer is removed from every registration (`lookup_protocol_v1.go`, the end of `IOLoop`).
 //!
 //! One task per connection: nsqd instances hold one connection each and talk rarely (a PING
 //! every 15 s), so there is nothing to batch.

@@ -1,4 +1,4 @@
-//! HTTP API tests (nsqlookupd spec §5): every endpoint and error with exact status, headers
+//! HTTP API tests (nsqlookupd/http.go): every endpoint and error with exact status, headers
 //! and body; routing (404/405/OPTIONS/redirects); tombstone lifetime and inactive-producer
 //! expiry with tiny timeouts.
 

@@ -1,4 +1,4 @@
-//! Flag and config-file parsing (nsqlookupd spec §1): Go `flag` semantics, the TOML
+//! Flag and config-file parsing (apps/nsqlookupd/main.go, nsqlookupd/options.go): Go `flag` semantics, the TOML
 //! coercions and the precedence flag > config file > default.
 
 use std::time::Duration;

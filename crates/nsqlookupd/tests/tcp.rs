@@ -1,4 +1,4 @@
-//! Byte-level tests of the V1 TCP protocol (nsqlookupd spec §3): exact response frames for
+//! Byte-level tests of the V1 TCP protocol (nsqlookupd/lookup_protocol_v1.go): exact response frames for
 //! every command and error, fatal-error closes, disconnect clean-up, bad IDENTIFY sizes.
 
 mod common;

@@ -1,4 +1,4 @@
-//! The JSON API (nsqadmin.md §4, §5, §7.2, §9) and the history endpoints: each handler turns a
+//! The JSON API (nsqadmin/http.go: `topicsHandler` … `doConfig`) and the history endpoints: each handler turns a
 //! total upstream failure into `502 UPSTREAM_ERROR: …` and partial failures into a
 //! `"message":"WARNING: …"` field of a 200.
 
@@ -83,7 +83,7 @@ fn message_reply(w: &[String]) -> Reply {
     })
 }
 
-// ---- read API (§4) --------------------------------------------------------------------------
+// ---- read API (nsqadmin/http.go) --------------------------------------------------------------------
 
 async fn topics(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
     let q = Query::parse(ctx.raw_query.as_deref().unwrap_or(""))
@@ -284,7 +284,7 @@ async fn graphite(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
         "{}/render?format=json&from=-{}sec&target={}&until=-{}sec",
         opts.graphite_url.trim_end_matches('/'),
         2 * secs,
-        crate::client::query_escape(target),
+        nsq_go::url::query_escape(target),
         secs
     );
     let internal = || err(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR");
@@ -312,9 +312,9 @@ async fn graphite(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
     Ok(Reply::json(&R { rate }))
 }
 
-// ---- admin actions (§5) ---------------------------------------------------------------------
+// ---- admin actions (nsqadmin/http.go) ---------------------------------------------------------------
 
-/// §5.1: with `--admin-user`s, the ACL header must name one of them.
+/// `isAuthorizedAdminRequest`: with `--admin-user`s, the ACL header must name one of them.
 pub(super) fn is_admin(admin: &Admin, ctx: &Ctx) -> bool {
     let o = admin.opts();
     if o.admin_users.is_empty() {
@@ -341,7 +341,7 @@ fn now_secs() -> i64 {
         .unwrap_or(0)
 }
 
-/// Enqueues the §6 notification for this request.
+/// Enqueues the notification (nsqadmin/notify.go) for this request.
 fn notify(admin: &Admin, ctx: &Ctx, action: &str, topic: &str, channel: &str, node: &str) {
     if !admin.notifier.enabled() {
         return;
@@ -349,7 +349,12 @@ fn notify(admin: &Admin, ctx: &Ctx, action: &str, topic: &str, channel: &str, no
     let user = ctx
         .header("authorization")
         .and_then(|a| a.strip_prefix("Basic "))
-        .and_then(|b| crate::client::base64_decode(b.trim()))
+        .and_then(|b| {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD_NO_PAD
+                .decode(b.trim().trim_end_matches('='))
+                .ok()
+        })
         .and_then(|b| String::from_utf8(b).ok())
         .map(|s| s.split_once(':').map_or(s.clone(), |(u, _)| u.to_string()))
         .unwrap_or_default();
@@ -560,7 +565,7 @@ async fn tombstone(admin: &Arc<Admin>, ctx: &Ctx, node: &str) -> ApiResult {
     Ok(message_reply(&warn))
 }
 
-// ---- /config (§9) ---------------------------------------------------------------------------
+// ---- /config (nsqadmin/http.go, `doConfig`) ---------------------------------------------------------------------
 
 fn config(admin: &Arc<Admin>, ctx: &Ctx, opt: &str) -> ApiResult {
     if let Some(cidr) = &admin.cidr {

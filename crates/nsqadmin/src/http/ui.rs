@@ -1,6 +1,6 @@
-//! The UI shell (nsqadmin.md §8): the index page rendered from the embedded template for every
+//! The UI shell (nsqadmin/http.go, `indexHandler` and `staticAssetHandler`): the index page rendered from the embedded template for every
 //! UI route, the embedded static assets (or `--dev-static-dir`), `/ping`, and the Graphite
-//! reverse proxy (§7.1).
+//! reverse proxy (nsqadmin/http.go, `graphiteHandler` proxy).
 
 use std::sync::Arc;
 
@@ -125,21 +125,20 @@ fn asset(admin: &Admin, name: &str) -> Reply {
     }
 }
 
-/// §7.1: `GET <base>/render?…` forwarded to the Graphite host (path and query kept).
+/// The Graphite proxy: `GET <base>/render?…` forwarded to the Graphite host (path and query kept).
 async fn render_proxy(admin: &Arc<Admin>, ctx: &Ctx) -> Reply {
     let o = admin.opts();
-    let Ok(g) = crate::client::Url::parse(&o.graphite_url) else {
+    let Ok(g) = nsq_http::client::parse_url(&o.graphite_url) else {
         return Reply::new(StatusCode::BAD_GATEWAY, "");
     };
-    let auth = g
-        .userinfo
-        .as_ref()
-        .map(|u| format!("{}@", u))
-        .unwrap_or_default();
+    // Scheme, user info and host of the Graphite URL; path and query of the request.
+    let mut base = g;
+    base.set_path("");
+    base.set_query(None);
+    base.set_fragment(None);
     let mut url = format!(
-        "{}://{auth}{}{}",
-        g.scheme,
-        g.host_port,
+        "{}{}",
+        base.as_str().trim_end_matches('/'),
         super::query::escape_path(&ctx.path)
     );
     if let Some(q) = &ctx.raw_query {

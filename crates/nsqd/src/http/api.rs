@@ -1,6 +1,6 @@
 //! The endpoints: `/ping`, `/info`, `/pub`, `/mpub`, `/stats`, topic and channel
 //! administration and `/config/:opt`, with the reference's checks in the reference's order
-//! (nsqd-http-api.md §4–§8).
+//! (nsqd/http.go, `doPUB` … `doConfig`).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -195,7 +195,7 @@ async fn topic_from_query(
     Ok((q, topic))
 }
 
-/// The reference's `getExistingTopicFromQuery` (the `/channel/*` checks, §6.5).
+/// The reference's `getExistingTopicFromQuery` (the `/channel/*` checks).
 async fn existing_topic_and_channel(
     nsqd: &Nsqd,
     req: Request,

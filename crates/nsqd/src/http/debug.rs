@@ -1,4 +1,4 @@
-//! `/debug/*` (nsqd-http-api.md §9). The routes exist with the reference's methods so that
+//! `/debug/*` (nsqd/http.go, the `/debug/pprof` routes). The routes exist with the reference's methods so that
 //! 404/405 behave the same; there is no Go runtime behind them, so: the pprof index explains
 //! that, `cmdline` and `symbol` answer in Go's formats, profiles answer `501`, and
 //! `setblockrate`/`freememory` keep the reference's observable answers (a `400` text for a bad

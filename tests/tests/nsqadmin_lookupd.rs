@@ -3,16 +3,23 @@
 
 use std::time::Duration;
 
-use nsqadmin::client::HttpClient;
+use nsq_http::client::HttpClient;
 use serde_json::{json, Value};
 
-const CLIENT: HttpClient = HttpClient {
-    connect_timeout: Duration::from_secs(2),
-    request_timeout: Duration::from_secs(10),
-};
+/// A client that shows redirects instead of following them.
+fn client() -> HttpClient {
+    HttpClient::new(&nsq_http::client::ClientOptions {
+        connect_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(10),
+        user_agent: "nsqadmin-test".to_string(),
+        tls: Default::default(),
+        follow_redirects: false,
+    })
+    .unwrap()
+}
 
 async fn send(url: &str, method: &str, body: &[u8]) -> (u16, Value) {
-    let r = CLIENT.request(method, url, &[], body).await.unwrap();
+    let r = client().request(method, url, &[], body).await.unwrap();
     let v = serde_json::from_slice(&r.body)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&r.body).into_owned()));
     (r.status, v)
@@ -170,7 +177,7 @@ async fn lookupd_mode_end_to_end() {
     }
 
     // The UI knows the lookupds.
-    let r = CLIENT
+    let r = client()
         .request("GET", &format!("{base}/lookup"), &[], b"")
         .await
         .unwrap();

@@ -4,12 +4,15 @@
 
 use std::time::Duration;
 
-use nsqadmin::client::HttpClient;
+use nsq_http::client::HttpClient;
 
-const CLIENT: HttpClient = HttpClient {
-    connect_timeout: Duration::from_secs(2),
-    request_timeout: Duration::from_secs(10),
-};
+fn client() -> HttpClient {
+    HttpClient::plain(
+        Duration::from_secs(2),
+        Duration::from_secs(10),
+        "nsqadmin-test",
+    )
+}
 
 #[tokio::test]
 async fn upstream_errors_are_counted_per_upstream() {
@@ -42,7 +45,7 @@ async fn upstream_errors_are_counted_per_upstream() {
     let admin = nsqadmin::start(opts).await.unwrap();
     let base = format!("http://{}", admin.http_addr());
 
-    let r = CLIENT
+    let r = client()
         .request("GET", &format!("{base}/api/topics"), &[], b"")
         .await
         .unwrap();
@@ -53,7 +56,7 @@ async fn upstream_errors_are_counted_per_upstream() {
         r.status
     );
 
-    let r = CLIENT
+    let r = client()
         .request("GET", &format!("{base}/metrics"), &[], b"")
         .await
         .unwrap();

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nsqadmin::client::{HttpClient, Response};
+use nsq_http::client::{HttpClient, Response};
 use nsqadmin::AdminHandle;
 use nsqd::NsqdHandle;
 use parking_lot::Mutex;
@@ -14,10 +14,17 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-const CLIENT: HttpClient = HttpClient {
-    connect_timeout: Duration::from_secs(2),
-    request_timeout: Duration::from_secs(10),
-};
+/// A client that shows redirects instead of following them.
+fn client() -> HttpClient {
+    HttpClient::new(&nsq_http::client::ClientOptions {
+        connect_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(10),
+        user_agent: "nsqadmin-test".to_string(),
+        tls: Default::default(),
+        follow_redirects: false,
+    })
+    .unwrap()
+}
 
 async fn start_nsqd() -> (NsqdHandle, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -87,7 +94,7 @@ impl Cluster {
 
     /// nsqd `i`'s own `/stats` JSON.
     async fn nsqd_stats(&self, i: usize) -> Value {
-        let b = CLIENT
+        let b = client()
             .get_v1(&format!("http://{}/stats?format=json", self.node(i)))
             .await
             .unwrap();
@@ -95,7 +102,7 @@ impl Cluster {
     }
 
     async fn nsqd_post(&self, i: usize, path_query: &str, body: &[u8]) {
-        let r = CLIENT
+        let r = client()
             .request(
                 "POST",
                 &format!("http://{}{path_query}", self.node(i)),
@@ -143,7 +150,7 @@ impl Cluster {
 }
 
 async fn raw(url: &str, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
-    CLIENT.request(method, url, headers, body).await.unwrap()
+    client().request(method, url, headers, body).await.unwrap()
 }
 
 async fn send(url: &str, method: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Value) {
@@ -725,7 +732,7 @@ async fn notifications_carry_the_reference_body() {
     c.publish(0, "t1", 1).await;
     c.create_channel(0, "t1", "c2").await;
     let url = c.url("/api/topics/t1/c2?x=1");
-    let auth = format!("Basic {}", nsqadmin::client::base64(b"alice:secret"));
+    let auth = format!("Basic {}", "YWxpY2U6c2VjcmV0");
     let (st, _) = send(
         &url,
         "POST",
