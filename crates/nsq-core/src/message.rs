@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn id_layout_matches_reference_example() {
-        // 18acd691ede69003 → ts-part 423915833271, node 617, sequence 3 (spec internals §8).
+        // 18acd691ede69003 → ts-part 423915833271, node 617, sequence 3 (nsqd/guid.go, NewGUID).
         let v = u64::from_str_radix("18acd691ede69003", 16).unwrap() as i64;
         assert_eq!(v >> 22, 423915833271);
         assert_eq!((v >> 12) & 1023, 617);

@@ -1,7 +1,9 @@
 //! Integration tests of the queue engine: topics, channels, in-flight/deferred tracking, the
 //! queue scanner, ephemeral auto-deletion, deletion and shutdown persistence.
 //!
-//! The contract is `spec/nsqd-internals.md` §1–8 and `spec/nsqd-tcp-protocol.md` §12–13. Time is
+//! The reference is nsqd/topic.go (messagePump, PutMessage), nsqd/channel.go (PutMessage,
+//! StartInFlightTimeout, processInFlightQueue, processDeferredQueue, exit) and nsqd/nsqd.go
+//! (queueScanLoop, resizePool); docs/durability.md covers what we do differently. Time is
 //! always Tokio's paused clock (`start_paused` + `advance`), never a real sleep; durable topics
 //! and channels get real DiskQueues in a temporary data directory.
 

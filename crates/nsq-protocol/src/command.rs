@@ -8,9 +8,11 @@
 //! Bodies are zero-copy `Bytes` slices of the connection's buffer, and FIN/RDY/REQ/TOUCH/NOP
 //! decode without allocating.
 //!
-//! The checks run in exactly the reference's order (spec §9), so the first failing check
+//! The checks run in exactly the reference's order (nsqd/protocol_v2.go, Exec and the
+//! per-command handlers such as SUB, PUB, MPUB), so the first failing check
 //! decides the error text. Checks that need connection or server state are the server's job:
-//! the per-state rules (§5), the TLS-required policy (§8) and RDY-in-CLOSING (ignored
+//! the per-state rules (the `client.State` checks in nsqd/protocol_v2.go's handlers), the
+//! TLS-required policy (nsqd/protocol_v2.go, enforceTLSPolicy) and RDY-in-CLOSING (ignored
 //! silently) are decided by the `gate` hook, which runs right after the line is split and
 //! before any parameter is looked at. The rest is done by the server after decoding:
 //! SUB with heartbeats disabled (must be checked in the gate, it precedes the parameter

@@ -303,7 +303,8 @@ fn message_id(raw: &[u8]) -> Result<MessageId, NsqError> {
     MessageId::from_slice(raw).ok_or_else(|| invalid("invalid message ID"))
 }
 
-/// The reference's digits-only parser (§2.3): empty is 0, overflow wraps modulo 2^64.
+/// The reference's digits-only parser (internal/protocol/byte_base10.go, ByteToBase10):
+/// empty is 0, overflow wraps modulo 2^64.
 pub fn parse_base10(raw: &[u8]) -> Option<u64> {
     raw.iter().try_fold(0u64, |n, &d| {
         d.is_ascii_digit()
