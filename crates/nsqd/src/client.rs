@@ -15,10 +15,45 @@ use tokio::sync::{oneshot, watch, Notify};
 
 use crate::transport::WriteSide;
 
-/// Connection states as `/stats` reports them.
-pub const STATE_INIT: u8 = 0;
-pub const STATE_SUBSCRIBED: u8 = 3;
-pub const STATE_CLOSING: u8 = 4;
+/// A connection's protocol state (nsqd/protocol_v2.go: stateInit, stateSubscribed,
+/// stateClosing). The discriminants are the numbers `/stats` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ConnState {
+    Init = 0,
+    Subscribed = 3,
+    Closing = 4,
+}
+
+impl ConnState {
+    /// The number `/stats` reports for this state.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+/// A [`ConnState`] read lock-free by the delivery task and `/stats` while the reader task
+/// changes it.
+struct AtomicConnState(AtomicU8);
+
+impl AtomicConnState {
+    fn new(s: ConnState) -> Self {
+        Self(AtomicU8::new(s.code()))
+    }
+
+    fn load(&self) -> ConnState {
+        match self.0.load(Ordering::Acquire) {
+            0 => ConnState::Init,
+            3 => ConnState::Subscribed,
+            // Only `store` writes, and it writes one of the three codes.
+            _ => ConnState::Closing,
+        }
+    }
+
+    fn store(&self, s: ConnState) {
+        self.0.store(s.code(), Ordering::Release);
+    }
+}
 
 /// What IDENTIFY (and later AUTH/TLS) tell us about the client; read by `/stats`.
 #[derive(Debug, Clone, Default)]
@@ -43,7 +78,7 @@ pub struct ClientMeta {
 pub struct ClientStats {
     pub meta: ClientMeta,
     pub remote_address: String,
-    pub state: u8,
+    pub state: ConnState,
     pub ready_count: i64,
     pub in_flight_count: i64,
     pub message_count: u64,
@@ -64,7 +99,7 @@ pub struct Client {
     pub meta: Mutex<ClientMeta>,
     /// Per-connection settings (IDENTIFY); the writer reads them at each wake-up.
     pub settings: Mutex<ClientSettings>,
-    state: AtomicU8,
+    state: AtomicConnState,
     ready_count: AtomicI64,
     in_flight_count: AtomicI64,
     message_count: AtomicU64,
@@ -107,7 +142,7 @@ impl Client {
                 ..Default::default()
             }),
             settings: Mutex::new(settings),
-            state: AtomicU8::new(STATE_INIT),
+            state: AtomicConnState::new(ConnState::Init),
             ready_count: AtomicI64::new(0),
             in_flight_count: AtomicI64::new(0),
             message_count: AtomicU64::new(0),
@@ -124,12 +159,12 @@ impl Client {
         })
     }
 
-    pub fn state(&self) -> u8 {
-        self.state.load(Ordering::Acquire)
+    pub fn state(&self) -> ConnState {
+        self.state.load()
     }
 
-    pub fn set_state(&self, s: u8) {
-        self.state.store(s, Ordering::Release);
+    pub fn set_state(&self, s: ConnState) {
+        self.state.store(s);
         self.wake.notify_one();
     }
 
@@ -184,7 +219,7 @@ impl Client {
 
     /// How many more messages this connection may receive now (the RDY window), or 0.
     pub fn window(&self) -> usize {
-        if self.state() != STATE_SUBSCRIBED {
+        if self.state() != ConnState::Subscribed {
             return 0;
         }
         let rdy = self.ready_count();

@@ -25,7 +25,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::time::{timeout, Instant};
 
-use crate::client::{Client, Handover, STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED};
+use crate::client::{Client, ConnState, Handover};
 use crate::nsqd::Nsqd;
 use crate::transport::{self, ReadSide, WriteSide};
 
@@ -86,9 +86,9 @@ impl DecodeHooks for Gate<'_> {
             return Ok(Verdict::Proceed);
         };
         let ok = match kind {
-            CommandKind::Identify | CommandKind::Auth => state == STATE_INIT,
+            CommandKind::Identify | CommandKind::Auth => state == ConnState::Init,
             CommandKind::Sub => {
-                if state != STATE_INIT {
+                if state != ConnState::Init {
                     false
                 } else if self.client.settings.lock().heartbeat.is_none() {
                     return Err(NsqError::sub_heartbeats_disabled());
@@ -97,15 +97,15 @@ impl DecodeHooks for Gate<'_> {
                 }
             }
             CommandKind::Rdy => {
-                if state == STATE_CLOSING {
+                if state == ConnState::Closing {
                     return Ok(Verdict::Ignore);
                 }
-                state == STATE_SUBSCRIBED
+                state == ConnState::Subscribed
             }
             CommandKind::Fin | CommandKind::Req | CommandKind::Touch => {
-                state == STATE_SUBSCRIBED || state == STATE_CLOSING
+                state == ConnState::Subscribed || state == ConnState::Closing
             }
-            CommandKind::Cls => state == STATE_SUBSCRIBED,
+            CommandKind::Cls => state == ConnState::Subscribed,
             CommandKind::Pub | CommandKind::Mpub | CommandKind::Dpub | CommandKind::Nop => true,
         };
         if ok {
@@ -499,7 +499,7 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
         Command::Sub { topic, channel } => sub(nsqd, client, &topic, &channel).await,
         Command::Cls => {
             client.set_ready_count(0);
-            client.set_state(STATE_CLOSING);
+            client.set_state(ConnState::Closing);
             send_response(client, frame::CLOSE_WAIT);
             Ok(())
         }
@@ -581,7 +581,7 @@ async fn sub(
         match ch.add_consumer(client.clone()) {
             Ok(()) => {
                 let _ = client.channel.set(ch);
-                client.set_state(STATE_SUBSCRIBED);
+                client.set_state(ConnState::Subscribed);
                 send_response(client, frame::OK);
                 return Ok(());
             }
