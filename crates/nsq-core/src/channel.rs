@@ -22,7 +22,6 @@
 //! `set_read_watermark`, so watermark updates reach the backend in state order). The backend
 //! and the deferred store have their own locks.
 
-use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -37,6 +36,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{BackendError, BackendQueue, RecordPos, WriteTicket};
+use crate::client_stats::ClientStats;
 use crate::deferred::DeferredQueue;
 use crate::deferred_store::DeferredStore;
 use crate::e2e::E2eLatency;
@@ -60,8 +60,8 @@ pub trait Consumer: Send + Sync + 'static {
     fn on_empty(&self);
     /// The channel is being deleted or closed: close the connection.
     fn close(&self);
-    /// Lets the daemon reach its concrete client type (for `/stats`).
-    fn as_any(&self) -> &dyn Any;
+    /// This consumer's `/stats` snapshot (nsqd/channel.go, `Consumer.Stats`).
+    fn stats(&self) -> ClientStats;
 }
 
 /// Why REQ failed (non-fatal `E_REQ_FAILED`).

@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod channel;
+pub mod client_stats;
 pub mod deferred;
 pub mod deferred_store;
 pub mod diskqueue;

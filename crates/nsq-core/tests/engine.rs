@@ -7,7 +7,6 @@
 //! always Tokio's paused clock (`start_paused` + `advance`), never a real sleep; durable topics
 //! and channels get real DiskQueues in a temporary data directory.
 
-use std::any::Any;
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use nsq_core::client_stats::ClientStats;
 use nsq_core::{
     scanner, Channel, Consumer, Engine, FinishError, Hooks, Message, NoHooks, Options,
     RequeueError, ScanOptions, SubscribeError, Topic,
@@ -69,8 +69,8 @@ impl Consumer for TestConsumer {
     fn close(&self) {
         self.closes.fetch_add(1, Ordering::SeqCst);
     }
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn stats(&self) -> ClientStats {
+        ClientStats::default()
     }
 }
 

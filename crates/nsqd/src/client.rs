@@ -1,13 +1,13 @@
 //! One TCP client connection's shared state: identity, counters for `/stats`, the RDY window,
 //! and the wake-ups between its reader task, its writer (delivery) task and the channel.
 
-use std::any::Any;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::BytesMut;
+pub use nsq_core::client_stats::{ClientMeta, ClientStats};
 use nsq_core::{Channel, Consumer};
 use nsq_protocol::identify::ClientSettings;
 use parking_lot::Mutex;
@@ -53,41 +53,6 @@ impl AtomicConnState {
     fn store(&self, s: ConnState) {
         self.0.store(s.code(), Ordering::Release);
     }
-}
-
-/// What IDENTIFY (and later AUTH/TLS) tell us about the client; read by `/stats`.
-#[derive(Debug, Clone, Default)]
-pub struct ClientMeta {
-    pub client_id: String,
-    pub hostname: String,
-    pub user_agent: String,
-    pub deflate: bool,
-    pub snappy: bool,
-    pub tls: bool,
-    pub tls_version: String,
-    pub tls_cipher_suite: String,
-    /// Subject CN of the client certificate (sent to the auth server as `common_name`).
-    pub tls_common_name: String,
-    pub authed: bool,
-    pub auth_identity: String,
-    pub auth_identity_url: String,
-}
-
-/// A snapshot of one client for `/stats`.
-#[derive(Debug, Clone)]
-pub struct ClientStats {
-    pub meta: ClientMeta,
-    pub remote_address: String,
-    pub state: ConnState,
-    pub ready_count: i64,
-    pub in_flight_count: i64,
-    pub message_count: u64,
-    pub finish_count: u64,
-    pub requeue_count: u64,
-    pub connect_ts: i64,
-    pub sample_rate: i32,
-    /// Messages published per topic by this connection (PUB/MPUB/DPUB).
-    pub pub_counts: BTreeMap<String, u64>,
 }
 
 /// Shared state of one connection. The reader task owns command handling, the writer task
@@ -279,7 +244,7 @@ impl Client {
         ClientStats {
             meta: self.meta.lock().clone(),
             remote_address: self.remote_addr.to_string(),
-            state: self.state(),
+            state: self.state().code(),
             ready_count: self.ready_count(),
             in_flight_count: self.in_flight(),
             message_count: self.message_count.load(Ordering::Relaxed),
@@ -310,8 +275,8 @@ impl Consumer for Client {
         self.close_now();
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn stats(&self) -> ClientStats {
+        Client::stats(self)
     }
 }
 

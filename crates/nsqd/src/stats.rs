@@ -199,10 +199,7 @@ impl Snapshot {
 fn channel_snapshot(c: &Channel, include_clients: bool) -> ChannelSnapshot {
     let cs = c.stats();
     let client_stats = if include_clients {
-        cs.consumers
-            .iter()
-            .filter_map(|cons| cons.as_any().downcast_ref::<Client>().map(Client::stats))
-            .collect()
+        cs.consumers.iter().map(|cons| cons.stats()).collect()
     } else {
         Vec::new()
     };

@@ -243,7 +243,7 @@ fn client_json(s: ClientStats, topic_filter: &str) -> ClientJson {
         hostname: m.hostname,
         version: "V2",
         remote_address: s.remote_address,
-        state: s.state.code(),
+        state: s.state,
         ready_count: s.ready_count,
         in_flight_count: s.in_flight_count,
         message_count: s.message_count,
