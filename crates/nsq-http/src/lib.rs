@@ -8,10 +8,12 @@
 //!   redirects, `405` with `Allow`, `OPTIONS`).
 //! * [`logging`]: log lines in NSQ's format on stderr.
 //! * [`version`]: `<app> v1.3.0 (built w/rustc…)`.
+//! * [`listen`]: binding listeners, with Go's `listen (…) failed` error.
 //! * [`daemon`]: parse flags → start → wait for SIGINT/SIGTERM → shut down, for `apps/*`.
 
 pub mod client;
 pub mod daemon;
+pub mod listen;
 pub mod logging;
 pub mod reply;
 pub mod router;

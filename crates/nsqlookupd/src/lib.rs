@@ -13,4 +13,4 @@ pub mod tcp;
 
 pub use nsqlookupd::Nsqlookupd;
 pub use options::NsqlookupdOptions;
-pub use server::{start, NsqlookupdHandle};
+pub use server::{start, NsqlookupdHandle, StartError};

@@ -10,9 +10,21 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
+use nsq_http::listen::ListenError;
+
 use crate::db::RegistrationDb;
 use crate::nsqlookupd::Nsqlookupd;
 use crate::options::NsqlookupdOptions;
+
+/// Why nsqlookupd could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    /// The bound socket's address could not be read.
+    #[error(transparent)]
+    LocalAddr(std::io::Error),
+}
 
 /// A running nsqlookupd: its addresses, its state, and how to stop it.
 pub struct NsqlookupdHandle {
@@ -39,11 +51,11 @@ impl NsqlookupdHandle {
 
 /// Binds `--tcp-address` then `--http-address` and starts serving. The error is
 /// `listen (<addr>) failed - <os error>`.
-pub async fn start(opts: NsqlookupdOptions) -> Result<NsqlookupdHandle, String> {
+pub async fn start(opts: NsqlookupdOptions) -> Result<NsqlookupdHandle, StartError> {
     let tcp = listen(&opts.tcp_address).await?;
     let http = listen(&opts.http_address).await?;
-    let tcp_addr = tcp.local_addr().map_err(|e| e.to_string())?;
-    let http_addr = http.local_addr().map_err(|e| e.to_string())?;
+    let tcp_addr = tcp.local_addr().map_err(StartError::LocalAddr)?;
+    let http_addr = http.local_addr().map_err(StartError::LocalAddr)?;
     tracing::info!("{}", crate::options::version_string());
     tracing::info!("TCP: listening on {tcp_addr}");
     tracing::info!("HTTP: listening on {http_addr}");
@@ -67,8 +79,8 @@ pub async fn start(opts: NsqlookupdOptions) -> Result<NsqlookupdHandle, String> 
 /// Go's `net.Listen("tcp", addr)`: an empty host (`:4160`) or `0.0.0.0` listens on every
 /// address, IPv6 included (a dual-stack `[::]` socket, as Go does when the system supports
 /// it; otherwise plain `0.0.0.0`).
-async fn listen(addr: &str) -> Result<TcpListener, String> {
-    let fail = |e: std::io::Error| format!("listen ({addr}) failed - {e}");
+async fn listen(addr: &str) -> Result<TcpListener, ListenError> {
+    let fail = |e: std::io::Error| ListenError::new(addr, e);
     if let Some((host, port)) = addr.rsplit_once(':') {
         if host.is_empty() || host == "0.0.0.0" {
             if let Ok(l) = TcpListener::bind(format!("[::]:{port}")).await {
@@ -134,7 +146,7 @@ async fn run(lookupd: Arc<Nsqlookupd>, tcp: TcpListener, http: TcpListener, stop
 
 impl nsq_http::daemon::Daemon for NsqlookupdHandle {
     type Options = NsqlookupdOptions;
-    type Error = String;
+    type Error = StartError;
     const NAME: &'static str = "nsqlookupd";
 
     fn parse_args(
@@ -151,7 +163,7 @@ impl nsq_http::daemon::Daemon for NsqlookupdHandle {
         (&opts.log_prefix, opts.log_level)
     }
 
-    async fn start(opts: NsqlookupdOptions) -> Result<Self, String> {
+    async fn start(opts: NsqlookupdOptions) -> Result<Self, StartError> {
         start(opts).await
     }
 
