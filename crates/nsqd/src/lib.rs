@@ -23,4 +23,4 @@ pub mod tls;
 mod transport;
 
 pub use nsqd::Nsqd;
-pub use server::{start, NsqdHandle};
+pub use server::{start, NsqdHandle, StartError};

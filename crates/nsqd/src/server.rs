@@ -21,7 +21,40 @@ use crate::client::unix_secs;
 use crate::lookup::{self, Lookup};
 use crate::metadata;
 use crate::nsqd::{tcp_config, DaemonHooks, Nsqd};
-use crate::options::NsqdOptions;
+use crate::options::{NsqdOptions, OptionsError};
+use nsq_http::listen::{self as listen, ListenError};
+
+/// Why nsqd could not start; each Display is the reference's text (nsqd/nsqd.go, New and
+/// LoadMetadata).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Options(#[from] OptionsError),
+    #[error("failed to lock data-path: cannot flock directory {} - {source}", dir.display())]
+    OpenDataPath {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to lock data-path: cannot flock directory {} - {source} (possibly in use by another instance of nsqd)", dir.display())]
+    LockDataPath {
+        dir: PathBuf,
+        #[source]
+        source: std::fs::TryLockError,
+    },
+    /// Building the TLS server config (tls.rs, already in the reference's words).
+    #[error("{0}")]
+    Tls(String),
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    /// A bound socket's address could not be read.
+    #[error(transparent)]
+    LocalAddr(std::io::Error),
+    #[error("failed to build TLS config - {0}")]
+    HttpClient(#[from] nsq_http::client::BuildError),
+    #[error("failed to load metadata - {0}")]
+    Metadata(String),
+}
 
 /// A running daemon: its addresses and how to stop it.
 pub struct NsqdHandle {
@@ -48,41 +81,35 @@ impl NsqdHandle {
 }
 
 /// Starts the daemon: lock the data dir, bind, load metadata, serve.
-pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
-    opts.validate().map_err(|e| e.to_string())?;
+pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, StartError> {
+    opts.validate()?;
     let data_path = if opts.data_path.is_empty() {
         PathBuf::from(".")
     } else {
         PathBuf::from(&opts.data_path)
     };
     let lock = lock_data_path(&data_path)?;
-    let tls = crate::tls::server_config(&opts)?;
+    let tls = crate::tls::server_config(&opts).map_err(StartError::Tls)?;
 
-    let tcp_listener = TcpListener::bind(&opts.tcp_address)
-        .await
-        .map_err(|e| format!("listen ({}) failed - {e}", opts.tcp_address))?;
-    let tcp_addr = tcp_listener.local_addr().map_err(|e| e.to_string())?;
+    let tcp_listener = listen::bind(&opts.tcp_address).await?;
+    let tcp_addr = tcp_listener.local_addr().map_err(StartError::LocalAddr)?;
     tracing::info!("TCP: listening on {tcp_addr}");
     let http_listener = if opts.http_address.is_empty() {
         None
     } else {
-        let l = TcpListener::bind(&opts.http_address)
-            .await
-            .map_err(|e| format!("listen ({}) failed - {e}", opts.http_address))?;
+        let l = listen::bind(&opts.http_address).await?;
         tracing::info!(
             "HTTP: listening on {}",
-            l.local_addr().map_err(|e| e.to_string())?
+            l.local_addr().map_err(StartError::LocalAddr)?
         );
         Some(l)
     };
     let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
     let https_listener = if tls.is_some() && !opts.https_address.is_empty() {
-        let l = TcpListener::bind(&opts.https_address)
-            .await
-            .map_err(|e| format!("listen ({}) failed - {e}", opts.https_address))?;
+        let l = listen::bind(&opts.https_address).await?;
         tracing::info!(
             "HTTPS: listening on {}",
-            l.local_addr().map_err(|e| e.to_string())?
+            l.local_addr().map_err(StartError::LocalAddr)?
         );
         Some(l)
     } else {
@@ -112,8 +139,7 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
             ..Default::default()
         },
         follow_redirects: true,
-    })
-    .map_err(|e| format!("failed to build TLS config - {e}"))?;
+    })?;
     let nsqd = Arc::new(Nsqd {
         http_client,
         tcp: tcp_config(&opts, tls.is_some()),
@@ -137,7 +163,7 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
     match metadata::load(&data_path) {
         Ok(Some(md)) => metadata::apply(&engine, &md),
         Ok(None) => {}
-        Err(e) => return Err(format!("failed to load metadata - {e}")),
+        Err(e) => return Err(StartError::Metadata(e)),
     }
     engine.finish_loading();
     // Not fatal (unlike the reference's nsqd.go, Main): on a full disk nsqd must still start so
@@ -179,19 +205,17 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, String> {
     })
 }
 
-fn lock_data_path(dir: &std::path::Path) -> Result<std::fs::File, String> {
-    let f = std::fs::File::open(dir).map_err(|e| {
-        format!(
-            "failed to lock data-path: cannot flock directory {} - {e}",
-            dir.display()
-        )
+fn lock_data_path(dir: &std::path::Path) -> Result<std::fs::File, StartError> {
+    let f = std::fs::File::open(dir).map_err(|source| StartError::OpenDataPath {
+        dir: dir.to_path_buf(),
+        source,
     })?;
     match f.try_lock() {
         Ok(()) => Ok(f),
-        Err(e) => Err(format!(
-            "failed to lock data-path: cannot flock directory {} - {e} (possibly in use by another instance of nsqd)",
-            dir.display()
-        )),
+        Err(e) => Err(StartError::LockDataPath {
+            dir: dir.to_path_buf(),
+            source: e,
+        }),
     }
 }
 
@@ -300,7 +324,7 @@ async fn run(
 
 impl nsq_http::daemon::Daemon for NsqdHandle {
     type Options = NsqdOptions;
-    type Error = String;
+    type Error = StartError;
     const NAME: &'static str = "nsqd";
 
     fn parse_args(
@@ -317,7 +341,7 @@ impl nsq_http::daemon::Daemon for NsqdHandle {
         (&opts.log_prefix, opts.log_level)
     }
 
-    async fn start(opts: NsqdOptions) -> Result<Self, String> {
+    async fn start(opts: NsqdOptions) -> Result<Self, StartError> {
         start(opts).await
     }
 
