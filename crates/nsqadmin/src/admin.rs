@@ -63,7 +63,7 @@ impl Admin {
 
 /// The upstream client for these options: timeouts, TLS (`--http-client-tls-*`), and the
 /// reference's `User-Agent`.
-pub(crate) fn build_client(o: &AdminOptions) -> Result<HttpClient, String> {
+pub(crate) fn build_client(o: &AdminOptions) -> Result<HttpClient, nsq_http::client::BuildError> {
     nsq_http::client::HttpClient::new(&nsq_http::client::ClientOptions {
         connect_timeout: o.http_client_connect_timeout,
         request_timeout: o.http_client_request_timeout,
@@ -77,5 +77,4 @@ pub(crate) fn build_client(o: &AdminOptions) -> Result<HttpClient, String> {
         follow_redirects: true,
     })
     .map(HttpClient::new)
-    .map_err(|e| e.to_string())
 }

@@ -18,4 +18,4 @@ pub mod server;
 pub mod stats;
 
 pub use admin::Admin;
-pub use server::{start, AdminHandle};
+pub use server::{start, AdminHandle, StartError};

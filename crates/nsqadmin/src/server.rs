@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::Admin;
@@ -13,6 +12,26 @@ use crate::history::History;
 use crate::http::Routes;
 use crate::notify::Notifier;
 use crate::options::{AdminOptions, Cidr};
+use nsq_http::listen::{self as listen, ListenError};
+
+/// Why nsqadmin could not start; each Display is the reference's text (nsqadmin/nsqadmin.go,
+/// New), which `apps/nsqadmin` prefixes with `failed to instantiate nsqadmin - `.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// An invalid option ([`AdminOptions::validate`], already in the reference's words).
+    #[error("{0}")]
+    Options(String),
+    /// `--allow-config-from-cidr` does not parse ([`Cidr::parse`]).
+    #[error("{0}")]
+    Cidr(String),
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    /// The bound socket's address could not be read.
+    #[error(transparent)]
+    LocalAddr(std::io::Error),
+    #[error(transparent)]
+    HttpClient(#[from] nsq_http::client::BuildError),
+}
 
 /// A running nsqadmin: its address and how to stop it.
 pub struct AdminHandle {
@@ -36,17 +55,15 @@ impl AdminHandle {
 
 /// Validates `opts`, binds, and serves in the background. The error text follows
 /// `failed to instantiate nsqadmin - `.
-pub async fn start(opts: AdminOptions) -> Result<AdminHandle, String> {
-    opts.validate()?;
+pub async fn start(opts: AdminOptions) -> Result<AdminHandle, StartError> {
+    opts.validate().map_err(StartError::Options)?;
     let cidr = if opts.allow_config_from_cidr.is_empty() {
         None
     } else {
-        Some(Cidr::parse(&opts.allow_config_from_cidr)?)
+        Some(Cidr::parse(&opts.allow_config_from_cidr).map_err(StartError::Cidr)?)
     };
-    let listener = TcpListener::bind(&opts.http_address)
-        .await
-        .map_err(|e| format!("listen ({}) failed - {e}", opts.http_address))?;
-    let http_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let listener = listen::bind(&opts.http_address).await?;
+    let http_addr = listener.local_addr().map_err(StartError::LocalAddr)?;
     tracing::info!("HTTP: listening on {http_addr}");
 
     let base_path = opts.normalized_base_path();
@@ -96,7 +113,7 @@ pub async fn start(opts: AdminOptions) -> Result<AdminHandle, String> {
 
 impl nsq_http::daemon::Daemon for AdminHandle {
     type Options = AdminOptions;
-    type Error = String;
+    type Error = StartError;
     const NAME: &'static str = "nsqadmin";
 
     fn parse_args(
@@ -113,7 +130,7 @@ impl nsq_http::daemon::Daemon for AdminHandle {
         (&opts.log_prefix, opts.log_level)
     }
 
-    async fn start(opts: AdminOptions) -> Result<Self, String> {
+    async fn start(opts: AdminOptions) -> Result<Self, StartError> {
         start(opts).await
     }
 
