@@ -43,6 +43,41 @@ pub fn v1_error(code: StatusCode, msg: &str) -> Response {
     Reply::error(code, msg).into()
 }
 
+/// What a "v1" endpoint returns on success (http_api/api_response.go, `RespondV1` with
+/// code 200).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum V1Body {
+    /// No result: empty body, no Content-Type.
+    Empty,
+    /// A string result, sent verbatim (`text/plain` unless empty).
+    Text(Bytes),
+    /// A structured result, already encoded as Go's JSON.
+    Json(Vec<u8>),
+}
+
+/// A v1 success (http_api/api_response.go, `RespondV1`): the body with its content type,
+/// always the `X-NSQ-Content-Type` header.
+pub fn v1_ok(body: V1Body) -> Response {
+    let mut r = match body {
+        V1Body::Empty => raw(StatusCode::OK, ""),
+        V1Body::Text(b) => {
+            let empty = b.is_empty();
+            let mut r = raw(StatusCode::OK, b);
+            if !empty {
+                set(&mut r, header::CONTENT_TYPE, CT_TEXT);
+            }
+            r
+        }
+        V1Body::Json(b) => {
+            let mut r = raw(StatusCode::OK, b);
+            set(&mut r, header::CONTENT_TYPE, CT_JSON);
+            r
+        }
+    };
+    set_nsq(&mut r);
+    r
+}
+
 /// `http.Redirect` to `path` (query kept): GET gets the small HTML body, others none.
 pub fn redirect(code: StatusCode, path: &str, query: Option<&str>, is_get: bool) -> Response {
     Reply::redirect(code, path, query, is_get).into()

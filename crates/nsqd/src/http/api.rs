@@ -17,10 +17,11 @@ use nsq_protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use serde_json::Value;
 
 use super::stats::{self, StatsQuery};
-use super::{debug, json, plain, v1, ApiError, ApiResult, Endpoint, HttpState, Reply};
+use super::{debug, json, plain, v1, ApiError, ApiResult, Endpoint, HttpState};
 use crate::nsqd::Nsqd;
 use crate::options::LogLevel;
 use nsq_go::url::{self as query, Query};
+use nsq_http::reply::V1Body;
 
 pub(super) async fn handle(
     st: &HttpState,
@@ -217,7 +218,7 @@ async fn existing_topic_and_channel(
 }
 
 fn ok_text(s: &'static str) -> ApiResult {
-    Ok(Reply::Text(Bytes::from_static(s.as_bytes())))
+    Ok(V1Body::Text(Bytes::from_static(s.as_bytes())))
 }
 
 // ---- /ping, /info ---------------------------------------------------------------------------
@@ -265,7 +266,7 @@ fn info(nsqd: &Nsqd) -> ApiResult {
         max_deflate_level: o.max_deflate_level,
         draining: nsqd.drain.is_draining(),
     };
-    Ok(Reply::Json(json::to_vec(&info)))
+    Ok(V1Body::Json(json::to_vec(&info)))
 }
 
 // ---- /pub, /mpub ----------------------------------------------------------------------------
@@ -423,9 +424,9 @@ async fn stats(nsqd: &Nsqd, req: Request) -> ApiResult {
     };
     let snapshot = stats::collect(nsqd, &sq);
     if q.get("format") == Some("json") {
-        Ok(Reply::Json(json::to_vec(&snapshot)))
+        Ok(V1Body::Json(json::to_vec(&snapshot)))
     } else {
-        Ok(Reply::Text(Bytes::from(stats::render_text(&snapshot))))
+        Ok(V1Body::Text(Bytes::from(stats::render_text(&snapshot))))
     }
 }
 
@@ -433,7 +434,7 @@ async fn stats(nsqd: &Nsqd, req: Request) -> ApiResult {
 
 async fn topic_create(nsqd: &Nsqd, req: Request) -> ApiResult {
     topic_from_query(nsqd, parse_query(&req)).await?;
-    Ok(Reply::Empty)
+    Ok(V1Body::Empty)
 }
 
 /// `topic` is required but, as in the reference, not validated for delete/pause/unpause.
@@ -449,7 +450,7 @@ async fn topic_delete(nsqd: &Nsqd, req: Request) -> ApiResult {
     if !nsqd.engine.delete_topic(&name) {
         return Err(ApiError::TOPIC_NOT_FOUND);
     }
-    Ok(Reply::Empty)
+    Ok(V1Body::Empty)
 }
 
 async fn topic_empty(nsqd: &Nsqd, req: Request) -> ApiResult {
@@ -465,7 +466,7 @@ async fn topic_empty(nsqd: &Nsqd, req: Request) -> ApiResult {
         tracing::error!("failed to empty topic {name} - {e}");
         ApiError::INTERNAL_ERROR
     })?;
-    Ok(Reply::Empty)
+    Ok(V1Body::Empty)
 }
 
 async fn topic_pause(nsqd: &Arc<Nsqd>, path: &str, req: Request) -> ApiResult {
@@ -480,7 +481,7 @@ async fn topic_pause(nsqd: &Arc<Nsqd>, path: &str, req: Request) -> ApiResult {
         topic.pause();
     }
     persist_metadata(nsqd).await;
-    Ok(Reply::Empty)
+    Ok(V1Body::Empty)
 }
 
 /// Writes `nsqd.dat` before answering, as the reference does after pause/unpause; a failure is
@@ -529,7 +530,7 @@ async fn channel_admin(nsqd: &Arc<Nsqd>, ep: Endpoint, req: Request) -> ApiResul
         }
         _ => unreachable!("channel_admin is only routed channel endpoints"),
     }
-    Ok(Reply::Empty)
+    Ok(V1Body::Empty)
 }
 
 // ---- /config/:opt ---------------------------------------------------------------------------
@@ -570,8 +571,8 @@ async fn config(st: &HttpState, opt: &str, req: Request) -> ApiResult {
         _ => st.nsqd.opts.get_json(opt).ok_or(ApiError::INVALID_OPTION)?,
     };
     Ok(match value {
-        Value::String(s) => Reply::Text(Bytes::from(s)),
-        v => Reply::Json(json::to_vec(&v)),
+        Value::String(s) => V1Body::Text(Bytes::from(s)),
+        v => V1Body::Json(json::to_vec(&v)),
     })
 }
 

@@ -20,7 +20,7 @@ use axum::http::{header, Method, StatusCode};
 use axum::response::Response;
 use axum::Router;
 use bytes::Bytes;
-use nsq_http::reply::{raw, set, set_nsq, v1_error, CT_HTML, CT_JSON, CT_TEXT};
+use nsq_http::reply::{raw, set, set_nsq, v1_error, v1_ok, V1Body, CT_HTML, CT_JSON, CT_TEXT};
 use nsq_http::router::{self, Route};
 use parking_lot::Mutex;
 
@@ -186,16 +186,6 @@ async fn dispatch(State(st): State<HttpState>, req: Request) -> Response {
 
 // ---- response styles (nsq's internal/http_api/api_response.go) -----------------------------------------------------------------
 
-/// What a "v1" endpoint returns on success (`RespondV1` with code 200).
-enum Reply {
-    /// No result: empty body, no Content-Type.
-    Empty,
-    /// A string result, sent verbatim (`text/plain` unless empty).
-    Text(Bytes),
-    /// A structured result, already encoded as Go's JSON.
-    Json(Vec<u8>),
-}
-
 /// A "v1" error: the status and the `{"message":…}` text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ApiError(StatusCode, &'static str);
@@ -222,28 +212,13 @@ impl ApiError {
     const INVALID_VALUE_413: ApiError = ApiError(StatusCode::PAYLOAD_TOO_LARGE, "INVALID_VALUE");
 }
 
-type ApiResult = Result<Reply, ApiError>;
+type ApiResult = Result<V1Body, ApiError>;
 
 fn v1(result: ApiResult) -> Response {
-    let mut r = match result {
-        Ok(Reply::Empty) => raw(StatusCode::OK, ""),
-        Ok(Reply::Text(b)) => {
-            let empty = b.is_empty();
-            let mut r = raw(StatusCode::OK, b);
-            if !empty {
-                set(&mut r, header::CONTENT_TYPE, CT_TEXT);
-            }
-            r
-        }
-        Ok(Reply::Json(b)) => {
-            let mut r = raw(StatusCode::OK, b);
-            set(&mut r, header::CONTENT_TYPE, CT_JSON);
-            r
-        }
-        Err(ApiError(code, msg)) => return v1_error(code, msg),
-    };
-    set_nsq(&mut r);
-    r
+    match result {
+        Ok(body) => v1_ok(body),
+        Err(ApiError(code, msg)) => v1_error(code, msg),
+    }
 }
 
 /// The plain-text style (`/ping`, `/debug/setblockrate`): Go's sniffed `text/plain`.

@@ -7,7 +7,7 @@
 
 use nsq_go::json;
 use nsq_go::url::Query;
-use nsq_http::reply::{raw, set, set_nsq, v1_error, CT_JSON, CT_TEXT};
+use nsq_http::reply::{raw, set, v1_error, v1_ok, V1Body, CT_TEXT};
 use nsq_http::router::{Route, Router as Routes};
 
 use std::collections::BTreeMap;
@@ -293,17 +293,10 @@ fn json<T: Serialize + ?Sized>(v: &T) -> ApiResult {
 /// `RespondV1`: JSON data with `Content-Type`, or an empty body without; always the
 /// `X-NSQ-Content-Type` header.
 fn v1(result: ApiResult) -> Response {
-    let mut r = match result {
-        Ok(None) => raw(StatusCode::OK, ""),
-        Ok(Some(b)) => {
-            let mut r = raw(StatusCode::OK, b);
-            set(&mut r, header::CONTENT_TYPE, CT_JSON);
-            r
-        }
-        Err(ApiError(code, msg)) => return v1_error(code, msg),
-    };
-    set_nsq(&mut r);
-    r
+    match result {
+        Ok(body) => v1_ok(body.map_or(V1Body::Empty, V1Body::Json)),
+        Err(ApiError(code, msg)) => v1_error(code, msg),
+    }
 }
 
 /// Go's `time.Duration.String` for the request log (`1.5ms`, `42.1µs`, `2s`).
