@@ -37,6 +37,51 @@ pub trait Daemon: Sized {
     }
 }
 
+/// Implements [`Daemon`] for a daemon library's handle from the pieces every daemon crate
+/// has: `crate::options::{parse_args, usage, ParseOutcome, FlagError, LogLevel}`, the options'
+/// `log_prefix` and `log_level` fields, the crate's `start` function in scope and the handle's
+/// own `shutdown`; `serve = path` overrides [`Daemon::serve`].
+// `crate::` is meant to name the calling daemon crate.
+#[allow(clippy::crate_in_macro_def)]
+#[macro_export]
+macro_rules! impl_daemon {
+    ($handle:ident, $opts:ty, $err:ty, $name:literal $(, serve = $serve:path)?) => {
+        impl $crate::daemon::Daemon for $handle {
+            type Options = $opts;
+            type Error = $err;
+            const NAME: &'static str = $name;
+
+            fn parse_args(
+                args: Vec<String>,
+            ) -> Result<crate::options::ParseOutcome, crate::options::FlagError> {
+                crate::options::parse_args(args)
+            }
+
+            fn usage() -> String {
+                crate::options::usage().to_string()
+            }
+
+            fn log_settings(opts: &$opts) -> (&str, crate::options::LogLevel) {
+                (&opts.log_prefix, opts.log_level)
+            }
+
+            async fn start(opts: $opts) -> Result<Self, $err> {
+                start(opts).await
+            }
+
+            async fn shutdown(self) {
+                $handle::shutdown(self).await
+            }
+
+            $(
+                async fn serve(self) {
+                    $serve(self).await
+                }
+            )?
+        }
+    };
+}
+
 /// How a fatal (exit 1) flag or config-file error is printed; each daemon keeps the reference
 /// layout its tests pin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

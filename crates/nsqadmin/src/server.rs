@@ -111,30 +111,4 @@ pub async fn start(opts: AdminOptions) -> Result<AdminHandle, StartError> {
     })
 }
 
-impl nsq_http::daemon::Daemon for AdminHandle {
-    type Options = AdminOptions;
-    type Error = StartError;
-    const NAME: &'static str = "nsqadmin";
-
-    fn parse_args(
-        args: Vec<String>,
-    ) -> Result<crate::options::ParseOutcome, crate::options::FlagError> {
-        crate::options::parse_args(args)
-    }
-
-    fn usage() -> String {
-        crate::options::usage()
-    }
-
-    fn log_settings(opts: &AdminOptions) -> (&str, crate::options::LogLevel) {
-        (&opts.log_prefix, opts.log_level)
-    }
-
-    async fn start(opts: AdminOptions) -> Result<Self, StartError> {
-        start(opts).await
-    }
-
-    async fn shutdown(self) {
-        AdminHandle::shutdown(self).await
-    }
-}
+nsq_http::impl_daemon!(AdminHandle, AdminOptions, StartError, "nsqadmin");

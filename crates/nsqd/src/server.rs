@@ -322,35 +322,11 @@ async fn run(
     let _ = tokio::task::spawn_blocking(move || engine.close()).await;
 }
 
-impl nsq_http::daemon::Daemon for NsqdHandle {
-    type Options = NsqdOptions;
-    type Error = StartError;
-    const NAME: &'static str = "nsqd";
-
-    fn parse_args(
-        args: Vec<String>,
-    ) -> Result<crate::options::ParseOutcome, crate::options::FlagError> {
-        crate::options::parse_args(args)
-    }
-
-    fn usage() -> String {
-        crate::options::usage().to_string()
-    }
-
-    fn log_settings(opts: &NsqdOptions) -> (&str, crate::options::LogLevel) {
-        (&opts.log_prefix, opts.log_level)
-    }
-
-    async fn start(opts: NsqdOptions) -> Result<Self, StartError> {
-        start(opts).await
-    }
-
-    async fn shutdown(self) {
-        NsqdHandle::shutdown(self).await
-    }
-
-    /// Signals, drain mode and `PUT /config/shutdown` (crate::drain).
-    async fn serve(self) {
-        crate::drain::run(self).await
-    }
-}
+// Signals, drain mode and `PUT /config/shutdown` (crate::drain) replace the default serve.
+nsq_http::impl_daemon!(
+    NsqdHandle,
+    NsqdOptions,
+    StartError,
+    "nsqd",
+    serve = crate::drain::run
+);

@@ -144,30 +144,9 @@ async fn run(lookupd: Arc<Nsqlookupd>, tcp: TcpListener, http: TcpListener, stop
     }
 }
 
-impl nsq_http::daemon::Daemon for NsqlookupdHandle {
-    type Options = NsqlookupdOptions;
-    type Error = StartError;
-    const NAME: &'static str = "nsqlookupd";
-
-    fn parse_args(
-        args: Vec<String>,
-    ) -> Result<crate::options::ParseOutcome, crate::options::FlagError> {
-        crate::options::parse_args(args)
-    }
-
-    fn usage() -> String {
-        crate::options::usage()
-    }
-
-    fn log_settings(opts: &NsqlookupdOptions) -> (&str, crate::options::LogLevel) {
-        (&opts.log_prefix, opts.log_level)
-    }
-
-    async fn start(opts: NsqlookupdOptions) -> Result<Self, StartError> {
-        start(opts).await
-    }
-
-    async fn shutdown(self) {
-        NsqlookupdHandle::shutdown(self).await
-    }
-}
+nsq_http::impl_daemon!(
+    NsqlookupdHandle,
+    NsqlookupdOptions,
+    StartError,
+    "nsqlookupd"
+);
