@@ -39,22 +39,34 @@ pub fn path(data_path: &Path) -> PathBuf {
     data_path.join("nsqd.dat")
 }
 
+/// Why the metadata file could not be loaded (nsqd/nsqd.go, LoadMetadata).
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    #[error("failed to read metadata from {} - {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to parse metadata in {} - {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
 /// Reads the metadata file; `Ok(None)` when it does not exist.
-pub fn load(data_path: &Path) -> Result<Option<Metadata>, String> {
+pub fn load(data_path: &Path) -> Result<Option<Metadata>, MetadataError> {
     let p = path(data_path);
     let data = match std::fs::read(&p) {
         Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(format!(
-                "failed to read metadata from {} - {e}",
-                p.display()
-            ))
-        }
+        Err(source) => return Err(MetadataError::Read { path: p, source }),
     };
     serde_json::from_slice(&data)
         .map(Some)
-        .map_err(|e| format!("failed to parse metadata in {} - {e}", p.display()))
+        .map_err(|source| MetadataError::Parse { path: p, source })
 }
 
 /// Re-creates every listed topic and channel with its pause flag (invalid names skipped).

@@ -53,7 +53,7 @@ pub enum StartError {
     #[error("failed to build TLS config - {0}")]
     HttpClient(#[from] nsq_http::client::BuildError),
     #[error("failed to load metadata - {0}")]
-    Metadata(String),
+    Metadata(#[from] metadata::MetadataError),
 }
 
 /// A running daemon: its addresses and how to stop it.

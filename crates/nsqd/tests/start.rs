@@ -1,5 +1,6 @@
 //! Start-up failures of an in-process nsqd carry the reference's texts (nsqd/nsqd.go, New):
-//! a data path already locked by another instance, and a TCP address already in use.
+//! a data path already locked by another instance, a TCP address already in use, and an
+//! unparsable `nsqd.dat`.
 
 use nsqd::options::{parse_args, NsqdOptions, ParseOutcome};
 
@@ -49,4 +50,20 @@ async fn busy_tcp_address_is_reported_like_go() {
         text.starts_with(&format!("listen ({addr}) failed - ")),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn unparsable_metadata_is_fatal_with_go_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let dat = dir.path().join("nsqd.dat");
+    std::fs::write(&dat, b"not json").unwrap();
+    let Err(e) = nsqd::start(opts(dir.path(), "127.0.0.1:0")).await else {
+        panic!("nsqd started with a corrupt nsqd.dat")
+    };
+    let text = e.to_string();
+    let prefix = format!(
+        "failed to load metadata - failed to parse metadata in {} - ",
+        dat.display()
+    );
+    assert!(text.starts_with(&prefix), "{text}");
 }
