@@ -26,24 +26,8 @@ pub(crate) type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
 pub(crate) type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// What nsqd answered to IDENTIFY (its `feature_negotiation` JSON); defaults when it answered
-/// a bare `OK`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-#[serde(default)]
-pub struct IdentifyResponse {
-    pub max_rdy_count: i64,
-    pub version: String,
-    pub max_msg_timeout: i64,
-    pub msg_timeout: i64,
-    pub tls_v1: bool,
-    pub deflate: bool,
-    pub deflate_level: i64,
-    pub max_deflate_level: i64,
-    pub snappy: bool,
-    pub sample_rate: i32,
-    pub auth_required: bool,
-    pub output_buffer_size: i64,
-    pub output_buffer_timeout: i64,
-}
+/// a bare `OK`. The same type nsqd serializes.
+pub use nsq_protocol::identify::IdentifyResponse;
 
 /// What nsqd answered to AUTH.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]

@@ -254,7 +254,9 @@ pub fn negotiate(req: &IdentifyRequest, server: &ServerFeatures) -> Result<Negot
 }
 
 /// The JSON response to IDENTIFY with feature negotiation. Field order is the wire key order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// nsqd serializes it; a client (nsq-client) deserializes it, with defaults for missing keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct IdentifyResponse {
     pub max_rdy_count: i64,
     pub version: String,
