@@ -78,6 +78,22 @@ pub fn util_bin(env: &str, name: &str, package: &str) -> PathBuf {
     find_bin(env, name, package)
 }
 
+/// Asserts `stderr` is one Go standard-logger line `YYYY/MM/DD HH:MM:SS <msg>`.
+pub fn assert_go_log_line(stderr: &[u8], msg: &str) {
+    let text = String::from_utf8_lossy(stderr);
+    let line = text
+        .strip_suffix('\n')
+        .unwrap_or_else(|| panic!("{text:?}"));
+    assert!(!line.contains('\n'), "one line expected: {text:?}");
+    let (stamp, rest) = line.split_at(19.min(line.len()));
+    let shape: String = stamp
+        .chars()
+        .map(|c| if c.is_ascii_digit() { '9' } else { c })
+        .collect();
+    assert_eq!(shape, "9999/99/99 99:99:99", "{text:?}");
+    assert_eq!(rest, format!(" {msg}"), "{text:?}");
+}
+
 /// Runs `program args`, feeding `stdin` and closing it, and returns its exit status, stdout
 /// and stderr; kills it and panics if it has not exited within `timeout`.
 pub fn run_tool(

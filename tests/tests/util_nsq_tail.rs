@@ -9,25 +9,9 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nsq_integration_tests::{nsq_tail_bin, run_tool, Nsqd, Value};
+use nsq_integration_tests::{assert_go_log_line, nsq_tail_bin, run_tool, Nsqd, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Asserts `stderr` is one Go standard-logger line `YYYY/MM/DD HH:MM:SS <msg>`.
-fn assert_go_log_line(stderr: &[u8], msg: &str) {
-    let text = String::from_utf8_lossy(stderr);
-    let line = text
-        .strip_suffix('\n')
-        .unwrap_or_else(|| panic!("{text:?}"));
-    assert!(!line.contains('\n'), "one line expected: {text:?}");
-    let (stamp, rest) = line.split_at(19.min(line.len()));
-    let shape: String = stamp
-        .chars()
-        .map(|c| if c.is_ascii_digit() { '9' } else { c })
-        .collect();
-    assert_eq!(shape, "9999/99/99 99:99:99", "{text:?}");
-    assert_eq!(rest, format!(" {msg}"), "{text:?}");
-}
 
 fn publish_all(nsqd: &Nsqd, topic: &str, bodies: &[&[u8]]) {
     let mut c = nsqd.connect();

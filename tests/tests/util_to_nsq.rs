@@ -9,7 +9,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nsq_integration_tests::{run_tool, to_nsq_bin, Nsqd};
+use nsq_integration_tests::{assert_go_log_line, run_tool, to_nsq_bin, Nsqd};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -34,22 +34,6 @@ fn consume(nsqd: &Nsqd, topic: &str, n: usize) -> Vec<Vec<u8>> {
     // Nothing more than expected.
     assert!(c.try_message(Duration::from_millis(300)).is_none());
     bodies
-}
-
-/// Asserts `stderr` is one Go standard-logger line `YYYY/MM/DD HH:MM:SS <msg>`.
-fn assert_go_log_line(stderr: &[u8], msg: &str) {
-    let text = String::from_utf8_lossy(stderr);
-    let line = text
-        .strip_suffix('\n')
-        .unwrap_or_else(|| panic!("{text:?}"));
-    assert!(!line.contains('\n'), "one line expected: {text:?}");
-    let (stamp, rest) = line.split_at(19.min(line.len()));
-    let shape: String = stamp
-        .chars()
-        .map(|c| if c.is_ascii_digit() { '9' } else { c })
-        .collect();
-    assert_eq!(shape, "9999/99/99 99:99:99", "{text:?}");
-    assert_eq!(rest, format!(" {msg}"), "{text:?}");
 }
 
 fn bodies(list: &[&str]) -> Vec<Vec<u8>> {
