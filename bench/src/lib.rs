@@ -2,12 +2,12 @@
 //!
 //! * [`wire`]: the handful of V2 client commands the tools send (MPUB, SUB, RDY, FIN, NOP),
 //!   encoded by hand so the tools depend only on the frame/message parts of `nsq-protocol`.
-//! * [`godur`]: Go `time.Duration` flag parsing and `String()` formatting, so the flags and the
-//!   summary line look like the Go tools'.
+//! * `godur`: Go `time.Duration` flag parsing and `String()` formatting (nsq-go's
+//!   `duration`), so the flags and the summary line look like the Go tools'.
 //! * [`report`]: the summary output (Go `log` style line plus a machine-readable `RESULT` line).
 //! * [`net`]: connecting, and waiting for a command's response while answering heartbeats.
 
-pub mod godur;
+pub use nsq_go::duration as godur;
 pub mod net;
 pub mod report;
 pub mod wire;

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::godur;
+use nsq_go::duration as godur;
 
 /// Outcome of one benchmark run.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -4,10 +4,8 @@
 
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::WebPkiSupportedAlgorithms;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::pem::PemObject;
 
 use crate::config::TlsOptions;
@@ -42,9 +40,7 @@ pub(crate) fn client_config(opts: &TlsOptions) -> Result<Arc<ClientConfig>, Erro
     let builder = if opts.insecure_skip_verify {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(SkipVerify(
-                provider().signature_verification_algorithms,
-            )))
+            .with_custom_certificate_verifier(nsq_tls::SkipServerVerify::new(&provider()))
     } else {
         let mut roots = RootCertStore::empty();
         let pem = match &opts.root_ca_file {
@@ -84,44 +80,4 @@ pub(crate) fn client_config(opts: &TlsOptions) -> Result<Arc<ClientConfig>, Erro
 /// The name the server certificate is checked against: the host part of the address.
 pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, Error> {
     ServerName::try_from(host.to_string()).map_err(tls_err)
-}
-
-/// `tls_insecure_skip_verify`: any certificate is accepted, but handshake signatures are still
-/// checked.
-#[derive(Debug)]
-struct SkipVerify(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for SkipVerify {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
-    }
 }

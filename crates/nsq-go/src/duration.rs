@@ -7,11 +7,13 @@ use std::time::Duration;
 use crate::quote::go_quote;
 
 /// Why [`parse`] failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
     /// Go's own error text (`time: invalid duration "x"`, `time: missing unit …`).
+    #[error("{0}")]
     Invalid(String),
     /// Valid Go syntax, but negative: Go accepts it, a `std::time::Duration` cannot hold it.
+    #[error("negative durations are not supported")]
     Negative,
 }
 

@@ -117,8 +117,23 @@ pub struct Flag<O> {
 
 /// Declares a `&'static [Flag<O>]` table: `flags![O; "name" => field: Kind, Some("key"), "usage"; …]`
 /// where `Kind` is a [`Slot`] variant.
+///
+/// A table that starts with `@daemon;` gets the four flags every NSQ daemon declares first
+/// (apps/nsqd/options.go, apps/nsqlookupd/main.go, apps/nsqadmin/main.go): `-config`,
+/// `-log-level`, `-log-prefix` and the deprecated `-verbose`, set into the fields `config`,
+/// `log_level`, `log_prefix` and `verbose`.
 #[macro_export]
 macro_rules! flags {
+    ($O:ty; @daemon; $($rest:tt)*) => {
+        $crate::flags![$O;
+            "config" => config: Str, None, "path to config file";
+            "log-level" => log_level: Custom, Some("log_level"),
+                "set log verbosity: debug, info, warn, error, or fatal";
+            "log-prefix" => log_prefix: Str, Some("log_prefix"), "log message prefix";
+            "verbose" => verbose: Bool, None, "[deprecated] has no effect, use --log-level";
+            $($rest)*
+        ]
+    };
     ($O:ty; $( $name:literal => $field:ident : $kind:ident, $cfg:expr, $usage:expr; )*) => {
         &[ $( $crate::flag::Flag::<$O> {
             name: $name,

@@ -80,6 +80,20 @@ pub fn to_vec<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
     out
 }
 
+/// The JSON type name of `v` in Go's `json.UnmarshalTypeError` text
+/// (`cannot unmarshal <kind> into …`).
+pub fn kind(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
 /// `encoding/json`'s float64 encoding: `strconv.AppendFloat(f, 'f' or 'e', -1, 64)` with the
 /// exponent form for magnitudes < 1e-6 or >= 1e21, and `e-07` shortened to `e-7`.
 pub fn go_float(v: f64) -> String {

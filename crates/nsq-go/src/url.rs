@@ -211,9 +211,9 @@ pub fn clean_path(p: &str) -> String {
     out
 }
 
-/// Go's `path.Clean` as `http.Redirect` applies it to the target, keeping a trailing slash.
-pub fn redirect_clean(p: &str) -> String {
-    let trailing = p.ends_with('/');
+/// Go's `path.Clean` of a rooted path: `.` and empty elements dropped, `..` removes the one
+/// before it (never above the root), `/` for nothing left.
+pub fn clean_rooted(p: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     for e in p.split('/') {
         match e {
@@ -224,8 +224,16 @@ pub fn redirect_clean(p: &str) -> String {
             e => parts.push(e),
         }
     }
-    let mut out: String = parts.iter().flat_map(|e| ["/", e]).collect();
-    if out.is_empty() || trailing {
+    if parts.is_empty() {
+        return "/".to_string();
+    }
+    parts.iter().flat_map(|e| ["/", e]).collect()
+}
+
+/// Go's `path.Clean` as `http.Redirect` applies it to the target, keeping a trailing slash.
+pub fn redirect_clean(p: &str) -> String {
+    let mut out = clean_rooted(p);
+    if p.ends_with('/') && out != "/" {
         out.push('/');
     }
     out

@@ -1,7 +1,14 @@
 //! Binding a daemon's listeners with the reference's error text: `listen (<addr>) failed -
-//! <os error>` (nsqd/nsqd.go, New; nsqlookupd/nsqlookupd.go, Main; nsqadmin/nsqadmin.go, New).
+//! <os error>` (nsqd/nsqd.go, New; nsqlookupd/nsqlookupd.go, Main; nsqadmin/nsqadmin.go, New),
+//! and the TCP accept loop (internal/protocol/tcp_server.go, `TCPServer`).
 
-use tokio::net::TcpListener;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
 
 /// A listener could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +33,33 @@ pub async fn bind(addr: &str) -> Result<TcpListener, ListenError> {
     TcpListener::bind(addr)
         .await
         .map_err(|e| ListenError::new(addr, e))
+}
+
+/// Accepts TCP connections until `stop` is notified, running `serve(stream, peer)` for each
+/// one as a task of the returned set (finished tasks are reaped as it goes). An accept error is
+/// logged and retried after a short pause, as `TCPServer` does for temporary errors.
+pub async fn accept_until<F, Fut>(tcp: &TcpListener, stop: &Notify, mut serve: F) -> JoinSet<()>
+where
+    F: FnMut(TcpStream, SocketAddr) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.notified() => break,
+            accepted = tcp.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    conns.spawn(serve(stream, peer));
+                }
+                Err(e) => {
+                    tracing::error!("TCP accept error - {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns
 }
 
 #[cfg(test)]

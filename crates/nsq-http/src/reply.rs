@@ -11,6 +11,7 @@ use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use nsq_go::{json, url};
+use nsq_protocol::names::{is_valid_channel_name, is_valid_topic_name};
 
 pub const CT_JSON: &str = "application/json; charset=utf-8";
 pub const CT_TEXT: &str = "text/plain; charset=utf-8";
@@ -60,14 +61,7 @@ pub enum V1Body {
 pub fn v1_ok(body: V1Body) -> Response {
     let mut r = match body {
         V1Body::Empty => raw(StatusCode::OK, ""),
-        V1Body::Text(b) => {
-            let empty = b.is_empty();
-            let mut r = raw(StatusCode::OK, b);
-            if !empty {
-                set(&mut r, header::CONTENT_TYPE, CT_TEXT);
-            }
-            r
-        }
+        V1Body::Text(b) => plain(StatusCode::OK, b),
         V1Body::Json(b) => {
             let mut r = raw(StatusCode::OK, b);
             set(&mut r, header::CONTENT_TYPE, CT_JSON);
@@ -76,6 +70,80 @@ pub fn v1_ok(body: V1Body) -> Response {
     };
     set_nsq(&mut r);
     r
+}
+
+/// A "v1" error (http_api/api_response.go, `Err`): the status and the `{"message":…}` text.
+/// The constants are the texts the reference's HTTP handlers use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiError(pub StatusCode, pub &'static str);
+
+impl ApiError {
+    pub const NOT_FOUND: ApiError = ApiError(StatusCode::NOT_FOUND, "NOT_FOUND");
+    pub const INTERNAL_ERROR: ApiError =
+        ApiError(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR");
+    pub const INVALID_REQUEST: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    pub const MISSING_ARG_TOPIC: ApiError = ApiError(StatusCode::BAD_REQUEST, "MISSING_ARG_TOPIC");
+    pub const INVALID_TOPIC: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_TOPIC");
+    pub const INVALID_ARG_TOPIC: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_ARG_TOPIC");
+    pub const MISSING_ARG_CHANNEL: ApiError =
+        ApiError(StatusCode::BAD_REQUEST, "MISSING_ARG_CHANNEL");
+    pub const INVALID_ARG_CHANNEL: ApiError =
+        ApiError(StatusCode::BAD_REQUEST, "INVALID_ARG_CHANNEL");
+    pub const MISSING_ARG_NODE: ApiError = ApiError(StatusCode::BAD_REQUEST, "MISSING_ARG_NODE");
+    pub const TOPIC_NOT_FOUND: ApiError = ApiError(StatusCode::NOT_FOUND, "TOPIC_NOT_FOUND");
+    pub const CHANNEL_NOT_FOUND: ApiError = ApiError(StatusCode::NOT_FOUND, "CHANNEL_NOT_FOUND");
+    pub const MSG_TOO_BIG: ApiError = ApiError(StatusCode::PAYLOAD_TOO_LARGE, "MSG_TOO_BIG");
+    pub const BODY_TOO_BIG: ApiError = ApiError(StatusCode::PAYLOAD_TOO_LARGE, "BODY_TOO_BIG");
+    pub const MSG_EMPTY: ApiError = ApiError(StatusCode::BAD_REQUEST, "MSG_EMPTY");
+    pub const BAD_BODY: ApiError = ApiError(StatusCode::PAYLOAD_TOO_LARGE, "BAD_BODY");
+    pub const BAD_MESSAGE: ApiError = ApiError(StatusCode::PAYLOAD_TOO_LARGE, "BAD_MESSAGE");
+    pub const INVALID_DEFER: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_DEFER");
+    pub const EXITING: ApiError = ApiError(StatusCode::SERVICE_UNAVAILABLE, "EXITING");
+    pub const INVALID_OPTION: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_OPTION");
+    pub const INVALID_VALUE: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_VALUE");
+    pub const INVALID_VALUE_413: ApiError =
+        ApiError(StatusCode::PAYLOAD_TOO_LARGE, "INVALID_VALUE");
+}
+
+/// What a v1 handler returns.
+pub type ApiResult = Result<V1Body, ApiError>;
+
+/// `RespondV1` of a handler's result.
+pub fn v1(result: ApiResult) -> Response {
+    match result {
+        Ok(body) => v1_ok(body),
+        Err(ApiError(code, msg)) => v1_error(code, msg),
+    }
+}
+
+/// A v1 success whose data is `v` as Go's `encoding/json` writes it.
+pub fn v1_json<T: serde::Serialize + ?Sized>(v: &T) -> ApiResult {
+    Ok(V1Body::Json(json::to_vec(v)))
+}
+
+/// The plain-text style (`/ping`, nsqd's `/debug/setblockrate`): Go's sniffed `text/plain`
+/// unless the body is empty.
+pub fn plain(code: StatusCode, body: impl Into<Bytes>) -> Response {
+    let b: Bytes = body.into();
+    let empty = b.is_empty();
+    let mut r = raw(code, b);
+    if !empty {
+        set(&mut r, header::CONTENT_TYPE, CT_TEXT);
+    }
+    r
+}
+
+/// `http_api.GetTopicChannelArgs`: a valid `topic` and `channel` from the query.
+pub fn topic_channel_args(q: &url::Query) -> Result<(&str, &str), ApiError> {
+    let topic = q.get("topic").ok_or(ApiError::MISSING_ARG_TOPIC)?;
+    if !is_valid_topic_name(topic) {
+        return Err(ApiError::INVALID_ARG_TOPIC);
+    }
+    let channel = q.get("channel").ok_or(ApiError::MISSING_ARG_CHANNEL)?;
+    if !is_valid_channel_name(channel) {
+        return Err(ApiError::INVALID_ARG_CHANNEL);
+    }
+    Ok((topic, channel))
 }
 
 /// `http.Redirect` to `path` (query kept): GET gets the small HTML body, others none.

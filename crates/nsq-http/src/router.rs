@@ -152,12 +152,15 @@ impl<E: Copy> Router<E> {
 }
 
 impl<E> Route<E> {
-    /// The reference's answer to everything but [`Route::Found`] (`None` for that):
-    /// redirects as `http.Redirect`, `OPTIONS` as an empty 200 with `Allow`, `405` and `404`
-    /// as v1 errors (`METHOD_NOT_ALLOWED` with `Allow`, `NOT_FOUND`).
-    pub fn fallback(&self, method: &Method, query: Option<&str>) -> Option<Reply> {
-        Some(match self {
-            Route::Found { .. } => return None,
+    /// The reference's answer to everything but [`Route::Found`], which callers serve
+    /// themselves: redirects as `http.Redirect`, `OPTIONS` as an empty 200 with `Allow`, `405`
+    /// and `404` as v1 errors (`METHOD_NOT_ALLOWED` with `Allow`, `NOT_FOUND`; also `NOT_FOUND`
+    /// if asked about a `Found`).
+    pub fn fallback(&self, method: &Method, query: Option<&str>) -> Reply {
+        match self {
+            Route::Found { .. } | Route::NotFound => {
+                Reply::error(StatusCode::NOT_FOUND, "NOT_FOUND")
+            }
             Route::Redirect { status, to } => {
                 Reply::redirect(*status, to, query, method == Method::GET)
             }
@@ -168,12 +171,11 @@ impl<E> Route<E> {
                 Reply::error(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED")
                     .with(header::ALLOW, allow.clone())
             }
-            Route::NotFound => Reply::error(StatusCode::NOT_FOUND, "NOT_FOUND"),
             Route::OptionsStar => Reply::new(StatusCode::OK, ""),
             Route::BadPath => Reply::new(StatusCode::BAD_REQUEST, "400 Bad Request")
                 .with(header::CONTENT_TYPE, CT_TEXT)
                 .with(header::CONNECTION, "close"),
-        })
+        }
     }
 }
 
@@ -321,8 +323,7 @@ mod tests {
 
         let reply = r
             .route(&Method::GET, "/PING")
-            .fallback(&Method::GET, Some("a=1"))
-            .unwrap();
+            .fallback(&Method::GET, Some("a=1"));
         assert_eq!(reply.status, StatusCode::MOVED_PERMANENTLY);
         assert_eq!(reply.headers[0], (header::LOCATION, "/ping?a=1".into()));
         assert_eq!(
@@ -331,8 +332,7 @@ mod tests {
         );
         let reply = r
             .route(&Method::POST, "/ping")
-            .fallback(&Method::POST, None)
-            .unwrap();
+            .fallback(&Method::POST, None);
         assert_eq!(&reply.body[..], br#"{"message":"METHOD_NOT_ALLOWED"}"#);
         assert!(reply.has(&header::ALLOW));
     }

@@ -18,35 +18,37 @@ impl HttpClient {
         HttpClient { inner }
     }
 
-    /// One request (any status is an answer).
-    pub async fn request(
-        &self,
-        method: &str,
-        url: &str,
-        headers: &[(&str, &str)],
-        body: &[u8],
-    ) -> Result<Response, HttpError> {
-        metrics::request_sent(url);
-        let r = self.inner.request(method, url, headers, body).await;
-        count(url, &r);
-        r
+    /// A plain `GET` (any status is an answer).
+    pub async fn get(&self, url: &str) -> Result<Response, HttpError> {
+        counted(url, self.inner.request("GET", url, &[], b"")).await
+    }
+
+    /// A `POST` of a JSON body (any status is an answer).
+    pub async fn post_json(&self, url: &str, body: &[u8]) -> Result<Response, HttpError> {
+        let json = [("Content-Type", "application/json")];
+        counted(url, self.inner.request("POST", url, &json, body)).await
     }
 
     /// `GETV1`: the body of a 200 answer.
     pub async fn get_v1(&self, url: &str) -> Result<Vec<u8>, HttpError> {
-        metrics::request_sent(url);
-        let r = self.inner.get_v1(url).await;
-        count(url, &r);
-        r
+        counted(url, self.inner.get_v1(url)).await
     }
 
     /// `POSTV1`: success is a 200.
     pub async fn post_v1(&self, url: &str) -> Result<(), HttpError> {
-        metrics::request_sent(url);
-        let r = self.inner.post_v1(url).await;
-        count(url, &r);
-        r
+        counted(url, self.inner.post_v1(url)).await
     }
+}
+
+/// Counts one call to `url` and its failure, if it fails.
+async fn counted<T>(
+    url: &str,
+    call: impl std::future::Future<Output = Result<T, HttpError>>,
+) -> Result<T, HttpError> {
+    metrics::request_sent(url);
+    let r = call.await;
+    count(url, &r);
+    r
 }
 
 fn count<T>(url: &str, r: &Result<T, HttpError>) {

@@ -42,14 +42,7 @@ impl Notifier {
         tokio::spawn(async move {
             while let Some(a) = rx.recv().await {
                 let body = crate::json::to_vec(&a);
-                let r = client
-                    .request(
-                        "POST",
-                        &endpoint,
-                        &[("Content-Type", "application/json")],
-                        &body,
-                    )
-                    .await;
+                let r = client.post_json(&endpoint, &body).await;
                 match r {
                     Ok(resp) if resp.status >= 300 => tracing::warn!(
                         "notification endpoint {endpoint} answered {} to {}",

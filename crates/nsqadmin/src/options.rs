@@ -99,15 +99,7 @@ pub type ParseOutcome = flag::ParseOutcome<AdminOptions>;
 /// `nsqadminFlagSet`), plus our chart-history flags.
 pub static FLAGS: FlagSet<AdminOptions> = FlagSet {
     program: "nsqadmin",
-    flags: nsq_go::flags![AdminOptions;
-        "config" => config: Str, None,
-            "path to config file";
-        "log-level" => log_level: Custom, Some("log_level"),
-            "set log verbosity: debug, info, warn, error, or fatal";
-        "log-prefix" => log_prefix: Str, Some("log_prefix"),
-            "log message prefix";
-        "verbose" => verbose: Bool, None,
-            "[deprecated] has no effect, use --log-level";
+    flags: nsq_go::flags![AdminOptions; @daemon;
         "http-address" => http_address: Str, Some("http_address"),
             "<addr>:<port> to listen on for HTTP clients";
         "base-path" => base_path: Str, Some("base_path"),
@@ -264,25 +256,8 @@ fn check_host_port(a: &str) -> Result<(), String> {
 
 /// The base-path normalisation of nsqadmin/nsqadmin.go, `New`.
 pub fn normalize_base_path(p: &str) -> String {
-    let p = if p.starts_with('/') {
-        p.to_string()
-    } else {
-        format!("/{p}")
-    };
-    let mut parts: Vec<&str> = Vec::new();
-    for e in p.split('/') {
-        match e {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            e => parts.push(e),
-        }
-    }
-    if parts.is_empty() {
-        return "/".to_string();
-    }
-    parts.iter().flat_map(|e| ["/", e]).collect()
+    // A missing leading `/` is added first; cleaning a rooted path does that too.
+    nsq_go::url::clean_rooted(p)
 }
 
 /// An IPv4 or IPv6 CIDR block (`--allow-config-from-cidr`).

@@ -298,12 +298,20 @@ fn decode(body: &[u8]) -> Result<RawState, String> {
     let obj = match v {
         Value::Null => return Ok(st),
         Value::Object(m) => m,
-        other => return Err(format!("cannot unmarshal {} into State", kind(&other))),
+        other => {
+            return Err(format!(
+                "cannot unmarshal {} into State",
+                nsq_go::json::kind(&other)
+            ))
+        }
     };
     if let Some(v) = field(&obj, "ttl") {
-        st.ttl = v
-            .as_i64()
-            .ok_or_else(|| format!("cannot unmarshal {} into State.ttl of type int", kind(v)))?;
+        st.ttl = v.as_i64().ok_or_else(|| {
+            format!(
+                "cannot unmarshal {} into State.ttl of type int",
+                nsq_go::json::kind(v)
+            )
+        })?;
     }
     if let Some(v) = field(&obj, "identity") {
         st.identity = string(v, "identity")?;
@@ -312,9 +320,12 @@ fn decode(body: &[u8]) -> Result<RawState, String> {
         st.identity_url = string(v, "identity_url")?;
     }
     if let Some(v) = field(&obj, "authorizations") {
-        let items = v
-            .as_array()
-            .ok_or_else(|| format!("cannot unmarshal {} into State.authorizations", kind(v)))?;
+        let items = v.as_array().ok_or_else(|| {
+            format!(
+                "cannot unmarshal {} into State.authorizations",
+                nsq_go::json::kind(v)
+            )
+        })?;
         for item in items {
             let mut a = RawAuthorization::default();
             match item {
@@ -333,7 +344,7 @@ fn decode(body: &[u8]) -> Result<RawState, String> {
                 other => {
                     return Err(format!(
                         "cannot unmarshal {} into an authorization",
-                        kind(other)
+                        nsq_go::json::kind(other)
                     ))
                 }
             }
@@ -373,15 +384,21 @@ fn fold_eq(a: &str, b: &str) -> bool {
 }
 
 fn string(v: &Value, what: &str) -> Result<String, String> {
-    v.as_str()
-        .map(str::to_string)
-        .ok_or_else(|| format!("cannot unmarshal {} into {what} of type string", kind(v)))
+    v.as_str().map(str::to_string).ok_or_else(|| {
+        format!(
+            "cannot unmarshal {} into {what} of type string",
+            nsq_go::json::kind(v)
+        )
+    })
 }
 
 fn strings(v: &Value, what: &str) -> Result<Vec<String>, String> {
-    let items = v
-        .as_array()
-        .ok_or_else(|| format!("cannot unmarshal {} into {what} of type []string", kind(v)))?;
+    let items = v.as_array().ok_or_else(|| {
+        format!(
+            "cannot unmarshal {} into {what} of type []string",
+            nsq_go::json::kind(v)
+        )
+    })?;
     items
         .iter()
         .map(|i| match i {
@@ -389,17 +406,6 @@ fn strings(v: &Value, what: &str) -> Result<Vec<String>, String> {
             other => string(other, what),
         })
         .collect()
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
 }
 
 /// A JSON string as Go's `json.Marshal` writes it: `<`, `>`, `&`, U+2028 and U+2029 escaped

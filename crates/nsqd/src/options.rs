@@ -468,15 +468,7 @@ pub type ParseOutcome = flag::ParseOutcome<NsqdOptions>;
 /// values are resolved).
 pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
     program: "nsqd",
-    flags: nsq_go::flags![NsqdOptions;
-    "config" => config: Str, None,
-        "path to config file";
-    "log-level" => log_level: Custom, Some("log_level"),
-        "set log verbosity: debug, info, warn, error, or fatal";
-    "log-prefix" => log_prefix: Str, Some("log_prefix"),
-        "log message prefix";
-    "verbose" => verbose: Bool, None,
-        "[deprecated] has no effect, use --log-level";
+    flags: nsq_go::flags![NsqdOptions; @daemon;
     "node-id" => node_id: Int, Some("id"),
         "unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)";
     "worker-id" => worker_id: Bool, None,

@@ -15,7 +15,6 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
-use tokio::task::JoinSet;
 
 use crate::client::unix_secs;
 use crate::lookup::{self, Lookup};
@@ -276,22 +275,10 @@ async fn run(
     let statsd_task = (!nsqd.opts.statsd_address.is_empty())
         .then(|| tokio::spawn(crate::statsd::run(nsqd.clone(), statsd_stop.clone())));
 
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = stop.notified() => break,
-            accepted = tcp.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    conns.spawn(crate::protocol_v2::serve(nsqd.clone(), stream, peer));
-                }
-                Err(e) => {
-                    tracing::error!("TCP accept error - {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
-    }
+    let mut conns = nsq_http::listen::accept_until(&tcp, &stop, |stream, peer| {
+        crate::protocol_v2::serve(nsqd.clone(), stream, peer)
+    })
+    .await;
 
     // 1. Stop accepting, close every client and wait for their tasks.
     drop(tcp);

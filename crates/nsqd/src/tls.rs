@@ -14,15 +14,10 @@ use std::io::{self, Read};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::client::danger::HandshakeSignatureValid;
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{
-    DigitallySignedStruct, DistinguishedName, ProtocolVersion, RootCertStore, ServerConfig,
-    SignatureScheme, SupportedCipherSuite,
-};
+use rustls::{ProtocolVersion, RootCertStore, ServerConfig, SupportedCipherSuite};
 use rustls_pki_types::pem::PemObject;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
@@ -104,10 +99,10 @@ fn build(opts: &NsqdOptions) -> Result<ServerConfig, String> {
         .map_err(|e| e.to_string())?;
 
     let builder = match opts.tls_client_auth_policy.as_str() {
-        "require" => builder.with_client_cert_verifier(Arc::new(AnyClientCert {
-            algorithms: provider.signature_verification_algorithms,
-            hints: roots.as_ref().map(|r| r.subjects()).unwrap_or_default(),
-        })),
+        "require" => builder.with_client_cert_verifier(nsq_tls::AnyClientCert::new(
+            &provider,
+            roots.as_ref().map(|r| r.subjects()).unwrap_or_default(),
+        )),
         "require-verify" => {
             let roots = roots.ok_or_else(|| {
                 "--tls-client-auth-policy=require-verify needs --tls-root-ca-file \
@@ -226,62 +221,6 @@ fn load_roots(path: &str) -> Result<RootCertStore, String> {
         return Err("failed to append certificate to pool".to_string());
     }
     Ok(roots)
-}
-
-/// `--tls-client-auth-policy=require` (Go's `tls.RequireAnyClientCert`): the client must
-/// present a certificate, which is not checked against anything; its handshake signature still
-/// is, so the client proves it holds the certificate's key.
-#[derive(Debug)]
-struct AnyClientCert {
-    /// The provider's real signature verification (for CertificateVerify).
-    algorithms: WebPkiSupportedAlgorithms,
-    /// Subjects of `--tls-root-ca-file`, sent as acceptable CAs like Go does (may be empty).
-    hints: Vec<DistinguishedName>,
-}
-
-impl ClientCertVerifier for AnyClientCert {
-    fn offer_client_auth(&self) -> bool {
-        true
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        true
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        &self.hints
-    }
-
-    fn verify_client_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        Ok(ClientCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
 }
 
 /// `tls_version` in `/stats`: `TLS1.2`, `TLS1.3` (and `TLS1.0`/`TLS1.1`/`SSL30` as the

@@ -75,12 +75,7 @@ pub type ParseOutcome = flag::ParseOutcome<NsqlookupdOptions>;
 /// Every flag except `-version`, in config-resolution order.
 pub static FLAGS: FlagSet<NsqlookupdOptions> = FlagSet {
     program: "nsqlookupd",
-    flags: nsq_go::flags![NsqlookupdOptions;
-        "config" => config: Str, None, "path to config file";
-        "log-level" => log_level: Custom, Some("log_level"),
-            "set log verbosity: debug, info, warn, error, or fatal";
-        "log-prefix" => log_prefix: Str, Some("log_prefix"), "log message prefix";
-        "verbose" => verbose: Bool, None, "[deprecated] has no effect, use --log-level";
+    flags: nsq_go::flags![NsqlookupdOptions; @daemon;
         "tcp-address" => tcp_address: Str, Some("tcp_address"),
             "<addr>:<port> to listen on for TCP clients";
         "http-address" => http_address: Str, Some("http_address"),

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
-use tokio::task::JoinSet;
 
 use nsq_http::listen::ListenError;
 
@@ -111,22 +110,10 @@ async fn run(lookupd: Arc<Nsqlookupd>, tcp: TcpListener, http: TcpListener, stop
     };
 
     let (close_tx, close_rx) = watch::channel(false);
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = stop.notified() => break,
-            accepted = tcp.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    conns.spawn(crate::tcp::serve(lookupd.clone(), stream, peer, close_rx.clone()));
-                }
-                Err(e) => {
-                    tracing::error!("TCP accept error - {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
-    }
+    let mut conns = nsq_http::listen::accept_until(&tcp, &stop, |stream, peer| {
+        crate::tcp::serve(lookupd.clone(), stream, peer, close_rx.clone())
+    })
+    .await;
 
     tracing::info!("TCP: closing {}", lookupd.tcp_addr);
     drop(tcp);

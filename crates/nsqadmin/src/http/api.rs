@@ -412,7 +412,7 @@ fn decode_fields(body: &[u8], fields: &[&str]) -> Result<Vec<String>, String> {
                     Some(other) => {
                         return Err(format!(
                             "json: cannot unmarshal {} into Go struct field .{f} of type string",
-                            json_kind(other)
+                            nsq_go::json::kind(other)
                         ))
                     }
                 }
@@ -421,22 +421,11 @@ fn decode_fields(body: &[u8], fields: &[&str]) -> Result<Vec<String>, String> {
         other => {
             return Err(format!(
                 "json: cannot unmarshal {} into Go value of type struct",
-                json_kind(&other)
+                nsq_go::json::kind(&other)
             ))
         }
     }
     Ok(out)
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
 }
 
 /// Go's decoder error text for the first syntax problem (common cases).

@@ -252,11 +252,7 @@ async fn route(admin: Arc<Admin>, peer: SocketAddr, req: Request) -> Reply {
             params,
             path,
         } => (endpoint, params, path),
-        other => {
-            return other
-                .fallback(req.method(), req.uri().query())
-                .unwrap_or_else(|| Reply::error(StatusCode::NOT_FOUND, "NOT_FOUND"))
-        }
+        other => return other.fallback(req.method(), req.uri().query()),
     };
     let (parts, body) = req.into_parts();
     let body = match axum::body::to_bytes(body, MAX_BODY).await {

@@ -145,7 +145,7 @@ async fn render_proxy(admin: &Arc<Admin>, ctx: &Ctx) -> Reply {
         url.push('?');
         url.push_str(q);
     }
-    match admin.client().request("GET", &url, &[], b"").await {
+    match admin.client().get(&url).await {
         Ok(r) => {
             let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY);
             let mut reply = Reply::new(status, r.body.clone());

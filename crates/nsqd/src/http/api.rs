@@ -13,7 +13,7 @@ use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use hyper::body::Body as _;
 use nsq_core::{Channel, Topic};
-use nsq_protocol::names::{is_valid_channel_name, is_valid_topic_name};
+use nsq_protocol::names::is_valid_topic_name;
 use serde_json::Value;
 
 use super::stats::{self, StatsQuery};
@@ -21,6 +21,7 @@ use super::{debug, json, plain, v1, ApiError, ApiResult, Endpoint, HttpState};
 use crate::nsqd::Nsqd;
 use crate::options::LogLevel;
 use nsq_go::url::{self as query, Query};
+use nsq_http::reply::topic_channel_args;
 use nsq_http::reply::V1Body;
 
 pub(super) async fn handle(
@@ -202,14 +203,7 @@ async fn existing_topic_and_channel(
     req: Request,
 ) -> Result<(Arc<Topic>, String), ApiError> {
     let q = req_params(req).await?;
-    let topic = q.get("topic").ok_or(ApiError::MISSING_ARG_TOPIC)?;
-    if !is_valid_topic_name(topic) {
-        return Err(ApiError::INVALID_ARG_TOPIC);
-    }
-    let channel = q.get("channel").ok_or(ApiError::MISSING_ARG_CHANNEL)?;
-    if !is_valid_channel_name(channel) {
-        return Err(ApiError::INVALID_ARG_CHANNEL);
-    }
+    let (topic, channel) = topic_channel_args(&q)?;
     let t = nsqd
         .engine
         .get_topic(topic)

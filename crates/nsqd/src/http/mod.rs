@@ -19,8 +19,9 @@ use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::response::Response;
 use axum::Router;
-use bytes::Bytes;
-use nsq_http::reply::{raw, set, set_nsq, v1_error, v1_ok, V1Body, CT_HTML, CT_JSON, CT_TEXT};
+use nsq_http::reply::{
+    plain, raw, set, set_nsq, v1, v1_error, ApiError, ApiResult, CT_HTML, CT_JSON, CT_TEXT,
+};
 use nsq_http::router::{self, Route};
 use parking_lot::Mutex;
 
@@ -178,58 +179,8 @@ async fn dispatch(State(st): State<HttpState>, req: Request) -> Response {
             mut params,
             path,
         } => api::handle(&st, endpoint, &path, params.pop(), req).await,
-        other => other
-            .fallback(req.method(), req.uri().query())
-            .map_or_else(|| v1_error(StatusCode::NOT_FOUND, "NOT_FOUND"), Into::into),
+        other => other.fallback(req.method(), req.uri().query()).into(),
     }
-}
-
-// ---- response styles (nsq's internal/http_api/api_response.go) -----------------------------------------------------------------
-
-/// A "v1" error: the status and the `{"message":…}` text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ApiError(StatusCode, &'static str);
-
-impl ApiError {
-    const INTERNAL_ERROR: ApiError = ApiError(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR");
-    const INVALID_REQUEST: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
-    const MISSING_ARG_TOPIC: ApiError = ApiError(StatusCode::BAD_REQUEST, "MISSING_ARG_TOPIC");
-    const INVALID_TOPIC: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_TOPIC");
-    const INVALID_ARG_TOPIC: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_ARG_TOPIC");
-    const MISSING_ARG_CHANNEL: ApiError = ApiError(StatusCode::BAD_REQUEST, "MISSING_ARG_CHANNEL");
-    const INVALID_ARG_CHANNEL: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_ARG_CHANNEL");
-    const TOPIC_NOT_FOUND: ApiError = ApiError(StatusCode::NOT_FOUND, "TOPIC_NOT_FOUND");
-    const CHANNEL_NOT_FOUND: ApiError = ApiError(StatusCode::NOT_FOUND, "CHANNEL_NOT_FOUND");
-    const MSG_TOO_BIG: ApiError = ApiError(StatusCode::PAYLOAD_TOO_LARGE, "MSG_TOO_BIG");
-    const BODY_TOO_BIG: ApiError = ApiError(StatusCode::PAYLOAD_TOO_LARGE, "BODY_TOO_BIG");
-    const MSG_EMPTY: ApiError = ApiError(StatusCode::BAD_REQUEST, "MSG_EMPTY");
-    const BAD_BODY: ApiError = ApiError(StatusCode::PAYLOAD_TOO_LARGE, "BAD_BODY");
-    const BAD_MESSAGE: ApiError = ApiError(StatusCode::PAYLOAD_TOO_LARGE, "BAD_MESSAGE");
-    const INVALID_DEFER: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_DEFER");
-    const EXITING: ApiError = ApiError(StatusCode::SERVICE_UNAVAILABLE, "EXITING");
-    const INVALID_OPTION: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_OPTION");
-    const INVALID_VALUE: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_VALUE");
-    const INVALID_VALUE_413: ApiError = ApiError(StatusCode::PAYLOAD_TOO_LARGE, "INVALID_VALUE");
-}
-
-type ApiResult = Result<V1Body, ApiError>;
-
-fn v1(result: ApiResult) -> Response {
-    match result {
-        Ok(body) => v1_ok(body),
-        Err(ApiError(code, msg)) => v1_error(code, msg),
-    }
-}
-
-/// The plain-text style (`/ping`, `/debug/setblockrate`): Go's sniffed `text/plain`.
-fn plain(code: StatusCode, body: impl Into<Bytes>) -> Response {
-    let b: Bytes = body.into();
-    let empty = b.is_empty();
-    let mut r = raw(code, b);
-    if !empty {
-        set(&mut r, header::CONTENT_TYPE, CT_TEXT);
-    }
-    r
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 
 use nsq_go::json;
 use nsq_go::url::Query;
-use nsq_http::reply::{raw, set, v1_error, v1_ok, V1Body, CT_TEXT};
+use nsq_http::reply::{
+    plain, topic_channel_args, v1, v1_error, v1_json, ApiError, ApiResult, V1Body,
+};
 use nsq_http::router::{Route, Router as Routes};
 
 use std::collections::BTreeMap;
@@ -19,10 +21,10 @@ use std::time::Instant;
 
 use axum::body::{Body, HttpBody};
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, Method, StatusCode};
+use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use axum::Router;
-use nsq_protocol::names::{is_valid_channel_name, is_valid_topic_name};
+use nsq_protocol::names::is_valid_topic_name;
 use serde::Serialize;
 
 use crate::db::{now_nanos, NodeView, ProducerView};
@@ -119,9 +121,7 @@ async fn dispatch(
 async fn route(lookupd: &Nsqlookupd, req: Request) -> Response {
     match routes().route(req.method(), req.uri().path()) {
         Route::Found { endpoint, .. } => endpoint_response(lookupd, endpoint, req).await,
-        other => other
-            .fallback(req.method(), req.uri().query())
-            .map_or_else(|| v1_error(StatusCode::NOT_FOUND, "NOT_FOUND"), Into::into),
+        other => other.fallback(req.method(), req.uri().query()).into(),
     }
 }
 
@@ -162,43 +162,41 @@ fn handle(lookupd: &Nsqlookupd, ep: Endpoint, q: &Query) -> Response {
     let db = &lookupd.db;
     let result: ApiResult = match ep {
         Endpoint::Ping => {
-            let mut r = raw(StatusCode::OK, "OK");
-            set(&mut r, header::CONTENT_TYPE, CT_TEXT);
-            return r;
+            return plain(StatusCode::OK, "OK");
         }
         Endpoint::Info => {
             #[derive(Serialize)]
             struct Info {
                 version: &'static str,
             }
-            json(&Info {
+            v1_json(&Info {
                 version: crate::options::VERSION,
             })
         }
-        Endpoint::Debug => json(&db.debug()),
+        Endpoint::Debug => v1_json(&db.debug()),
         Endpoint::Metrics => return crate::metrics::response(lookupd),
         Endpoint::Topics => {
             let mut m = BTreeMap::new();
             m.insert("topics", db.topics());
-            json(&m)
+            v1_json(&m)
         }
         Endpoint::Channels => (|| {
-            let topic = q.get("topic").ok_or(MISSING_ARG_TOPIC)?;
+            let topic = q.get("topic").ok_or(ApiError::MISSING_ARG_TOPIC)?;
             let mut m = BTreeMap::new();
             m.insert("channels", db.channels(topic));
-            json(&m)
+            v1_json(&m)
         })(),
         Endpoint::Lookup => (|| {
-            let topic = q.get("topic").ok_or(MISSING_ARG_TOPIC)?;
+            let topic = q.get("topic").ok_or(ApiError::MISSING_ARG_TOPIC)?;
             let (channels, producers) = db
                 .lookup(topic, now_nanos(), lookupd.opts.liveness())
-                .ok_or(ApiError(StatusCode::NOT_FOUND, "TOPIC_NOT_FOUND"))?;
+                .ok_or(ApiError::TOPIC_NOT_FOUND)?;
             #[derive(Serialize)]
             struct Lookup {
                 channels: Vec<String>,
                 producers: Vec<ProducerView>,
             }
-            json(&Lookup {
+            v1_json(&Lookup {
                 channels,
                 producers,
             })
@@ -208,95 +206,55 @@ fn handle(lookupd: &Nsqlookupd, ep: Endpoint, q: &Query) -> Response {
             struct Nodes {
                 producers: Vec<NodeView>,
             }
-            json(&Nodes {
+            v1_json(&Nodes {
                 producers: db.nodes(now_nanos(), lookupd.opts.liveness()),
             })
         }
         Endpoint::TopicCreate => (|| {
-            let topic = q.get("topic").ok_or(MISSING_ARG_TOPIC)?;
+            let topic = q.get("topic").ok_or(ApiError::MISSING_ARG_TOPIC)?;
             if !is_valid_topic_name(topic) {
-                return Err(INVALID_ARG_TOPIC);
+                return Err(ApiError::INVALID_ARG_TOPIC);
             }
             tracing::info!("DB: adding topic({topic})");
             db.create_topic(topic);
-            Ok(None)
+            Ok(V1Body::Empty)
         })(),
         Endpoint::TopicDelete => (|| {
-            let topic = q.get("topic").ok_or(MISSING_ARG_TOPIC)?;
+            let topic = q.get("topic").ok_or(ApiError::MISSING_ARG_TOPIC)?;
             tracing::info!("DB: removing topic({topic})");
             db.delete_topic(topic);
-            Ok(None)
+            Ok(V1Body::Empty)
         })(),
         Endpoint::ChannelCreate => (|| {
             let (topic, channel) = topic_channel_args(q)?;
             tracing::info!("DB: adding channel({channel}) in topic({topic})");
             db.create_channel(topic, channel);
-            Ok(None)
+            Ok(V1Body::Empty)
         })(),
         Endpoint::ChannelDelete => (|| {
             let (topic, channel) = topic_channel_args(q)?;
             if !db.delete_channel(topic, channel) {
-                return Err(ApiError(StatusCode::NOT_FOUND, "CHANNEL_NOT_FOUND"));
+                return Err(ApiError::CHANNEL_NOT_FOUND);
             }
             tracing::info!("DB: removing channel({channel}) from topic({topic})");
-            Ok(None)
+            Ok(V1Body::Empty)
         })(),
         Endpoint::TopicTombstone => (|| {
-            let topic = q.get("topic").ok_or(MISSING_ARG_TOPIC)?;
-            let node = q
-                .get("node")
-                .ok_or(ApiError(StatusCode::BAD_REQUEST, "MISSING_ARG_NODE"))?;
+            let topic = q.get("topic").ok_or(ApiError::MISSING_ARG_TOPIC)?;
+            let node = q.get("node").ok_or(ApiError::MISSING_ARG_NODE)?;
             tracing::info!("DB: setting tombstone for producer@{node} of topic({topic})");
             db.tombstone(topic, node, now_nanos());
-            Ok(None)
+            Ok(V1Body::Empty)
         })(),
     };
     v1(result)
 }
 
-/// `http_api.GetTopicChannelArgs`.
-fn topic_channel_args(q: &Query) -> Result<(&str, &str), ApiError> {
-    let topic = q.get("topic").ok_or(MISSING_ARG_TOPIC)?;
-    if !is_valid_topic_name(topic) {
-        return Err(INVALID_ARG_TOPIC);
-    }
-    let channel = q
-        .get("channel")
-        .ok_or(ApiError(StatusCode::BAD_REQUEST, "MISSING_ARG_CHANNEL"))?;
-    if !is_valid_channel_name(channel) {
-        return Err(ApiError(StatusCode::BAD_REQUEST, "INVALID_ARG_CHANNEL"));
-    }
-    Ok((topic, channel))
-}
-
 // ---- response styles ------------------------------------------------------------------------
-
-/// A "v1" error: the status and the `{"message":…}` text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ApiError(StatusCode, &'static str);
-
-const MISSING_ARG_TOPIC: ApiError = ApiError(StatusCode::BAD_REQUEST, "MISSING_ARG_TOPIC");
-const INVALID_ARG_TOPIC: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_ARG_TOPIC");
-
-/// `Some(json)`: a data response; `None`: the empty success.
-type ApiResult = Result<Option<Vec<u8>>, ApiError>;
 
 /// Go's `encoding/json` bytes of `v` (also used for the TCP IDENTIFY reply).
 pub(crate) fn go_json<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
     json::to_vec(v)
-}
-
-fn json<T: Serialize + ?Sized>(v: &T) -> ApiResult {
-    Ok(Some(json::to_vec(v)))
-}
-
-/// `RespondV1`: JSON data with `Content-Type`, or an empty body without; always the
-/// `X-NSQ-Content-Type` header.
-fn v1(result: ApiResult) -> Response {
-    match result {
-        Ok(body) => v1_ok(body.map_or(V1Body::Empty, V1Body::Json)),
-        Err(ApiError(code, msg)) => v1_error(code, msg),
-    }
 }
 
 /// Go's `time.Duration.String` for the request log (`1.5ms`, `42.1µs`, `2s`).
@@ -309,7 +267,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn route_table() {
+    fn nsqlookupd_routes() {
         let r = routes();
         assert_eq!(
             r.lookup(&Method::GET, "/lookup"),
