@@ -2,16 +2,22 @@
 //! ephemeral ports with its own data directory (like nats.rs's `nats-server` helper) and kills
 //! it on drop, [`Nsqlookupd`] does the same for `nsqlookupd` (and can restart it on the same
 //! ports), [`http_get`]/[`http_post`]/[`curl`] talk to its HTTP API, and [`V2Conn`] speaks
-//! the raw V2 TCP protocol with the frame/command codecs of `nsq-protocol`.
+//! the raw V2 TCP protocol with the frame/command codecs of `nsq-protocol`. Everything that
+//! does not start a binary (HTTP and TCP clients, [`certs`], `/stats` lookups, waiting) comes
+//! from the `nsq-testkit` crate, shared with the daemon crates' own tests, and is re-exported
+//! here under its old names.
 //!
 //! The binaries are not built by the tests: run `cargo build -p nsqd-bin -p nsqlookupd-bin`
 //! first, or set `NSQD_BIN` / `NSQLOOKUPD_BIN` to a binary.
 
-pub mod certs;
+pub use nsq_testkit::certs;
+pub use nsq_testkit::{
+    consume_all, curl, describe, eventually, find_channel, find_topic, have_program, http_get,
+    http_post, http_request, int, wait_until, HttpResponse, ReadError, V2Conn,
+};
 
-use std::collections::HashSet;
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Process, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -19,15 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use nsq_protocol::command::{encode_command, Command};
-use nsq_protocol::frame::{take_frame, Frame, HEARTBEAT};
-use nsq_protocol::message::{decode, DecodedMessage};
-use nsq_protocol::MessageId;
 use tempfile::TempDir;
 
-pub use bytes::Bytes;
-pub use serde_json::Value;
+pub use nsq_testkit::{Bytes, Value};
 
 /// How long [`Nsqd::start`] waits for both "listening on" log lines.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -46,6 +46,12 @@ pub fn nsqd_bin() -> PathBuf {
 /// (`cargo build -p nsqlookupd-bin`) when there is none.
 pub fn nsqlookupd_bin() -> PathBuf {
     find_bin("NSQLOOKUPD_BIN", "nsqlookupd", "nsqlookupd-bin")
+}
+
+/// The `nsqadmin` binary under test: `$NSQADMIN_BIN` if set, else the newest of
+/// `<target>/release/nsqadmin` and `<target>/debug/nsqadmin` (`cargo build -p nsqadmin-bin`).
+pub fn nsqadmin_bin() -> PathBuf {
+    find_bin("NSQADMIN_BIN", "nsqadmin", "nsqadmin-bin")
 }
 
 /// The `to_nsq` utility under test (`cargo build -p to_nsq-bin`); see [`util_bin`].
@@ -473,7 +479,9 @@ fn launch(
 
     let deadline = Instant::now() + STARTUP_TIMEOUT;
     let (mut tcp, mut http) = (None, None);
-    while tcp.is_none() || http.is_none() {
+    // nsqadmin has no TCP listener.
+    let want_tcp = what != "nsqadmin";
+    while (want_tcp && tcp.is_none()) || http.is_none() {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left.min(Duration::from_millis(100))) {
             Ok((true, a)) => tcp = Some(a),
@@ -496,15 +504,16 @@ fn launch(
                     let _ = child.kill();
                     let _ = child.wait();
                     return Err(format!(
-                        "{what} did not log both 'TCP: listening on' and 'HTTP: listening on' \
-                         within {STARTUP_TIMEOUT:?}:\n{}",
+                        "{what} did not log its 'TCP: listening on' and 'HTTP: listening on' \
+                         lines within {STARTUP_TIMEOUT:?}:\n{}",
                         log.lock().expect("log lock").join("\n")
                     ));
                 }
             }
         }
     }
-    Ok((child, tcp.expect("tcp"), http.expect("http")))
+    let http = http.expect("http");
+    Ok((child, tcp.unwrap_or(http), http))
 }
 
 impl Drop for Nsqd {
@@ -666,523 +675,45 @@ impl Drop for Nsqlookupd {
     }
 }
 
-/// Finds a topic object in a `/stats` JSON document.
-pub fn find_topic<'a>(stats: &'a Value, topic: &str) -> Option<&'a Value> {
-    stats["topics"]
-        .as_array()?
-        .iter()
-        .find(|t| t["topic_name"] == topic)
+/// A running `nsqadmin` binary on an ephemeral HTTP port. Dropping it kills the process
+/// (SIGKILL); when the test is panicking, its log is printed.
+pub struct Nsqadmin {
+    child: Child,
+    pub http_addr: SocketAddr,
+    log: Arc<Mutex<Vec<String>>>,
 }
 
-/// Finds a channel object in a `/stats` JSON document.
-pub fn find_channel<'a>(stats: &'a Value, topic: &str, channel: &str) -> Option<&'a Value> {
-    find_topic(stats, topic)?["channels"]
-        .as_array()?
-        .iter()
-        .find(|c| c["channel_name"] == channel)
-}
-
-/// An integer field of a stats object (panics if missing).
-pub fn int(v: &Value, key: &str) -> i64 {
-    v[key]
-        .as_i64()
-        .unwrap_or_else(|| panic!("no integer {key:?} in {v}"))
-}
-
-// ---------------------------------------------------------------------------------------
-// HTTP
-// ---------------------------------------------------------------------------------------
-
-/// A parsed HTTP response.
-#[derive(Debug, Clone)]
-pub struct HttpResponse {
-    pub status: u16,
-    /// Header names lowercased, in received order.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl HttpResponse {
-    /// The first header with this (case-insensitive) name.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("response is not JSON ({e}): {}", self.text()))
-    }
-}
-
-/// `GET path` (path includes the query string).
-pub fn http_get(addr: SocketAddr, path: &str) -> HttpResponse {
-    http_request(addr, "GET", path, None)
-}
-
-/// `POST path` with `body`.
-pub fn http_post(addr: SocketAddr, path: &str, body: &[u8]) -> HttpResponse {
-    http_request(addr, "POST", path, Some(body))
-}
-
-/// One HTTP/1.1 request on a fresh connection with `Connection: close`; understands
-/// `Content-Length`, chunked and read-to-close bodies.
-pub fn http_request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<&[u8]>,
-) -> HttpResponse {
-    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    let mut req =
-        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n").into_bytes();
-    if let Some(b) = body {
-        req.extend_from_slice(format!("Content-Length: {}\r\n", b.len()).as_bytes());
-    }
-    req.extend_from_slice(b"\r\n");
-    if let Some(b) = body {
-        req.extend_from_slice(b);
-    }
-    s.write_all(&req).expect("write request");
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)
-        .unwrap_or_else(|e| panic!("{method} {path}: read response: {e}"));
-    parse_http_response(&raw).unwrap_or_else(|e| {
-        panic!(
-            "{method} {path}: bad response ({e}): {:?}",
-            String::from_utf8_lossy(&raw)
-        )
-    })
-}
-
-fn parse_http_response(raw: &[u8]) -> Result<HttpResponse, String> {
-    let head_end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("no end of headers")?;
-    let head = std::str::from_utf8(&raw[..head_end]).map_err(|e| e.to_string())?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().ok_or("empty")?;
-    let status = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            Some((k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        })
-        .collect();
-    let rest = &raw[head_end + 4..];
-    let get = |name: &str| {
-        headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    };
-    let body = if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        decode_chunked(rest)?
-    } else if let Some(len) = get("content-length") {
-        let len: usize = len.parse().map_err(|_| "bad content-length")?;
-        rest.get(..len).ok_or("short body")?.to_vec()
-    } else {
-        rest.to_vec()
-    };
-    Ok(HttpResponse {
-        status,
-        headers,
-        body,
-    })
-}
-
-fn decode_chunked(mut rest: &[u8]) -> Result<Vec<u8>, String> {
-    let mut body = Vec::new();
-    loop {
-        let eol = rest
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or("bad chunk header")?;
-        let size_text = std::str::from_utf8(&rest[..eol]).map_err(|e| e.to_string())?;
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| format!("bad chunk size {size_text:?}"))?;
-        rest = &rest[eol + 2..];
-        if size == 0 {
-            return Ok(body);
-        }
-        body.extend_from_slice(rest.get(..size).ok_or("short chunk")?);
-        rest = rest.get(size + 2..).ok_or("short chunk trailer")?;
-    }
-}
-
-/// Runs `curl -s <args>` (literally what users type) and returns its stdout.
-pub fn curl(args: &[&str]) -> String {
-    let out = Process::new("curl")
-        .arg("-s")
-        .args(args)
-        .output()
-        .expect("run curl (is it installed?)");
-    assert!(out.status.success(), "curl {args:?} failed: {}", out.status);
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// True if `prog` is found on `PATH`.
-pub fn have_program(prog: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(prog).is_file()))
-}
-
-// ---------------------------------------------------------------------------------------
-// Raw V2 TCP
-// ---------------------------------------------------------------------------------------
-
-/// Why a frame read did not produce a frame.
-#[derive(Debug)]
-pub enum ReadError {
-    /// The server closed the connection (EOF or reset).
-    Closed,
-    /// Nothing complete arrived in time.
-    Timeout,
-    Io(std::io::Error),
-    /// Undecodable bytes.
-    Protocol(String),
-}
-
-/// A frame with a readable Debug.
-pub fn describe(f: &Frame) -> String {
-    let kind = match f.frame_type {
-        0 => "response",
-        1 => "error",
-        2 => "message",
-        _ => "unknown",
-    };
-    format!("{kind} frame {:?}", String::from_utf8_lossy(&f.data))
-}
-
-/// A blocking raw V2 protocol connection.
-pub struct V2Conn {
-    stream: TcpStream,
-    buf: BytesMut,
-    /// Answer `_heartbeat_` with `NOP` automatically while waiting for something else.
-    pub auto_nop: bool,
-}
-
-impl V2Conn {
-    /// Connects and sends the `"  V2"` magic.
-    pub fn connect(addr: SocketAddr) -> V2Conn {
-        let mut c = V2Conn::connect_raw(addr);
-        c.write_raw(nsq_protocol::MAGIC_V2).expect("send magic");
-        c
-    }
-
-    /// Connects without sending anything.
-    pub fn connect_raw(addr: SocketAddr) -> V2Conn {
-        let stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-        stream.set_nodelay(true).expect("nodelay");
-        V2Conn {
-            stream,
-            buf: BytesMut::with_capacity(64 * 1024),
-            auto_nop: true,
+impl Nsqadmin {
+    /// Starts nsqadmin with `--http-address=127.0.0.1:0` and `extra_args`.
+    pub fn start(extra_args: &[&str]) -> Nsqadmin {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut cmd = Process::new(nsqadmin_bin());
+        cmd.arg("--http-address=127.0.0.1:0").args(extra_args);
+        let (child, _, http_addr) = launch(cmd, "nsqadmin", &log).unwrap_or_else(|e| panic!("{e}"));
+        Nsqadmin {
+            child,
+            http_addr,
+            log,
         }
     }
 
-    /// Writes bytes as they are.
-    pub fn write_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.stream.write_all(bytes)
+    /// A copy of the daemon's stderr so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().expect("log lock").clone()
     }
 
-    /// Encodes and writes commands in one write.
-    pub fn send(&mut self, cmds: &[Command]) {
-        let mut out = BytesMut::new();
-        for c in cmds {
-            encode_command(&mut out, c);
-        }
-        self.write_raw(&out)
-            .unwrap_or_else(|e| panic!("send {cmds:?}: {e}"));
-    }
-
-    /// Reads once (waiting up to `timeout`) and appends to the buffer.
-    fn fill(&mut self, timeout: Duration) -> Result<(), ReadError> {
-        self.stream
-            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
-            .map_err(ReadError::Io)?;
-        let mut tmp = [0u8; 64 * 1024];
-        match self.stream.read(&mut tmp) {
-            Ok(0) => Err(ReadError::Closed),
-            Ok(n) => {
-                self.buf.extend_from_slice(&tmp[..n]);
-                Ok(())
-            }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                Err(ReadError::Timeout)
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::ConnectionReset
-                        | ErrorKind::ConnectionAborted
-                        | ErrorKind::BrokenPipe
-                ) =>
-            {
-                Err(ReadError::Closed)
-            }
-            Err(e) => Err(ReadError::Io(e)),
-        }
-    }
-
-    /// The next frame of any kind (heartbeats included), waiting up to `timeout`.
-    pub fn read_frame(&mut self, timeout: Duration) -> Result<Frame, ReadError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(f) = take_frame(&mut self.buf).map_err(ReadError::Protocol)? {
-                return Ok(f);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(ReadError::Timeout);
-            }
-            self.fill(left)?;
-        }
-    }
-
-    /// The next frame that is not a heartbeat (answering heartbeats with NOP if `auto_nop`).
-    pub fn read_non_heartbeat(&mut self, timeout: Duration) -> Result<Frame, ReadError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let f = self.read_frame(left)?;
-            if f.frame_type == 0 && f.data == HEARTBEAT {
-                if self.auto_nop {
-                    let _ = self.write_raw(b"NOP\n");
-                }
-                continue;
-            }
-            return Ok(f);
-        }
-    }
-
-    /// Waits for any frames, then returns every complete frame already received (at least one
-    /// unless the wait timed out). Heartbeats are answered and left out.
-    pub fn read_batch(&mut self, timeout: Duration) -> Result<Vec<Frame>, ReadError> {
-        let first = self.read_non_heartbeat(timeout)?;
-        let mut out = vec![first];
-        while let Some(f) = take_frame(&mut self.buf).map_err(ReadError::Protocol)? {
-            if f.frame_type == 0 && f.data == HEARTBEAT {
-                if self.auto_nop {
-                    let _ = self.write_raw(b"NOP\n");
-                }
-                continue;
-            }
-            out.push(f);
-        }
-        Ok(out)
-    }
-
-    /// Expects a response frame with exactly `data` (skipping heartbeats).
-    pub fn expect_response(&mut self, data: &[u8]) {
-        match self.read_non_heartbeat(Duration::from_secs(15)) {
-            Ok(f) if f.frame_type == 0 && f.data == data => {}
-            Ok(f) => panic!(
-                "expected response {:?}, got {}",
-                String::from_utf8_lossy(data),
-                describe(&f)
-            ),
-            Err(e) => panic!(
-                "expected response {:?}, got {e:?}",
-                String::from_utf8_lossy(data)
-            ),
-        }
-    }
-
-    pub fn expect_ok(&mut self) {
-        self.expect_response(b"OK");
-    }
-
-    /// Expects an error frame with exactly `text` (skipping heartbeats).
-    pub fn expect_error(&mut self, text: &[u8]) {
-        match self.read_non_heartbeat(Duration::from_secs(15)) {
-            Ok(f) if f.frame_type == 1 && f.data == text => {}
-            Ok(f) => panic!(
-                "expected error {:?}, got {}",
-                String::from_utf8_lossy(text),
-                describe(&f)
-            ),
-            Err(e) => panic!(
-                "expected error {:?}, got {e:?}",
-                String::from_utf8_lossy(text)
-            ),
-        }
-    }
-
-    /// Expects the server to close the connection within `timeout`, with no frame other than
-    /// heartbeats before that.
-    pub fn expect_closed(&mut self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.read_frame(left) {
-                Err(ReadError::Closed) => return,
-                Ok(f) if f.frame_type == 0 && f.data == HEARTBEAT => continue,
-                Ok(f) => panic!("expected the connection to close, got {}", describe(&f)),
-                Err(e) => panic!("expected the connection to close within {timeout:?}, got {e:?}"),
-            }
-        }
-    }
-
-    /// Expects an error frame with `text`, then the connection closing.
-    pub fn expect_fatal(&mut self, text: &[u8]) {
-        self.expect_error(text);
-        self.expect_closed(Duration::from_secs(10));
-    }
-
-    /// IDENTIFY with a JSON body; returns the response frame (heartbeats skipped).
-    pub fn identify(&mut self, json: &str) -> Frame {
-        self.send(&[Command::Identify {
-            body: Bytes::copy_from_slice(json.as_bytes()),
-        }]);
-        self.read_non_heartbeat(Duration::from_secs(15))
-            .unwrap_or_else(|e| panic!("IDENTIFY {json}: {e:?}"))
-    }
-
-    /// SUB and expect OK.
-    pub fn subscribe(&mut self, topic: &str, channel: &str) {
-        self.send(&[Command::Sub {
-            topic: topic.into(),
-            channel: channel.into(),
-        }]);
-        self.expect_ok();
-    }
-
-    /// PUB and expect OK.
-    pub fn publish(&mut self, topic: &str, body: &[u8]) {
-        self.send(&[Command::Pub {
-            topic: topic.into(),
-            body: Bytes::copy_from_slice(body),
-        }]);
-        self.expect_ok();
-    }
-
-    /// MPUB and expect OK.
-    pub fn mpublish(&mut self, topic: &str, bodies: Vec<Bytes>) {
-        self.send(&[Command::Mpub {
-            topic: topic.into(),
-            bodies,
-        }]);
-        self.expect_ok();
-    }
-
-    /// DPUB and expect OK.
-    pub fn dpublish(&mut self, topic: &str, defer_ms: i64, body: &[u8]) {
-        self.send(&[Command::Dpub {
-            topic: topic.into(),
-            defer_ms,
-            body: Bytes::copy_from_slice(body),
-        }]);
-        self.expect_ok();
-    }
-
-    pub fn rdy(&mut self, count: i64) {
-        self.send(&[Command::Rdy { count }]);
-    }
-
-    pub fn fin(&mut self, id: &MessageId) {
-        self.send(&[Command::Fin { id: *id }]);
-    }
-
-    pub fn req(&mut self, id: &MessageId, timeout_ms: i64) {
-        self.send(&[Command::Req {
-            id: *id,
-            timeout_ms,
-        }]);
-    }
-
-    pub fn touch(&mut self, id: &MessageId) {
-        self.send(&[Command::Touch { id: *id }]);
-    }
-
-    /// The next message, or `None` if none arrives within `timeout`. Panics on any other
-    /// frame or a closed connection.
-    pub fn try_message(&mut self, timeout: Duration) -> Option<DecodedMessage> {
-        match self.read_non_heartbeat(timeout) {
-            Ok(f) if f.frame_type == 2 => Some(decode(f.data).expect("decodable message")),
-            Ok(f) => panic!("expected a message, got {}", describe(&f)),
-            Err(ReadError::Timeout) => None,
-            Err(e) => panic!("expected a message, got {e:?}"),
-        }
-    }
-
-    /// The next message; panics if none arrives within `timeout`.
-    pub fn message(&mut self, timeout: Duration) -> DecodedMessage {
-        self.try_message(timeout)
-            .unwrap_or_else(|| panic!("no message within {timeout:?}"))
-    }
-
-    /// Waits up to `timeout` for messages and returns all that are already received. Empty on
-    /// timeout; panics on a non-message frame or a closed connection.
-    pub fn messages(&mut self, timeout: Duration) -> Vec<DecodedMessage> {
-        match self.read_batch(timeout) {
-            Ok(frames) => frames
-                .into_iter()
-                .map(|f| {
-                    assert_eq!(f.frame_type, 2, "expected a message, got {}", describe(&f));
-                    decode(f.data).expect("decodable message")
-                })
-                .collect(),
-            Err(ReadError::Timeout) => Vec::new(),
-            Err(e) => panic!("expected messages, got {e:?}"),
-        }
-    }
-
-    /// Sends FIN for every ID in one write.
-    pub fn fin_all<'a>(&mut self, ids: impl IntoIterator<Item = &'a MessageId>) {
-        let cmds: Vec<Command> = ids.into_iter().map(|id| Command::Fin { id: *id }).collect();
-        if !cmds.is_empty() {
-            self.send(&cmds);
-        }
-    }
-
-    /// The underlying socket (e.g. to shut it down abruptly).
-    pub fn stream(&self) -> &TcpStream {
-        &self.stream
+    /// `GET path` on the HTTP API.
+    pub fn get(&self, path: &str) -> HttpResponse {
+        http_get(self.http_addr, path)
     }
 }
 
-/// A consumer that subscribes, then reads and FINs messages until `want` distinct bodies have
-/// arrived or `timeout` passes. Returns every delivery as (body, attempts) in arrival order.
-pub fn consume_all(
-    addr: SocketAddr,
-    topic: &str,
-    channel: &str,
-    rdy: i64,
-    want: usize,
-    timeout: Duration,
-) -> Vec<(Bytes, u16)> {
-    let mut c = V2Conn::connect(addr);
-    c.subscribe(topic, channel);
-    c.rdy(rdy);
-    let mut seen: HashSet<Bytes> = HashSet::with_capacity(want);
-    let mut out = Vec::with_capacity(want);
-    let deadline = Instant::now() + timeout;
-    while seen.len() < want {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        let batch = c.messages(left.min(Duration::from_secs(1)));
-        c.fin_all(batch.iter().map(|m| &m.id));
-        for m in batch {
-            seen.insert(m.body.clone());
-            out.push((m.body, m.attempts));
+impl Drop for Nsqadmin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if thread::panicking() {
+            eprintln!("---- nsqadmin log ----\n{}", self.log().join("\n"));
         }
     }
-    out
 }

@@ -5,46 +5,11 @@
 use std::time::{Duration, Instant};
 
 use nsq_client::{Config, Consumer, Error, Producer};
+use nsq_integration_tests::certs::Pki;
 use nsq_integration_tests::{find_channel, Nsqd};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
-};
 use serde_json::Value;
-use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
-
-/// A CA, a server certificate for `127.0.0.1` signed by it, as PEM files.
-struct Pki {
-    dir: TempDir,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "nsq-client test CA");
-        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca = ca_params.self_signed(&ca_key).unwrap();
-        let key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
-        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let cert = p.signed_by(&key, &ca, &ca_key).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
-        std::fs::write(dir.path().join("server.pem"), cert.pem()).unwrap();
-        std::fs::write(dir.path().join("server.key"), key.serialize_pem()).unwrap();
-        Pki { dir }
-    }
-
-    fn path(&self, f: &str) -> String {
-        self.dir.path().join(f).display().to_string()
-    }
-}
 
 /// Publishes `n` messages and consumes them with `config` on both sides; returns how long
 /// consuming took and the consumer's connection stats from nsqd.
@@ -80,15 +45,15 @@ async fn round_trip(nsqd: &Nsqd, topic: &str, n: usize, config: Config) -> (Dura
 async fn tls_with_a_custom_ca_and_with_skip_verify() {
     let pki = Pki::new();
     let nsqd = Nsqd::start(&[
-        &format!("--tls-cert={}", pki.path("server.pem")),
-        &format!("--tls-key={}", pki.path("server.key")),
+        &format!("--tls-cert={}", pki.server.cert_path()),
+        &format!("--tls-key={}", pki.server.key_path()),
     ]);
     let mut config = Config {
         tls_v1: true,
         max_in_flight: 100,
         ..Config::default()
     };
-    config.tls.root_ca_file = Some(pki.path("ca.pem").into());
+    config.tls.root_ca_file = Some(pki.ca_path().into());
     let (_, client) = round_trip(&nsqd, "f_tls", 200, config).await;
     assert_eq!(client["tls"], true, "{client}");
 

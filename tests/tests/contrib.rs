@@ -11,16 +11,13 @@
 //! (or set NSQD_BIN, NSQLOOKUPD_BIN, NSQADMIN_BIN).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::thread;
-use std::time::Duration;
+use std::process::Command;
 
 use nsq_integration_tests::{
-    have_program, http_get, nsqd_bin, nsqlookupd_bin, workspace_root, Nsqd, Nsqlookupd, Value,
+    have_program, http_get, nsqadmin_bin, nsqd_bin, nsqlookupd_bin, workspace_root, Nsqadmin, Nsqd,
+    Nsqlookupd, Value,
 };
 
 /// One `key = value` of an example file; `value` is `None` for a commented-out key
@@ -288,77 +285,19 @@ fn nsqlookupd_example_config_loads_with_every_key() {
     assert!(info["version"].is_string(), "/info: {info}");
 }
 
-/// `$NSQADMIN_BIN`, else the newest `target/{release,debug}/nsqadmin`.
-fn nsqadmin_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("NSQADMIN_BIN") {
-        return PathBuf::from(p);
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
-    ["release", "debug"]
-        .iter()
-        .map(|p| target.join(p).join("nsqadmin"))
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-        .expect("nsqadmin not built: run `cargo build -p nsqadmin-bin` or set NSQADMIN_BIN")
-}
-
-/// A child process killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts nsqadmin with `args` plus `--http-address=127.0.0.1:0`; returns it (killed when
-/// dropped) and its HTTP address.
-fn start_nsqadmin(args: &[String]) -> (Killed, SocketAddr) {
-    let bin = nsqadmin_bin();
-    let mut child = Command::new(&bin)
-        .args(args)
-        .arg("--http-address=127.0.0.1:0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
-    let stderr = child.stderr.take().expect("piped");
-    let child = Killed(child);
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut log = Vec::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(at) = line.find("HTTP: listening on ") {
-                if let Ok(a) = line[at + 19..].trim().parse::<SocketAddr>() {
-                    let _ = tx.send(Ok(a));
-                }
-            }
-            log.push(line);
-        }
-        let _ = tx.send(Err(log.join("\n")));
-    });
-    match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(Ok(a)) => (child, a),
-        Ok(Err(log)) => panic!("nsqadmin {args:?} exited:\n{log}"),
-        Err(_) => panic!("nsqadmin did not report its HTTP address within 30 s"),
-    }
-}
-
 #[test]
 fn nsqadmin_example_config_loads_with_every_key() {
     let path = contrib("nsqadmin.cfg.example");
     let entries = parse_example(&path);
     let types = check_keys("nsqadmin.cfg.example", &entries, &nsqadmin_bin());
-    let (_admin, http) = start_nsqadmin(&[format!("--config={}", path.display())]);
+    let config = format!("--config={}", path.display());
+    let admin = Nsqadmin::start(&[&config]);
+    let http = admin.http_addr;
     // nsqadmin needs an upstream address to start; the example sets one in its config.
     let lookupd = Nsqlookupd::start(&[]);
-    let (_defaults, defaults) =
-        start_nsqadmin(&[format!("--lookupd-http-address={}", lookupd.http_addr)]);
+    let upstream = format!("--lookupd-http-address={}", lookupd.http_addr);
+    let defaults_admin = Nsqadmin::start(&[&upstream]);
+    let defaults = defaults_admin.http_addr;
     let ping = http_get(http, "/ping");
     assert_eq!((ping.status, ping.text().as_str()), (200, "OK"));
     check_config_endpoint(

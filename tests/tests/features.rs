@@ -12,21 +12,16 @@
 //! 100 kB so snappy needs several chunks per message) and consumes and FINs all of them.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nsq_integration_tests::certs::{CertFiles, Pki};
 use nsq_integration_tests::{
     consume_all, curl, describe, find_channel, find_topic, have_program, http_get, int, Bytes,
     Nsqd, Value,
 };
 use nsq_protocol::command::Command;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
-};
 use serde_json::json;
-use tempfile::TempDir;
 use tokio::time::timeout;
 use tokio_nsq::{
     NSQChannel, NSQConfigShared, NSQConfigSharedCompression, NSQConfigSharedTLS, NSQConsumer,
@@ -41,90 +36,43 @@ const N: usize = 1000;
 // Certificates
 // ---------------------------------------------------------------------------------------
 
-/// A server certificate and key (PEM files for `--tls-cert`/`--tls-key`) and the DER of the
-/// certificate a client must trust: a CA's, or the server certificate itself if self-signed.
-struct Pki {
-    _dir: TempDir,
-    cert_path: PathBuf,
-    key_path: PathBuf,
-    trust_path: PathBuf,
-    trust_der: Vec<u8>,
+/// A server certificate and key (PEM files for `--tls-cert`/`--tls-key`) and the certificate
+/// a client must trust: a CA's, or the server certificate itself if self-signed. Made by the
+/// test kit's [`Pki`] (removed with it).
+struct ServerPki {
+    _pki: Pki,
+    server: CertFiles,
+    trust: CertFiles,
 }
 
-impl Pki {
+impl ServerPki {
     fn cert_arg(&self) -> String {
-        format!("--tls-cert={}", self.cert_path.display())
+        format!("--tls-cert={}", self.server.cert_path())
     }
 
     fn key_arg(&self) -> String {
-        format!("--tls-key={}", self.key_path.display())
+        format!("--tls-key={}", self.server.key_path())
     }
 }
 
-/// Server certificate parameters for `localhost` and `127.0.0.1`.
-fn server_params() -> CertificateParams {
-    let mut p = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-        .expect("server cert params");
-    p.distinguished_name.push(DnType::CommonName, "localhost");
-    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    p
+/// A CA and a server certificate for `localhost`/`127.0.0.1` it signed.
+fn ca_signed_pki() -> ServerPki {
+    let pki = Pki::new();
+    ServerPki {
+        server: pki.server.clone(),
+        trust: pki.ca.clone(),
+        _pki: pki,
+    }
 }
 
-/// A CA and a server certificate it signed.
-fn ca_signed_pki() -> Pki {
-    let ca_key = KeyPair::generate().expect("CA key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "nsq feature-test CA");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = ca_params.self_signed(&ca_key).expect("self-sign CA");
-    let key = KeyPair::generate().expect("server key");
-    let cert = server_params()
-        .signed_by(&key, &ca, &ca_key)
-        .expect("sign server cert");
-    write_pki(
-        &cert.pem(),
-        &key.serialize_pem(),
-        &ca.pem(),
-        ca.der().to_vec(),
-    )
-}
-
-/// A self-signed server certificate (the client trusts it directly).
-fn self_signed_pki() -> Pki {
-    let key = KeyPair::generate().expect("server key");
-    let cert = server_params().self_signed(&key).expect("self-sign");
-    write_pki(
-        &cert.pem(),
-        &key.serialize_pem(),
-        &cert.pem(),
-        cert.der().to_vec(),
-    )
-}
-
-fn write_pki(cert_pem: &str, key_pem: &str, trust_pem: &str, trust_der: Vec<u8>) -> Pki {
-    let dir = tempfile::Builder::new()
-        .prefix("nsq-features-pki-")
-        .tempdir()
-        .expect("tempdir");
-    let cert_path = dir.path().join("server.pem");
-    let key_path = dir.path().join("server.key");
-    let trust_path = dir.path().join("trust.pem");
-    std::fs::write(&cert_path, cert_pem).expect("write cert");
-    std::fs::write(&key_path, key_pem).expect("write key");
-    std::fs::write(&trust_path, trust_pem).expect("write trust");
-    Pki {
-        _dir: dir,
-        cert_path,
-        key_path,
-        trust_path,
-        trust_der,
+/// A self-signed server certificate for `localhost`/`127.0.0.1` (the client trusts it
+/// directly).
+fn self_signed_pki() -> ServerPki {
+    let pki = Pki::new();
+    ServerPki {
+        server: pki.stranger.clone(),
+        trust: pki.stranger.clone(),
+        _pki: pki,
     }
 }
 
@@ -363,7 +311,7 @@ async fn tokio_nsq_over_tls_with_a_ca_signed_certificate() {
     let pki = ca_signed_pki();
     let nsqd = start_tls(&pki, &[]);
 
-    let shared = NSQConfigShared::new().set_tls(tls_trusting(&pki.trust_der));
+    let shared = NSQConfigShared::new().set_tls(tls_trusting(&pki.trust.der));
     let (prod, cons) = roundtrip(&nsqd, "feat_tls", shared, FULL_SPEED).await;
 
     let stats = nsqd.stats();
@@ -399,7 +347,7 @@ async fn tokio_nsq_over_tls_with_a_ca_signed_certificate() {
     // verified, not accepted blindly).
     let other = ca_signed_pki();
     let mut bad = NSQProducerConfig::new(nsqd.tcp_addr.to_string())
-        .set_shared(NSQConfigShared::new().set_tls(tls_trusting(&other.trust_der)))
+        .set_shared(NSQConfigShared::new().set_tls(tls_trusting(&other.trust.der)))
         .build();
     // tokio-nsq 0.14 never delivers its `Unhealthy` event (the send future is not awaited),
     // so the check is that no `Healthy` arrives.
@@ -414,7 +362,7 @@ async fn tokio_nsq_deflate_inside_tls() {
     let pki = ca_signed_pki();
     let nsqd = start_tls(&pki, &[]);
     let shared = NSQConfigShared::new()
-        .set_tls(tls_trusting(&pki.trust_der))
+        .set_tls(tls_trusting(&pki.trust.der))
         .set_compression(NSQConfigSharedCompression::Deflate(
             NSQDeflateLevel::new(5).expect("level"),
         ))
@@ -455,7 +403,7 @@ fn https_port_from_log(nsqd: &Nsqd) -> u16 {
 
 /// nsqd with the certificate of `pki`, an HTTPS listener on an ephemeral port (the default
 /// 0.0.0.0:4152 would collide between tests) and `extra` flags.
-fn start_tls(pki: &Pki, extra: &[&str]) -> Nsqd {
+fn start_tls(pki: &ServerPki, extra: &[&str]) -> Nsqd {
     let (cert, key) = (pki.cert_arg(), pki.key_arg());
     let mut args = vec![cert.as_str(), key.as_str(), "--https-address=127.0.0.1:0"];
     args.extend_from_slice(extra);
@@ -489,7 +437,7 @@ async fn tokio_nsq_with_tls_required_and_a_self_signed_certificate() {
     // tokio-nsq over TLS: every message delivered exactly once (the counters are checked
     // through /stats in the other TLS tests; here /stats is only reachable over HTTPS, see
     // `tls_required_stats_over_https`).
-    let shared = NSQConfigShared::new().set_tls(tls_trusting(&pki.trust_der));
+    let shared = NSQConfigShared::new().set_tls(tls_trusting(&pki.trust.der));
     let (_prod, _cons) = publish_and_consume(&nsqd, "feat_tls_req", shared, FULL_SPEED).await;
 }
 
@@ -500,7 +448,7 @@ async fn tls_required_stats_over_https() {
     assert!(have_program("curl"), "this test needs curl");
     let pki = self_signed_pki();
     let nsqd = start_tls(&pki, &["--tls-required=true"]);
-    let shared = NSQConfigShared::new().set_tls(tls_trusting(&pki.trust_der));
+    let shared = NSQConfigShared::new().set_tls(tls_trusting(&pki.trust.der));
     let topic = NSQTopic::new("feat_https").expect("topic");
     let mut prod = producer(&nsqd, shared).await;
     prod.publish(&topic, b"over tls".to_vec())
@@ -509,7 +457,7 @@ async fn tls_required_stats_over_https() {
     await_acks(&mut prod, 1).await;
 
     let base = format!("https://127.0.0.1:{}", https_port_from_log(&nsqd));
-    let trust = pki.trust_path.to_str().expect("utf-8 path");
+    let trust = pki.trust.cert_path();
     let ping = curl(&["--cacert", trust, &format!("{base}/ping")]);
     assert_eq!(ping, "OK", "HTTPS /ping");
     let text = curl(&["--cacert", trust, &format!("{base}/stats?format=json")]);

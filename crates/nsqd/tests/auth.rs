@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nsq_http::client::{ClientOptions, HttpClient, TlsOptions};
-use nsq_integration_tests::certs::Pki;
+use nsq_testkit::certs::Pki;
 use nsqd::auth::{self, AuthState, Permission};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -370,21 +370,16 @@ async fn nsqd_authenticates_against_an_https_auth_server() {
     let h = nsqd::start(opts).await.unwrap();
     let addr = h.tcp_addr();
     let reply = tokio::task::spawn_blocking(move || {
-        let mut c = nsq_integration_tests::V2Conn::connect(addr);
+        let mut c = nsq_testkit::V2Conn::connect(addr);
         c.identify("{}");
         c.send(&[nsq_protocol::command::Command::Auth {
-            body: nsq_integration_tests::Bytes::from_static(b"good"),
+            body: nsq_testkit::Bytes::from_static(b"good"),
         }]);
         c.read_non_heartbeat(Duration::from_secs(15)).unwrap()
     })
     .await
     .unwrap();
-    assert_eq!(
-        reply.frame_type,
-        0,
-        "{}",
-        nsq_integration_tests::describe(&reply)
-    );
+    assert_eq!(reply.frame_type, 0, "{}", nsq_testkit::describe(&reply));
     assert_eq!(
         &reply.data[..],
         br#"{"identity":"bob","identity_url":"http://x/bob","permission_count":1}"#

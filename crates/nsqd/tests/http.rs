@@ -1,273 +1,14 @@
 //! HTTP API tests: the daemon in-process on 127.0.0.1:0 and a tiny raw HTTP/1.1 client, so
 //! status lines, headers and bodies are asserted exactly (nsqd-http-api.md).
 
-use std::net::SocketAddr;
+mod common;
+
 use std::time::Duration;
 
-use nsqd::options::{parse_args, ParseOutcome};
-use nsqd::NsqdHandle;
-use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-struct Daemon {
-    h: NsqdHandle,
-    dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    async fn start(extra: &[&str]) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let mut args = vec![
-            "nsqd".to_string(),
-            "--tcp-address=127.0.0.1:0".to_string(),
-            "--http-address=127.0.0.1:0".to_string(),
-            format!("--data-path={}", dir.path().display()),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let ParseOutcome::Run(opts) = parse_args(args).unwrap() else {
-            panic!("not a run")
-        };
-        let h = nsqd::start(opts).await.unwrap();
-        Daemon { h, dir }
-    }
-
-    fn http(&self) -> SocketAddr {
-        self.h.http_addr().unwrap()
-    }
-
-    async fn req(&self, method: &str, target: &str, body: &[u8]) -> Resp {
-        request(self.http(), method, target, &[], body).await
-    }
-
-    async fn get(&self, target: &str) -> Resp {
-        self.req("GET", target, b"").await
-    }
-
-    async fn post(&self, target: &str, body: &[u8]) -> Resp {
-        self.req("POST", target, body).await
-    }
-
-    async fn stats(&self, query: &str) -> Value {
-        let r = self.get(&format!("/stats?format=json{query}")).await;
-        assert_eq!(r.status, 200, "{}", r.text());
-        serde_json::from_slice(&r.body).unwrap()
-    }
-
-    fn nsqd_dat(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("nsqd.dat")).unwrap_or_default()
-    }
-}
-
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    /// A "v1" error: status, JSON headers, `{"message":…}`.
-    #[track_caller]
-    fn assert_err(&self, status: u16, msg: &str) {
-        assert_eq!(
-            (self.status, self.text()),
-            (status, format!("{{\"message\":\"{msg}\"}}"))
-        );
-        assert_eq!(
-            self.header("content-type"),
-            Some("application/json; charset=utf-8")
-        );
-        assert_eq!(self.header("x-nsq-content-type"), Some("nsq; version=1.0"));
-    }
-
-    /// A "v1" success with no result.
-    #[track_caller]
-    fn assert_empty_ok(&self) {
-        assert_eq!((self.status, self.text()), (200, String::new()));
-        assert_eq!(self.header("content-length"), Some("0"));
-        assert_eq!(self.header("content-type"), None);
-        assert_eq!(self.header("x-nsq-content-type"), Some("nsq; version=1.0"));
-    }
-
-    /// A "v1" text success (`OK`).
-    #[track_caller]
-    fn assert_text_ok(&self, text: &str) {
-        assert_eq!((self.status, self.text()), (200, text.to_string()));
-        assert_eq!(
-            self.header("content-type"),
-            Some("text/plain; charset=utf-8")
-        );
-        assert_eq!(self.header("x-nsq-content-type"), Some("nsq; version=1.0"));
-    }
-}
-
-/// Sends one request (`Connection: close`) and reads the whole response.
-async fn request(
-    addr: SocketAddr,
-    method: &str,
-    target: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Resp {
-    let mut head =
-        format!("{method} {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && *v == "chunked");
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    if !chunked
-        && !headers
-            .iter()
-            .any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-    {
-        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    head.push_str("\r\n");
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(head.as_bytes()).await.unwrap();
-    if chunked {
-        for c in body.chunks(7) {
-            s.write_all(format!("{:x}\r\n", c.len()).as_bytes())
-                .await
-                .unwrap();
-            s.write_all(c).await.unwrap();
-            s.write_all(b"\r\n").await.unwrap();
-        }
-        s.write_all(b"0\r\n\r\n").await.unwrap();
-    } else {
-        s.write_all(body).await.unwrap();
-    }
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut raw))
-        .await
-        .expect("response within 10s")
-        .ok();
-    parse_response(&raw, method == "HEAD")
-}
-
-fn parse_response(raw: &[u8], head: bool) -> Resp {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("end of headers");
-    let head_text = String::from_utf8(raw[..end].to_vec()).unwrap();
-    let mut lines = head_text.split("\r\n");
-    let status_line = lines.next().unwrap();
-    let status: u16 = status_line.split(' ').nth(1).unwrap().parse().unwrap();
-    let headers: Vec<(String, String)> = lines
-        .map(|l| {
-            let (k, v) = l.split_once(':').unwrap();
-            (k.trim().to_string(), v.trim().to_string())
-        })
-        .collect();
-    let rest = &raw[end + 4..];
-    let mut resp = Resp {
-        status,
-        headers,
-        body: Vec::new(),
-    };
-    if head {
-        return resp;
-    }
-    if resp.header("transfer-encoding") == Some("chunked") {
-        let mut rest = rest;
-        loop {
-            let nl = rest.windows(2).position(|w| w == b"\r\n").unwrap();
-            let n = usize::from_str_radix(std::str::from_utf8(&rest[..nl]).unwrap(), 16).unwrap();
-            rest = &rest[nl + 2..];
-            if n == 0 {
-                break;
-            }
-            resp.body.extend_from_slice(&rest[..n]);
-            rest = &rest[n + 2..];
-        }
-    } else if let Some(cl) = resp.header("content-length") {
-        let n: usize = cl.parse().unwrap();
-        resp.body = rest[..n].to_vec();
-    } else {
-        resp.body = rest.to_vec();
-    }
-    resp
-}
-
-/// A V2 TCP connection for producer/consumer entries in `/stats`.
-struct Tcp(TcpStream);
-
-impl Tcp {
-    async fn open(d: &Daemon) -> Tcp {
-        let mut s = TcpStream::connect(d.h.tcp_addr()).await.unwrap();
-        s.write_all(b"  V2").await.unwrap();
-        Tcp(s)
-    }
-
-    async fn cmd(&mut self, line: &str, body: Option<&[u8]>) {
-        self.0.write_all(line.as_bytes()).await.unwrap();
-        self.0.write_all(b"\n").await.unwrap();
-        if let Some(b) = body {
-            self.0
-                .write_all(&(b.len() as u32).to_be_bytes())
-                .await
-                .unwrap();
-            self.0.write_all(b).await.unwrap();
-        }
-    }
-
-    /// Reads one frame: (type, data).
-    async fn frame(&mut self) -> (u32, Vec<u8>) {
-        let mut len = [0u8; 4];
-        tokio::time::timeout(Duration::from_secs(10), self.0.read_exact(&mut len))
-            .await
-            .unwrap()
-            .unwrap();
-        let mut data = vec![0u8; u32::from_be_bytes(len) as usize];
-        self.0.read_exact(&mut data).await.unwrap();
-        let ty = u32::from_be_bytes([data[0], data[1], data[2], data[3]]);
-        (ty, data[4..].to_vec())
-    }
-}
-
-fn topic<'a>(stats: &'a Value, name: &str) -> &'a Value {
-    stats["topics"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["topic_name"] == name)
-        .unwrap()
-}
-
-fn channel<'a>(stats: &'a Value, t: &str, c: &str) -> &'a Value {
-    topic(stats, t)["channels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["channel_name"] == c)
-        .unwrap()
-}
-
-/// Messages handed to channels may take a moment (topic pump); poll briefly.
-async fn eventually(mut f: impl AsyncFnMut() -> bool) {
-    for _ in 0..100 {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("condition not reached");
-}
+use common::Daemon;
+use nsq_testkit::http::request;
+use nsq_testkit::stats::{channel, topic};
+use nsq_testkit::{eventually, Value};
 
 // ---- health, info ---------------------------------------------------------------------------
 
@@ -447,33 +188,22 @@ async fn routing_redirects() {
 
 #[tokio::test]
 async fn tls_required_answers_403() {
-    let dir = tempfile::tempdir().unwrap();
-    let args = [
-        "nsqd".to_string(),
-        "--tcp-address=127.0.0.1:0".to_string(),
-        "--http-address=127.0.0.1:0".to_string(),
-        format!("--data-path={}", dir.path().display()),
+    let pki = nsq_testkit::certs::Pki::new();
+    let (h, _dir) = common::start_with(&[
         "--tls-required=true".to_string(),
-        format!("--tls-cert={}", dir.path().join("cert.pem").display()),
-        format!("--tls-key={}", dir.path().join("key.pem").display()),
-    ];
-    let ParseOutcome::Run(opts) = parse_args(args).unwrap() else {
-        panic!("not a run")
-    };
-    // Once TLS certificates are loaded at startup, these missing files stop the daemon.
-    let Ok(h) = nsqd::start(opts).await else {
-        return;
-    };
+        format!("--tls-cert={}", pki.server.cert_path()),
+        format!("--tls-key={}", pki.server.key_path()),
+    ])
+    .await;
+    let https_port = h.nsqd.https_addr.expect("an HTTPS listener").port();
+    let want = format!("{{\"message\": \"TLS_REQUIRED\", \"https_port\": {https_port}}}");
     for (m, p) in [
         ("GET", "/ping"),
         ("OPTIONS", "/nope"),
         ("POST", "/pub?topic=t"),
     ] {
         let r = request(h.http_addr().unwrap(), m, p, &[], b"x").await;
-        assert_eq!(
-            (r.status, r.text().as_str()),
-            (403, "{\"message\": \"TLS_REQUIRED\", \"https_port\": 0}")
-        );
+        assert_eq!((r.status, r.text()), (403, want.clone()));
         assert_eq!(
             r.header("content-type"),
             Some("application/json; charset=utf-8")
@@ -1050,19 +780,18 @@ async fn stats_text_format() {
 #[tokio::test]
 async fn stats_clients_producers_and_e2e() {
     let d = Daemon::start(&["--e2e-processing-latency-percentile=1.0,0.99"]).await;
-    let mut producer = Tcp::open(&d).await;
+    let mut producer = d.v2().await;
     producer.cmd("PUB t_prod", Some(b"m1")).await;
-    assert_eq!(producer.frame().await, (0, b"OK".to_vec()));
+    producer.expect_response(b"OK").await;
     producer.cmd("PUB t_prod2", Some(b"m2")).await;
-    assert_eq!(producer.frame().await, (0, b"OK".to_vec()));
+    producer.expect_response(b"OK").await;
 
-    let mut consumer = Tcp::open(&d).await;
+    let mut consumer = d.v2().await;
     consumer.cmd("SUB t_prod ch", None).await;
-    assert_eq!(consumer.frame().await, (0, b"OK".to_vec()));
+    consumer.expect_response(b"OK").await;
     consumer.cmd("RDY 3", None).await;
-    let (ty, msg) = consumer.frame().await;
-    assert_eq!(ty, 2);
-    let id = std::str::from_utf8(&msg[10..26]).unwrap().to_string();
+    let id = consumer.message().await.id;
+    let id = std::str::from_utf8(&id.0).unwrap().to_string();
     consumer.cmd(&format!("FIN {id}"), None).await;
     eventually(async || {
         channel(&d.stats("").await, "t_prod", "ch")["clients"][0]["finish_count"] == 1
@@ -1293,8 +1022,9 @@ async fn debug_endpoints() {
 
 #[tokio::test]
 async fn keep_alive_requests() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let d = Daemon::start(&[]).await;
-    let mut s = TcpStream::connect(d.http()).await.unwrap();
+    let mut s = tokio::net::TcpStream::connect(d.http()).await.unwrap();
     s.write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\nPOST /pub?topic=k HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nm")
         .await
         .unwrap();

@@ -2,12 +2,13 @@
 //! answering `/channels` (HTTP): IDENTIFY body, REGISTER replay, REGISTER/UNREGISTER on
 //! changes, reconnection, and channel pre-creation for a new topic.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use nsq_protocol::lookup::{put_lookup_response, LookupCommand, LookupDecoder, LookupLimits};
-use nsqd::options::{parse_args, ParseOutcome};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -100,19 +101,11 @@ async fn fake_lookupd(
 }
 
 async fn start(lookupd: &str) -> (nsqd::NsqdHandle, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let args = vec![
-        "nsqd".to_string(),
-        "--tcp-address=127.0.0.1:0".to_string(),
-        "--http-address=127.0.0.1:0".to_string(),
+    common::start_with(&[
         "--broadcast-address=127.0.0.1".to_string(),
         format!("--lookupd-tcp-address={lookupd}"),
-        format!("--data-path={}", dir.path().display()),
-    ];
-    let ParseOutcome::Run(opts) = parse_args(args).unwrap() else {
-        panic!()
-    };
-    (nsqd::start(opts).await.unwrap(), dir)
+    ])
+    .await
 }
 
 async fn wait_for(log: &Log, line: &str) {

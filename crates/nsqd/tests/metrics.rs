@@ -3,11 +3,12 @@
 //! numbers are the node's (the black-box tests in tests/tests/metrics.rs add promtool, `/stats`
 //! comparisons and a real Prometheus scrape).
 
+mod common;
+
 use std::collections::HashSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use nsqd::options::{parse_args, ParseOutcome};
 
 /// Checks the exposition's structure; returns the family names in order.
 fn check_structure(text: &str) -> Vec<String> {
@@ -52,18 +53,7 @@ fn check_structure(text: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn exposition_structure_and_values() {
-    let dir = tempfile::tempdir().unwrap();
-    let args = vec![
-        "nsqd".to_string(),
-        "--tcp-address=127.0.0.1:0".to_string(),
-        "--http-address=127.0.0.1:0".to_string(),
-        "--e2e-processing-latency-percentile=0.9".to_string(),
-        format!("--data-path={}", dir.path().display()),
-    ];
-    let ParseOutcome::Run(opts) = parse_args(args).unwrap() else {
-        panic!("not a run")
-    };
-    let h = nsqd::start(opts).await.unwrap();
+    let (h, _dir) = common::start_with(&["--e2e-processing-latency-percentile=0.9"]).await;
     let t = h.nsqd.topic("m").await.unwrap();
     t.get_or_create_channel("c").unwrap();
     for _ in 0..3 {

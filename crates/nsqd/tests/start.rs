@@ -2,19 +2,12 @@
 //! a data path already locked by another instance, a TCP address already in use, and an
 //! unparsable `nsqd.dat`.
 
-use nsqd::options::{parse_args, NsqdOptions, ParseOutcome};
+mod common;
+
+use nsqd::options::NsqdOptions;
 
 fn opts(data_path: &std::path::Path, tcp: &str) -> NsqdOptions {
-    let args = vec![
-        "nsqd".to_string(),
-        format!("--tcp-address={tcp}"),
-        "--http-address=127.0.0.1:0".to_string(),
-        format!("--data-path={}", data_path.display()),
-    ];
-    let ParseOutcome::Run(o) = parse_args(args).unwrap() else {
-        panic!("not a run")
-    };
-    o
+    common::options(data_path, &[format!("--tcp-address={tcp}")])
 }
 
 #[tokio::test]

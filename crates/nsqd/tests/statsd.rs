@@ -2,13 +2,14 @@
 //! counter deltas, ephemeral exclusion, percentile names, packing, and whole pushes from an
 //! in-process nsqd to a local UDP socket.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use nsqd::options::{parse_args, ParseOutcome};
+use common::start_with;
 use nsqd::statsd::{self, ChannelSnapshot, Config, MemStats, Snapshot, TopicSnapshot};
-use nsqd::NsqdHandle;
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 use tokio::time::{timeout, Instant};
@@ -238,22 +239,6 @@ fn oversized_lines_go_alone() {
 
 // ---- end to end ---------------------------------------------------------------------------
 
-async fn start_with(extra: &[&str]) -> (NsqdHandle, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "nsqd".to_string(),
-        "--tcp-address=127.0.0.1:0".to_string(),
-        "--http-address=127.0.0.1:0".to_string(),
-        format!("--data-path={}", dir.path().display()),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let ParseOutcome::Run(opts) = parse_args(args).unwrap() else {
-        panic!("not a run")
-    };
-    let h = nsqd::start(opts).await.unwrap();
-    (h, dir)
-}
-
 /// Receives datagrams until one contains `last`; returns them in arrival order.
 async fn receive_until(sock: &UdpSocket, last: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -368,7 +353,7 @@ async fn pushes_a_running_nsqd_to_udp() {
 
 #[tokio::test]
 async fn stop_flushes_the_rest_without_waiting() {
-    let (h, _dir) = start_with(&[]).await;
+    let (h, _dir) = common::start().await;
     for i in 0..20 {
         h.nsqd
             .engine
@@ -442,7 +427,7 @@ async fn run_uses_the_daemon_options() {
 
 #[tokio::test]
 async fn unresolvable_statsd_skips_the_round() {
-    let (h, _dir) = start_with(&[]).await;
+    let (h, _dir) = common::start().await;
     let cfg = Config {
         address: "no-such-host.invalid:8125".to_string(),
         prefix: String::new(),

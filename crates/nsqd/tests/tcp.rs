@@ -1,120 +1,18 @@
 //! In-process V2 protocol tests: the daemon on 127.0.0.1:0, raw bytes in, exact bytes out.
 
+mod common;
+
 use std::time::Duration;
 
 use bytes::BytesMut;
-use nsq_protocol::frame::{take_frame, Frame};
-use nsqd::options::{parse_args, ParseOutcome};
-use nsqd::NsqdHandle;
+use common::{start, start_with, v2};
+use nsq_protocol::frame::take_frame;
+use nsq_testkit::sized;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-async fn start_with(extra: &[&str]) -> (NsqdHandle, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "nsqd".to_string(),
-        "--tcp-address=127.0.0.1:0".to_string(),
-        "--http-address=127.0.0.1:0".to_string(),
-        format!("--data-path={}", dir.path().display()),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let ParseOutcome::Run(opts) = parse_args(args).unwrap() else {
-        panic!("not a run")
-    };
-    let h = nsqd::start(opts).await.unwrap();
-    (h, dir)
-}
-
-async fn start() -> (NsqdHandle, tempfile::TempDir) {
-    start_with(&[]).await
-}
-
-struct Conn {
-    s: TcpStream,
-    buf: BytesMut,
-}
-
-impl Conn {
-    async fn open(h: &NsqdHandle) -> Conn {
-        let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
-        s.write_all(b"  V2").await.unwrap();
-        Conn {
-            s,
-            buf: BytesMut::new(),
-        }
-    }
-
-    async fn send(&mut self, b: &[u8]) {
-        self.s.write_all(b).await.unwrap();
-    }
-
-    /// Next frame that is not a heartbeat; None if the connection closed.
-    async fn frame(&mut self) -> Option<Frame> {
-        loop {
-            if let Some(f) = take_frame(&mut self.buf).unwrap() {
-                if f.frame_type == 0 && &f.data[..] == b"_heartbeat_" {
-                    continue;
-                }
-                return Some(f);
-            }
-            let n = tokio::time::timeout(Duration::from_secs(10), self.s.read_buf(&mut self.buf))
-                .await
-                .expect("frame within 10s")
-                .unwrap_or(0);
-            if n == 0 {
-                return None;
-            }
-        }
-    }
-
-    async fn expect_response(&mut self, data: &[u8]) {
-        let f = self.frame().await.expect("a frame");
-        assert_eq!(
-            (f.frame_type, String::from_utf8_lossy(&f.data).to_string()),
-            (0, String::from_utf8_lossy(data).to_string())
-        );
-    }
-
-    async fn expect_error(&mut self, text: &str) {
-        let f = self.frame().await.expect("an error frame");
-        assert_eq!(
-            (f.frame_type, String::from_utf8_lossy(&f.data).to_string()),
-            (1, text.to_string())
-        );
-    }
-
-    /// Fatal errors close the connection after the frame.
-    async fn expect_fatal(&mut self, text: &str) {
-        self.expect_error(text).await;
-        assert!(
-            self.frame().await.is_none(),
-            "connection must close after {text}"
-        );
-    }
-
-    async fn expect_closed(&mut self) {
-        assert!(self.frame().await.is_none(), "connection must be closed");
-    }
-
-    async fn message(&mut self) -> nsq_protocol::message::DecodedMessage {
-        let f = self.frame().await.expect("a message frame");
-        assert_eq!(f.frame_type, 2, "expected message, got {:?}", f);
-        nsq_protocol::message::decode(f.data).unwrap()
-    }
-}
-
 fn pub_cmd(topic: &str, body: &[u8]) -> Vec<u8> {
-    let mut v = format!("PUB {topic}\n").into_bytes();
-    v.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    v.extend_from_slice(body);
-    v
-}
-
-fn sized(cmd: &str, body: &[u8]) -> Vec<u8> {
-    let mut v = cmd.as_bytes().to_vec();
-    v.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    v.extend_from_slice(body);
-    v
+    sized(&format!("PUB {topic}\n"), body)
 }
 
 #[tokio::test]
@@ -131,7 +29,7 @@ async fn bad_magic_gets_e_bad_protocol_bytes() {
 #[tokio::test]
 async fn pub_ok_exact_bytes() {
     let (h, _d) = start().await;
-    let mut c = Conn::open(&h).await;
+    let mut c = v2(&h).await;
     c.send(b"PUB t\n\0\0\0\x05hello").await;
     let mut got = [0u8; 10];
     c.s.read_exact(&mut got).await.unwrap();
@@ -169,7 +67,7 @@ async fn invalid_commands_are_fatal() {
         ),
         (b"DPUB t -1\n", "E_INVALID DPUB could not parse timeout -1"),
     ] {
-        let mut c = Conn::open(&h).await;
+        let mut c = v2(&h).await;
         c.send(line).await;
         c.expect_fatal(err).await;
     }
@@ -223,7 +121,7 @@ async fn body_size_errors() {
         (sized("AUTH\n", b"secret"), "E_AUTH_DISABLED AUTH disabled"),
     ];
     for (bytes, err) in cases {
-        let mut c = Conn::open(&h).await;
+        let mut c = v2(&h).await;
         c.send(&bytes).await;
         c.expect_fatal(err).await;
     }
@@ -233,13 +131,13 @@ async fn body_size_errors() {
 #[tokio::test]
 async fn line_too_long_closes_without_frame() {
     let (h, _d) = start().await;
-    let mut c = Conn::open(&h).await;
+    let mut c = v2(&h).await;
     let mut line = vec![b'N'; 16385];
     line[16384] = b'\n';
     c.send(&line).await;
     c.expect_closed().await;
     // 16384 bytes including the newline is still a line: an unknown command.
-    let mut c = Conn::open(&h).await;
+    let mut c = v2(&h).await;
     let mut line = vec![b'N'; 16384];
     line[16383] = b'\n';
     c.send(&line).await;
@@ -251,7 +149,7 @@ async fn line_too_long_closes_without_frame() {
 #[tokio::test]
 async fn identify_feature_negotiation_json() {
     let (h, _d) = start().await;
-    let mut c = Conn::open(&h).await;
+    let mut c = v2(&h).await;
     c.send(&sized(
         "IDENTIFY\n",
         br#"{"feature_negotiation":true,"client_id":"x","unknown_key":1}"#,
@@ -271,8 +169,8 @@ async fn identify_feature_negotiation_json() {
 #[tokio::test]
 async fn rdy_window_fin_req_touch() {
     let (h, _d) = start().await;
-    let mut p = Conn::open(&h).await;
-    let mut sub = Conn::open(&h).await;
+    let mut p = v2(&h).await;
+    let mut sub = v2(&h).await;
     sub.send(b"SUB t c\n").await;
     sub.expect_response(b"OK").await;
     for i in 0..5 {
@@ -328,7 +226,7 @@ async fn rdy_window_fin_req_touch() {
     let m5 = again;
 
     // Another connection cannot FIN it.
-    let mut other = Conn::open(&h).await;
+    let mut other = v2(&h).await;
     other.send(b"SUB t c\n").await;
     other.expect_response(b"OK").await;
     other.send(format!("FIN {}\n", m5.id).as_bytes()).await;
@@ -365,7 +263,7 @@ async fn rdy_window_fin_req_touch() {
 #[tokio::test]
 async fn cls_then_closing_state_rules() {
     let (h, _d) = start().await;
-    let mut c = Conn::open(&h).await;
+    let mut c = v2(&h).await;
     c.send(b"SUB t c\nCLS\n").await;
     c.expect_response(b"OK").await;
     c.expect_response(b"CLOSE_WAIT").await;
@@ -382,7 +280,7 @@ async fn cls_then_closing_state_rules() {
 #[tokio::test]
 async fn mpub_parses_by_count_and_dpub_defers() {
     let (h, _d) = start().await;
-    let mut c = Conn::open(&h).await;
+    let mut c = v2(&h).await;
     // Declared total 100 but only 14 real bytes, followed by a PUB: two OKs.
     let mut b = b"MPUB t\n\x00\x00\x00\x64\x00\x00\x00\x01\x00\x00\x00\x06hello1".to_vec();
     b.extend(pub_cmd("t", b"after"));
@@ -390,7 +288,7 @@ async fn mpub_parses_by_count_and_dpub_defers() {
     c.expect_response(b"OK").await;
     c.expect_response(b"OK").await;
     assert_eq!(h.nsqd.engine.get_topic("t").unwrap().depth(), 2);
-    let mut sub = Conn::open(&h).await;
+    let mut sub = v2(&h).await;
     sub.send(b"SUB d c\n").await;
     sub.expect_response(b"OK").await;
     c.send(&sized("DPUB d 60000\n", b"later")).await;
@@ -409,10 +307,10 @@ async fn mpub_parses_by_count_and_dpub_defers() {
 #[tokio::test]
 async fn sub_consumer_limit() {
     let (h, _d) = start_with(&["--max-channel-consumers=1"]).await;
-    let mut a = Conn::open(&h).await;
+    let mut a = v2(&h).await;
     a.send(b"SUB t c\n").await;
     a.expect_response(b"OK").await;
-    let mut b = Conn::open(&h).await;
+    let mut b = v2(&h).await;
     b.send(b"SUB t c\n").await;
     b.expect_fatal("E_SUB_FAILED SUB failed consumers for t:c exceeds limit of 1")
         .await;
@@ -422,25 +320,16 @@ async fn sub_consumer_limit() {
 #[tokio::test]
 async fn heartbeat_then_close_when_silent() {
     let (h, _d) = start().await;
-    let mut c = Conn::open(&h).await;
+    let mut c = v2(&h).await;
     c.send(&sized("IDENTIFY\n", br#"{"heartbeat_interval":1000}"#))
         .await;
     c.expect_response(b"OK").await;
     let start = std::time::Instant::now();
-    // Raw read: the first frame after ~1 s is a heartbeat.
-    let mut buf = BytesMut::new();
-    let f = loop {
-        if let Some(f) = take_frame(&mut buf).unwrap() {
-            break f;
-        }
-        assert!(c.s.read_buf(&mut buf).await.unwrap() > 0);
-    };
+    // The first frame after ~1 s is a heartbeat.
+    let f = c.any_frame().await.expect("a heartbeat");
     assert_eq!(&f.data[..], b"_heartbeat_");
     // Never answering: the server closes after ~2 heartbeats.
-    let mut rest = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), c.s.read_to_end(&mut rest))
-        .await
-        .expect("closed");
+    c.rest().await;
     assert!(start.elapsed() >= Duration::from_millis(1500));
     h.shutdown().await;
 }
@@ -448,8 +337,8 @@ async fn heartbeat_then_close_when_silent() {
 #[tokio::test]
 async fn msg_timeout_requeues() {
     let (h, _d) = start().await;
-    let mut p = Conn::open(&h).await;
-    let mut c = Conn::open(&h).await;
+    let mut p = v2(&h).await;
+    let mut c = v2(&h).await;
     c.send(&sized("IDENTIFY\n", br#"{"msg_timeout":1000}"#))
         .await;
     c.expect_response(b"OK").await;
@@ -475,13 +364,13 @@ async fn msg_timeout_requeues() {
 #[tokio::test]
 async fn fatal_error_does_not_disturb_other_clients() {
     let (h, _d) = start().await;
-    let mut sub = Conn::open(&h).await;
+    let mut sub = v2(&h).await;
     sub.send(b"SUB t c\nRDY 100\n").await;
     sub.expect_response(b"OK").await;
-    let mut bad = Conn::open(&h).await;
+    let mut bad = v2(&h).await;
     bad.send(b"\xff\xfe garbage\n").await;
     assert_eq!(bad.frame().await.unwrap().frame_type, 1);
-    let mut p = Conn::open(&h).await;
+    let mut p = v2(&h).await;
     p.send(&pub_cmd("t", b"still")).await;
     p.expect_response(b"OK").await;
     assert_eq!(&sub.message().await.body[..], b"still");
@@ -494,7 +383,7 @@ async fn fatal_error_does_not_disturb_other_clients() {
 #[tokio::test]
 async fn trickled_body_hits_the_command_read_deadline() {
     let (h, _d) = start().await;
-    let mut c = Conn::open(&h).await;
+    let mut c = v2(&h).await;
     c.send(&sized("IDENTIFY\n", br#"{"heartbeat_interval":1000}"#))
         .await;
     c.expect_response(b"OK").await;

@@ -1,7 +1,7 @@
 //! The TLS layer (`nsqd::tls`): building the server config from the options (startup errors,
 //! `--tls-min-version`, the client-auth policies), the `/stats` names of a negotiated
 //! connection, the client certificate's common name and the HTTPS listener. Certificates are
-//! made at test time with rcgen (a CA, a server certificate for localhost/127.0.0.1 on a fixed
+//! made at test time by `nsq_testkit::certs` (a CA, a server certificate for localhost/127.0.0.1 on a fixed
 //! RSA key so TLS 1.2 can pick an `ECDHE_RSA` suite, CA-signed and self-signed client
 //! certificates); handshakes run over real loopback sockets with tokio-rustls on both ends.
 //! When `openssl` is installed, `s_client` checks the protocol versions from the outside.
@@ -10,11 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use nsq_testkit::certs::{CertFiles, Pki};
 use nsqd::options::{NsqdOptions, TlsVersion};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
-};
 use rustls::client::ResolvesClientCert;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -56,73 +53,14 @@ RKsLquraannEnfaKkuWpdxji
 -----END PRIVATE KEY-----
 ";
 
-/// Everything written to the temp dir, as paths and in memory.
-struct Pki {
-    _dir: tempfile::TempDir,
-    ca_pem: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    ca_der: CertificateDer<'static>,
-    /// Signed by the CA, CN `client-alice`, clientAuth EKU.
-    client: (Vec<CertificateDer<'static>>, String),
-    /// Self-signed, unrelated to the CA, CN `stranger`.
-    stranger: (Vec<CertificateDer<'static>>, String),
-    /// A valid key of another certificate, for the mismatch error.
-    other_key: PathBuf,
-    garbage: PathBuf,
+/// The test PKI of `nsq-testkit`, with an RSA server key (for the `TLS_ECDHE_RSA_*` names).
+fn pki() -> Pki {
+    Pki::with_server_key(SERVER_RSA_KEY)
 }
 
-fn pki() -> Pki {
-    let dir = tempfile::tempdir().unwrap();
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "nsq test CA");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-
-    let server_key = KeyPair::from_pem(SERVER_RSA_KEY).unwrap();
-    let mut sp =
-        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
-    sp.distinguished_name.push(DnType::CommonName, "localhost");
-    sp.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let server = sp.signed_by(&server_key, &ca, &ca_key).unwrap();
-
-    let client_key = KeyPair::generate().unwrap();
-    let mut cp = CertificateParams::new(Vec::<String>::new()).unwrap();
-    cp.distinguished_name.push(DnType::OrganizationName, "nsq");
-    cp.distinguished_name
-        .push(DnType::CommonName, "client-alice");
-    cp.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let client = cp.signed_by(&client_key, &ca, &ca_key).unwrap();
-
-    let stranger_key = KeyPair::generate().unwrap();
-    let mut xp = CertificateParams::new(Vec::<String>::new()).unwrap();
-    xp.distinguished_name.push(DnType::CommonName, "stranger");
-    let stranger = xp.self_signed(&stranger_key).unwrap();
-
-    let write = |name: &str, text: &str| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    };
-    Pki {
-        ca_pem: write("ca.pem", &ca.pem()),
-        server_cert: write("server.pem", &server.pem()),
-        server_key: write("server.key", SERVER_RSA_KEY),
-        other_key: write("other.key", &client_key.serialize_pem()),
-        garbage: write("garbage.pem", "this is not a certificate\n"),
-        ca_der: ca.der().clone(),
-        client: (vec![client.der().clone()], client_key.serialize_pem()),
-        stranger: (vec![stranger.der().clone()], stranger_key.serialize_pem()),
-        _dir: dir,
-    }
+/// A file that is not PEM.
+fn garbage(pki: &Pki) -> PathBuf {
+    pki.write("garbage.pem", "this is not a certificate\n")
 }
 
 fn path(p: &Path) -> String {
@@ -131,8 +69,8 @@ fn path(p: &Path) -> String {
 
 fn opts(pki: &Pki) -> NsqdOptions {
     NsqdOptions {
-        tls_cert: path(&pki.server_cert),
-        tls_key: path(&pki.server_key),
+        tls_cert: path(&pki.server.cert),
+        tls_key: path(&pki.server.key),
         ..NsqdOptions::default()
     }
 }
@@ -151,7 +89,7 @@ fn client_config(
     pki: &Pki,
     versions: &[&'static SupportedProtocolVersion],
     suite: Option<rustls::SupportedCipherSuite>,
-    cert: Option<&(Vec<CertificateDer<'static>>, String)>,
+    cert: Option<&CertFiles>,
 ) -> Arc<ClientConfig> {
     let mut provider = rustls::crypto::ring::default_provider();
     if let Some(s) = suite {
@@ -161,7 +99,7 @@ fn client_config(
         };
     }
     let mut roots = RootCertStore::empty();
-    roots.add(pki.ca_der.clone()).unwrap();
+    roots.add(pki.ca.der.clone().into()).unwrap();
     let key_provider = provider.key_provider;
     let builder = ClientConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(versions)
@@ -170,13 +108,13 @@ fn client_config(
     let config = match cert {
         // Not `with_client_auth_cert`: that refuses a key that does not match the
         // certificate, which one test needs.
-        Some((chain, key)) => {
+        Some(c) => {
             let key = key_provider
-                .load_private_key(PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap())
+                .load_private_key(PrivateKeyDer::from_pem_slice(c.key_pem.as_bytes()).unwrap())
                 .unwrap();
+            let chain = vec![CertificateDer::from(c.der.clone())];
             builder.with_client_cert_resolver(Arc::new(ClientCert(Arc::new(CertifiedKey::new(
-                chain.clone(),
-                key,
+                chain, key,
             )))))
         }
         None => builder.with_no_client_auth(),
@@ -309,7 +247,7 @@ fn key_without_cert_fails() {
 fn cert_file_without_pem_fails() {
     let pki = pki();
     let o = NsqdOptions {
-        tls_cert: path(&pki.garbage),
+        tls_cert: path(&garbage(&pki)),
         ..opts(&pki)
     };
     assert_eq!(
@@ -322,7 +260,7 @@ fn cert_file_without_pem_fails() {
 fn key_file_without_key_fails() {
     let pki = pki();
     let o = NsqdOptions {
-        tls_key: path(&pki.garbage),
+        tls_key: path(&garbage(&pki)),
         ..opts(&pki)
     };
     assert_eq!(
@@ -330,7 +268,7 @@ fn key_file_without_key_fails() {
         "failed to build TLS config - tls: failed to find any PEM data in key input"
     );
     let o = NsqdOptions {
-        tls_key: path(&pki.server_cert),
+        tls_key: path(&pki.server.cert),
         ..opts(&pki)
     };
     assert_eq!(
@@ -344,7 +282,7 @@ fn key_file_without_key_fails() {
 fn mismatched_key_fails() {
     let pki = pki();
     let o = NsqdOptions {
-        tls_key: path(&pki.other_key),
+        tls_key: path(&pki.client.key),
         ..opts(&pki)
     };
     assert_eq!(
@@ -357,7 +295,7 @@ fn mismatched_key_fails() {
 fn root_ca_file_errors() {
     let pki = pki();
     let o = NsqdOptions {
-        tls_root_ca_file: path(&pki.garbage),
+        tls_root_ca_file: path(&garbage(&pki)),
         ..opts(&pki)
     };
     assert_eq!(
@@ -373,7 +311,7 @@ fn root_ca_file_errors() {
         "failed to build TLS config - open /nonexistent/ca.pem: no such file or directory"
     );
     let o = NsqdOptions {
-        tls_root_ca_file: path(&pki.ca_pem),
+        tls_root_ca_file: path(&pki.ca.cert),
         ..opts(&pki)
     };
     assert!(nsqd::tls::server_config(&o).unwrap().is_some());
@@ -555,7 +493,10 @@ async fn require_still_checks_the_client_holds_the_key() {
         tls_client_auth_policy: "require".to_string(),
         ..opts(&pki)
     });
-    let forged = (pki.stranger.0.clone(), pki.client.1.clone());
+    let forged = CertFiles {
+        key_pem: pki.client.key_pem.clone(),
+        ..pki.stranger.clone()
+    };
     for versions in [TLS12, TLS13] {
         assert!(connect(
             server.clone(),
@@ -571,7 +512,7 @@ async fn require_verify_checks_against_root_ca() {
     let pki = pki();
     let server = server_config(&NsqdOptions {
         tls_client_auth_policy: "require-verify".to_string(),
-        tls_root_ca_file: path(&pki.ca_pem),
+        tls_root_ca_file: path(&pki.ca.cert),
         ..opts(&pki)
     });
     for versions in [TLS12, TLS13] {
@@ -818,21 +759,21 @@ async fn openssl_s_client_versions() {
     }
     let pki = pki();
     let (addr, task) = spawn_tls_server(server_config(&opts(&pki))).await;
-    let l = s_client(addr, &pki.ca_pem, "-tls1_2")
+    let l = s_client(addr, &pki.ca.cert, "-tls1_2")
         .await
         .expect("tls1_2 connects");
     assert!(
         l.contains("TLSv1.2") && l.contains("ECDHE-RSA-AES128-GCM-SHA256"),
         "{l}"
     );
-    let l = s_client(addr, &pki.ca_pem, "-tls1_3")
+    let l = s_client(addr, &pki.ca.cert, "-tls1_3")
         .await
         .expect("tls1_3 connects");
     assert!(
         l.contains("TLSv1.3") && l.contains("TLS_AES_128_GCM_SHA256"),
         "{l}"
     );
-    assert!(s_client(addr, &pki.ca_pem, "-tls1_1").await.is_none());
+    assert!(s_client(addr, &pki.ca.cert, "-tls1_1").await.is_none());
     task.abort();
 
     let (addr, task) = spawn_tls_server(server_config(&NsqdOptions {
@@ -840,7 +781,7 @@ async fn openssl_s_client_versions() {
         ..opts(&pki)
     }))
     .await;
-    assert!(s_client(addr, &pki.ca_pem, "-tls1_2").await.is_none());
-    assert!(s_client(addr, &pki.ca_pem, "-tls1_3").await.is_some());
+    assert!(s_client(addr, &pki.ca.cert, "-tls1_2").await.is_none());
+    assert!(s_client(addr, &pki.ca.cert, "-tls1_3").await.is_some());
     task.abort();
 }

@@ -2,38 +2,18 @@
 //! after switching to snappy and deflate, TLS (1.2 and 1.3, the TLS-required policy, /stats),
 //! and AUTH against a small auth server.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use common::start_with;
 use nsq_protocol::frame::{take_frame, Frame};
-use nsqd::options::{parse_args, ParseOutcome};
-use nsqd::NsqdHandle;
+use nsq_testkit::sized;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-async fn start_with(extra: &[String]) -> (NsqdHandle, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "nsqd".to_string(),
-        "--tcp-address=127.0.0.1:0".to_string(),
-        "--http-address=127.0.0.1:0".to_string(),
-        format!("--data-path={}", dir.path().display()),
-    ];
-    args.extend(extra.iter().cloned());
-    let ParseOutcome::Run(opts) = parse_args(args).unwrap() else {
-        panic!()
-    };
-    (nsqd::start(opts).await.unwrap(), dir)
-}
-
-fn sized(cmd: &str, body: &[u8]) -> Vec<u8> {
-    let mut v = cmd.as_bytes().to_vec();
-    v.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    v.extend_from_slice(body);
-    v
-}
 
 async fn read_frame<S: AsyncRead + Unpin>(s: &mut S, buf: &mut BytesMut) -> Frame {
     loop {
@@ -69,7 +49,7 @@ const OK_FRAME: &[u8] = b"\x00\x00\x00\x06\x00\x00\x00\x00OK";
 
 #[tokio::test]
 async fn snappy_upgrade_exact_bytes_then_pub() {
-    let (h, _d) = start_with(&[]).await;
+    let (h, _d) = common::start().await;
     let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
     let resp = identify(&mut s, r#"{"feature_negotiation":true,"snappy":true}"#).await;
     assert_eq!(resp["snappy"], true);
@@ -113,7 +93,7 @@ async fn snappy_upgrade_exact_bytes_then_pub() {
 
 #[tokio::test]
 async fn deflate_upgrade_then_pub() {
-    let (h, _d) = start_with(&[]).await;
+    let (h, _d) = common::start().await;
     let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
     let resp = identify(
         &mut s,
@@ -173,7 +153,7 @@ async fn deflate_upgrade_then_pub() {
 
 #[tokio::test]
 async fn both_compressions_is_an_error() {
-    let (h, _d) = start_with(&[]).await;
+    let (h, _d) = common::start().await;
     let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
     s.write_all(b"  V2").await.unwrap();
     s.write_all(&sized(
@@ -195,42 +175,31 @@ async fn both_compressions_is_an_error() {
 }
 
 /// A self-signed certificate for 127.0.0.1 in PEM files, and a client config trusting it.
-fn tls_files(
-    dir: &std::path::Path,
+/// A client config trusting the test CA of `pki`, limited to `versions`.
+fn tls_client(
+    pki: &nsq_testkit::certs::Pki,
     versions: &[&'static rustls::SupportedProtocolVersion],
-) -> (String, String, Arc<rustls::ClientConfig>) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let params =
-        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-            .unwrap();
-    let cert = params.self_signed(&key).unwrap();
-    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&c, cert.pem()).unwrap();
-    std::fs::write(&k, key.serialize_pem()).unwrap();
+) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert.der().clone()).unwrap();
+    roots.add(pki.ca.der.clone().into()).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let cfg = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(versions)
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    (
-        c.display().to_string(),
-        k.display().to_string(),
-        Arc::new(cfg),
-    )
+    Arc::new(cfg)
 }
 
 async fn tls_round(
     versions: &[&'static rustls::SupportedProtocolVersion],
     min: &str,
 ) -> Result<String, String> {
-    let certs = tempfile::tempdir().unwrap();
-    let (cert, key, client_cfg) = tls_files(certs.path(), versions);
+    let pki = nsq_testkit::certs::Pki::new();
+    let client_cfg = tls_client(&pki, versions);
     let (h, _d) = start_with(&[
-        format!("--tls-cert={cert}"),
-        format!("--tls-key={key}"),
+        format!("--tls-cert={}", pki.server.cert_path()),
+        format!("--tls-key={}", pki.server.key_path()),
         format!("--tls-min-version={min}"),
         "--tls-required=true".to_string(),
     ])

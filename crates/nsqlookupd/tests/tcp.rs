@@ -376,7 +376,7 @@ async fn wildcard_listen_addresses_like_go() {
         .await
         .unwrap();
     s.write_all(body.as_bytes()).await.unwrap();
-    let mut c = common::Client { s };
+    let mut c = common::Client(nsq_testkit::FrameConn::new(s));
     assert!(c.frame().await.unwrap().starts_with(b"{"));
     // The peer id of an IPv4 client on a dual-stack socket is plain `ip:port`.
     let http = std::net::SocketAddr::from(([127, 0, 0, 1], l.h.http_addr().port()));

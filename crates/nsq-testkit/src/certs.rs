@@ -52,6 +52,16 @@ pub struct Pki {
 impl Pki {
     /// Generates everything (ECDSA P-256 keys).
     pub fn new() -> Pki {
+        Pki::build(None)
+    }
+
+    /// As [`Pki::new`], but the server certificate is for this PEM key (an RSA key, for
+    /// tests of `TLS_ECDHE_RSA_*` cipher suites).
+    pub fn with_server_key(pem: &str) -> Pki {
+        Pki::build(Some(pem))
+    }
+
+    fn build(server_key_pem: Option<&str>) -> Pki {
         let dir = tempfile::tempdir().expect("temp dir");
         let write = |name: &str, text: &str| {
             let p = dir.path().join(name);
@@ -80,7 +90,10 @@ impl Pki {
             der: cert.der().to_vec(),
         };
 
-        let server_key = KeyPair::generate().expect("server key");
+        let server_key = match server_key_pem {
+            Some(pem) => KeyPair::from_pem(pem).expect("server key PEM"),
+            None => KeyPair::generate().expect("server key"),
+        };
         let mut sp = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
             .expect("server params");
         sp.distinguished_name.push(DnType::CommonName, "localhost");
@@ -117,6 +130,13 @@ impl Pki {
     /// The directory holding the files.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Writes `text` to `name` in [`Pki::dir`] (bad files for error tests).
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, text).expect("write test file");
+        p
     }
 
     /// `ca.pem` as a `&str` path (for flags).
