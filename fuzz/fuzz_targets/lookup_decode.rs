@@ -1,7 +1,7 @@
 //! Fuzz target: arbitrary bytes through nsqlookupd's V1 command decoder (the server side of
 //! nsqlookupd/lookup_protocol_v1.go, IOLoop/Exec), fed in many chunks whose sizes come from
 //! the input, with the server's state gate (`cannot IDENTIFY again`, `client must IDENTIFY`,
-//! as crates/nsqlookupd/src/tcp.rs, gate). Checks: no panic; the outcome does not depend on
+//! nsq-protocol/src/lookup.rs, gate). Checks: no panic; the outcome does not depend on
 //! how the bytes were chunked; every decoded command re-encodes (`encode_lookup_command`,
 //! nsqd's side) to bytes that a fresh decoder turns back into the same command; IDENTIFY
 //! bodies that `parse_peer_info` accepts survive a `to_json` round trip. The nsqd side's
@@ -10,9 +10,8 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use nsq_protocol::error::{ErrorCode, NsqError};
 use nsq_protocol::lookup::{
-    encode_lookup_command, parse_peer_info, take_lookup_response, LookupCommand, LookupCommandKind,
+    encode_lookup_command, gate, parse_peer_info, take_lookup_response, LookupCommand,
     LookupDecoder, LookupLimits,
 };
 
@@ -20,19 +19,6 @@ const LIMITS: LookupLimits = LookupLimits {
     max_line_len: 512,
     max_body_size: 2048,
 };
-
-/// The server's checks of a command against the connection's state.
-fn gate(identified: bool, kind: Option<LookupCommandKind>) -> Result<(), NsqError> {
-    match kind {
-        Some(LookupCommandKind::Identify) if identified => {
-            Err(NsqError::new(ErrorCode::Invalid, "cannot IDENTIFY again"))
-        }
-        Some(LookupCommandKind::Register | LookupCommandKind::Unregister) if !identified => {
-            Err(NsqError::new(ErrorCode::Invalid, "client must IDENTIFY"))
-        }
-        _ => Ok(()),
-    }
-}
 
 /// Decodes `input` fed in chunks of the given sizes (cycled; 0 means "the rest"), with the
 /// server's state gate if `gated`; returns the commands and the final error or end-of-input

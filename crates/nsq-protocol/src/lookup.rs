@@ -60,6 +60,21 @@ pub enum LookupCommandKind {
     Unregister,
 }
 
+/// The server's checks of a command against the connection's state, made before any of its
+/// parameters are (nsqlookupd/lookup_protocol_v1.go, `IDENTIFY`, `REGISTER`, `UNREGISTER`):
+/// a second IDENTIFY, and REGISTER/UNREGISTER before IDENTIFY, are `E_INVALID`.
+pub fn gate(identified: bool, kind: Option<LookupCommandKind>) -> Result<(), NsqError> {
+    match kind {
+        Some(LookupCommandKind::Identify) if identified => {
+            Err(NsqError::new(ErrorCode::Invalid, "cannot IDENTIFY again"))
+        }
+        Some(LookupCommandKind::Register | LookupCommandKind::Unregister) if !identified => {
+            Err(NsqError::new(ErrorCode::Invalid, "client must IDENTIFY"))
+        }
+        _ => Ok(()),
+    }
+}
+
 impl LookupCommandKind {
     /// The name as sent on the wire.
     pub fn name(self) -> &'static str {

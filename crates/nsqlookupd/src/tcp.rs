@@ -12,10 +12,10 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use nsq_protocol::command::DecodeError;
 use nsq_protocol::lookup::{
-    parse_peer_info, put_lookup_response, LookupCommand, LookupCommandKind, LookupDecoder,
-    LookupLimits, PeerInfo,
+    gate, parse_peer_info, put_lookup_response, LookupCommand, LookupDecoder, LookupLimits,
+    PeerInfo,
 };
-use nsq_protocol::{ErrorCode, NsqError, MAGIC_V1};
+use nsq_protocol::{NsqError, MAGIC_V1};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -208,19 +208,6 @@ impl Conn {
         let r = self.stream.write_all(&self.out).await;
         self.out.clear();
         r
-    }
-}
-
-/// The state-dependent checks, run before any parameter validation (as the reference).
-fn gate(identified: bool, kind: Option<LookupCommandKind>) -> Result<(), NsqError> {
-    match kind {
-        Some(LookupCommandKind::Identify) if identified => {
-            Err(NsqError::new(ErrorCode::Invalid, "cannot IDENTIFY again"))
-        }
-        Some(LookupCommandKind::Register | LookupCommandKind::Unregister) if !identified => {
-            Err(NsqError::new(ErrorCode::Invalid, "client must IDENTIFY"))
-        }
-        _ => Ok(()),
     }
 }
 
