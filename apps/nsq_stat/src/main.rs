@@ -16,7 +16,7 @@ use serde_json::Value as Json;
 struct Count(Option<i64>);
 
 impl Value for Count {
-    fn set(&mut self, text: &str) -> Result<(), String> {
+    fn set(&mut self, text: &str) -> Result<(), nsq_go::flag::ValueError> {
         let v = text.parse::<i32>().map_err(|_| "parse error".to_string())?;
         self.0 = Some(i64::from(v));
         Ok(())

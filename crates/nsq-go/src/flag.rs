@@ -69,6 +69,27 @@ pub enum ParseOutcome<O> {
     Help,
 }
 
+/// Why [`Value::set`] refused a value: the implementation's own error type, whose `Display` is
+/// the text shown after `invalid value "<v>" for flag -<name>: ` (boxed, as flags of different
+/// types share one table).
+pub type ValueError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a config-file value could not be coerced into its option's type (go-options'
+/// `coerce`); `Display` is the reference's text after `… for <flag> - `.
+#[derive(Debug, thiserror::Error)]
+enum CoerceError {
+    /// A TOML type the option cannot take.
+    #[error("invalid value type")]
+    Type,
+    #[error(transparent)]
+    Num(#[from] strconv::NumError),
+    #[error(transparent)]
+    Duration(#[from] DurationError),
+    /// A [`Slot::Custom`] value refused it.
+    #[error("{0}")]
+    Value(ValueError),
+}
+
 /// A flag type of its own (Go's `flag.Value`): log levels, TLS versions, …
 pub trait Value {
     /// Go's `IsBoolFlag`: `-name` alone sets it, and it never consumes the next argument.
@@ -78,7 +99,7 @@ pub trait Value {
 
     /// `Value.Set`. The error text follows `invalid value "<v>" for flag -<name>: `. The same
     /// function reads the config-file value (as Go's `%v` of it).
-    fn set(&mut self, text: &str) -> Result<(), String>;
+    fn set(&mut self, text: &str) -> Result<(), ValueError>;
 
     /// The `(default …)` text of the usage line; `None` where Go omits it (the zero value).
     fn usage_default(&self) -> Option<String>;
@@ -455,15 +476,15 @@ impl Slot<'_> {
                 // Go's FloatArray sorts descending after every Set.
                 l.sort_by(|a, b| b.partial_cmp(a).unwrap_or(std::cmp::Ordering::Equal));
             }
-            Slot::Custom(c) => c.set(v).map_err(SetError::Invalid)?,
+            Slot::Custom(c) => c.set(v).map_err(|e| SetError::Invalid(e.to_string()))?,
         }
         Ok(())
     }
 
     /// go-options' `coerce` of a config-file value into this field's type.
-    fn set_config(self, v: &toml::Value) -> Result<(), String> {
+    fn set_config(self, v: &toml::Value) -> Result<(), CoerceError> {
         use toml::Value as T;
-        let bad_type = || "invalid value type".to_string();
+        let bad_type = || CoerceError::Type;
         match self {
             Slot::Str(s) => {
                 *s = match v {
@@ -479,12 +500,8 @@ impl Slot<'_> {
                 *b = match v {
                     T::Boolean(x) => *x,
                     T::Integer(i) => *i != 0,
-                    T::String(x) => strconv::parse_bool(x).ok_or_else(|| {
-                        format!(
-                            "strconv.ParseBool: parsing {}: invalid syntax",
-                            go_quote(x.as_bytes())
-                        )
-                    })?,
+                    T::String(x) => strconv::parse_bool(x)
+                        .ok_or_else(|| strconv::NumError::syntax("ParseBool", x))?,
                     _ => return Err(bad_type()),
                 }
             }
@@ -497,10 +514,7 @@ impl Slot<'_> {
                             | std::num::IntErrorKind::NegOverflow => "value out of range",
                             _ => "invalid syntax",
                         };
-                        format!(
-                            "strconv.ParseInt: parsing {}: {why}",
-                            go_quote(x.as_bytes())
-                        )
+                        strconv::NumError::new("ParseInt", x, why)
                     })?,
                     _ => return Err(bad_type()),
                 }
@@ -510,22 +524,14 @@ impl Slot<'_> {
                     // Integers (and strings of digits) are milliseconds.
                     T::Integer(ms) => u64::try_from(*ms)
                         .map(Duration::from_millis)
-                        .map_err(|_| "negative durations are not supported".to_string())?,
+                        .map_err(|_| DurationError::Negative)?,
                     T::String(x) if !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit()) => {
-                        let ms = x.parse::<u64>().map_err(|_| {
-                            format!(
-                                "strconv.Atoi: parsing {}: value out of range",
-                                go_quote(x.as_bytes())
-                            )
-                        })?;
+                        let ms = x
+                            .parse::<u64>()
+                            .map_err(|_| strconv::NumError::range("Atoi", x))?;
                         Duration::from_millis(ms)
                     }
-                    T::String(x) => duration::parse(x).map_err(|e| match e {
-                        DurationError::Invalid(m) => m,
-                        DurationError::Negative => {
-                            "negative durations are not supported".to_string()
-                        }
-                    })?,
+                    T::String(x) => duration::parse(x)?,
                     _ => return Err(bad_type()),
                 }
             }
@@ -551,12 +557,8 @@ impl Slot<'_> {
                     T::String(x) => x
                         .split(',')
                         .map(|p| {
-                            strconv::parse_float(p).ok_or_else(|| {
-                                format!(
-                                    "strconv.ParseFloat: parsing {}: invalid syntax",
-                                    go_quote(p.as_bytes())
-                                )
-                            })
+                            strconv::parse_float(p)
+                                .ok_or_else(|| strconv::NumError::syntax("ParseFloat", p))
                         })
                         .collect::<Result<_, _>>()?,
                     // Integer elements crash the reference; they are accepted here.
@@ -573,7 +575,7 @@ impl Slot<'_> {
                 }
             }
             // Custom values read Go's `%v` of the decoded value.
-            Slot::Custom(c) => c.set(&format_value(v))?,
+            Slot::Custom(c) => c.set(&format_value(v)).map_err(CoerceError::Value)?,
         }
         Ok(())
     }

@@ -55,8 +55,8 @@ impl fmt::Display for LogLevel {
 }
 
 impl crate::flag::Value for LogLevel {
-    fn set(&mut self, text: &str) -> Result<(), String> {
-        *self = LogLevel::parse(text).map_err(|e| e.to_string())?;
+    fn set(&mut self, text: &str) -> Result<(), crate::flag::ValueError> {
+        *self = LogLevel::parse(text)?;
         Ok(())
     }
 

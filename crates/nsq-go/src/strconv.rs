@@ -10,6 +10,45 @@ pub fn parse_bool(s: &str) -> Option<bool> {
     }
 }
 
+/// Go's `*strconv.NumError` as text: `strconv.<func>: parsing "<text>": <why>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("strconv.{func}: parsing {quoted}: {why}")]
+pub struct NumError {
+    /// `ParseBool`, `ParseInt`, `Atoi`, …
+    pub func: &'static str,
+    /// The input, Go-quoted.
+    pub quoted: String,
+    /// `invalid syntax` or `value out of range`.
+    pub why: &'static str,
+}
+
+impl NumError {
+    pub fn new(func: &'static str, text: &str, why: &'static str) -> NumError {
+        NumError {
+            func,
+            quoted: crate::quote::go_quote(text.as_bytes()),
+            why,
+        }
+    }
+
+    pub fn syntax(func: &'static str, text: &str) -> NumError {
+        NumError::new(func, text, "invalid syntax")
+    }
+
+    pub fn range(func: &'static str, text: &str) -> NumError {
+        NumError::new(func, text, "value out of range")
+    }
+}
+
+/// Go's `strconv.Atoi` (base 10, optional sign), with its error.
+pub fn atoi(s: &str) -> Result<i64, NumError> {
+    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return Err(NumError::syntax("Atoi", s));
+    }
+    s.parse::<i64>().map_err(|_| NumError::range("Atoi", s))
+}
+
 /// Why [`parse_int`] failed (Go's `strconv.ErrSyntax` / `ErrRange`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IntError {
@@ -200,5 +239,22 @@ mod tests {
         assert_eq!(format_float(0.0001), "0.0001");
         assert_eq!(format_float(0.00001), "1e-05");
         assert_eq!(format_float(0.000015), "1.5e-05");
+    }
+
+    #[test]
+    fn go_atoi() {
+        assert_eq!(atoi("+7"), Ok(7));
+        assert_eq!(
+            atoi("abc").unwrap_err().to_string(),
+            "strconv.Atoi: parsing \"abc\": invalid syntax"
+        );
+        assert_eq!(
+            atoi("").unwrap_err().to_string(),
+            "strconv.Atoi: parsing \"\": invalid syntax"
+        );
+        assert!(atoi("99999999999999999999")
+            .unwrap_err()
+            .to_string()
+            .ends_with("value out of range"));
     }
 }

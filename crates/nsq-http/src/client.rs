@@ -189,7 +189,7 @@ impl HttpClient {
             url: url.to_string(),
             cause,
         };
-        let mut parsed = parse_url(url).map_err(fail)?;
+        let mut parsed = parse_url(url).map_err(|e| fail(e.to_string()))?;
         let m = reqwest::Method::from_bytes(method.as_bytes()).map_err(|_| {
             fail(format!(
                 "net/http: invalid method {}",
@@ -305,22 +305,29 @@ fn go_method(m: &str) -> String {
     s
 }
 
+/// Why an URL was refused (`url.Parse` and the client's scheme check), in Go's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    #[error("parse {}: missing protocol scheme", go_quote(.0.as_bytes()))]
+    MissingScheme(String),
+    #[error("parse {}: {reason}", go_quote(.url.as_bytes()))]
+    Parse { url: String, reason: String },
+    #[error("unsupported protocol scheme {}", go_quote(.0.as_bytes()))]
+    UnsupportedScheme(String),
+}
+
 /// `url.Parse` plus the client's scheme check (`http`/`https`), with Go's texts.
-pub fn parse_url(url: &str) -> Result<reqwest::Url, String> {
+pub fn parse_url(url: &str) -> Result<reqwest::Url, UrlError> {
     if !url.contains("://") {
-        return Err(format!(
-            "parse {}: missing protocol scheme",
-            go_quote(url.as_bytes())
-        ));
+        return Err(UrlError::MissingScheme(url.to_string()));
     }
-    let u =
-        reqwest::Url::parse(url).map_err(|e| format!("parse {}: {e}", go_quote(url.as_bytes())))?;
+    let u = reqwest::Url::parse(url).map_err(|e| UrlError::Parse {
+        url: url.to_string(),
+        reason: e.to_string(),
+    })?;
     match u.scheme() {
         "http" | "https" => Ok(u),
-        other => Err(format!(
-            "unsupported protocol scheme {}",
-            go_quote(other.as_bytes())
-        )),
+        other => Err(UrlError::UnsupportedScheme(other.to_string())),
     }
 }
 

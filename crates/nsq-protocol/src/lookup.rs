@@ -363,17 +363,29 @@ pub fn put_lookup_response(buf: &mut impl BufMut, data: &[u8]) {
     buf.put_slice(data);
 }
 
+/// A lookupd response whose size is negative or above the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("response body size ({size}) is greater than limit ({limit})")]
+pub struct ResponseTooBig {
+    pub size: i32,
+    pub limit: usize,
+}
+
 /// nsqd side: takes one response off the front of `buf` (`None` = need more bytes). A size
 /// above `max_size` (nsqd uses its `--max-body-size`) or negative is an error.
-pub fn take_lookup_response(buf: &mut BytesMut, max_size: usize) -> Result<Option<Bytes>, String> {
+pub fn take_lookup_response(
+    buf: &mut BytesMut,
+    max_size: usize,
+) -> Result<Option<Bytes>, ResponseTooBig> {
     if buf.len() < 4 {
         return Ok(None);
     }
     let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
     if size < 0 || size as usize > max_size {
-        return Err(format!(
-            "response body size ({size}) is greater than limit ({max_size})"
-        ));
+        return Err(ResponseTooBig {
+            size,
+            limit: max_size,
+        });
     }
     let size = size as usize;
     if buf.len() < 4 + size {

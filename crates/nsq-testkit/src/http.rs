@@ -189,21 +189,38 @@ pub fn http_request(
     })
 }
 
+/// Why bytes read from a server are not one whole HTTP/1.1 response.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadResponse {
+    #[error("no end of headers")]
+    NoHeaderEnd,
+    #[error("headers are not UTF-8")]
+    NotUtf8(#[from] std::str::Utf8Error),
+    #[error("bad status line {0:?}")]
+    StatusLine(String),
+    #[error("bad content-length {0:?}")]
+    ContentLength(String),
+    #[error("bad chunk size {0:?}")]
+    ChunkSize(String),
+    #[error("body shorter than announced")]
+    Short,
+}
+
 /// Parses a whole response read to EOF: status, headers, and the body by `Content-Length`,
 /// chunked encoding or to the end (none after `HEAD`).
-pub fn parse_response(raw: &[u8], head_only: bool) -> Result<HttpResponse, String> {
+pub fn parse_response(raw: &[u8], head_only: bool) -> Result<HttpResponse, BadResponse> {
     let head_end = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .ok_or("no end of headers")?;
-    let head = std::str::from_utf8(&raw[..head_end]).map_err(|e| e.to_string())?;
+        .ok_or(BadResponse::NoHeaderEnd)?;
+    let head = std::str::from_utf8(&raw[..head_end])?;
     let mut lines = head.split("\r\n");
-    let status_line = lines.next().ok_or("empty")?;
+    let status_line = lines.next().ok_or(BadResponse::NoHeaderEnd)?;
     let status = status_line
         .split(' ')
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
+        .ok_or_else(|| BadResponse::StatusLine(status_line.to_string()))?;
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| {
             let (k, v) = l.split_once(':')?;
@@ -222,8 +239,10 @@ pub fn parse_response(raw: &[u8], head_only: bool) -> Result<HttpResponse, Strin
     } else if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
         decode_chunked(rest)?
     } else if let Some(len) = get("content-length") {
-        let len: usize = len.parse().map_err(|_| "bad content-length")?;
-        rest.get(..len).ok_or("short body")?.to_vec()
+        let len: usize = len
+            .parse()
+            .map_err(|_| BadResponse::ContentLength(len.to_string()))?;
+        rest.get(..len).ok_or(BadResponse::Short)?.to_vec()
     } else {
         rest.to_vec()
     };
@@ -234,22 +253,22 @@ pub fn parse_response(raw: &[u8], head_only: bool) -> Result<HttpResponse, Strin
     })
 }
 
-fn decode_chunked(mut rest: &[u8]) -> Result<Vec<u8>, String> {
+fn decode_chunked(mut rest: &[u8]) -> Result<Vec<u8>, BadResponse> {
     let mut body = Vec::new();
     loop {
         let eol = rest
             .windows(2)
             .position(|w| w == b"\r\n")
-            .ok_or("bad chunk header")?;
-        let size_text = std::str::from_utf8(&rest[..eol]).map_err(|e| e.to_string())?;
+            .ok_or(BadResponse::Short)?;
+        let size_text = std::str::from_utf8(&rest[..eol])?;
         let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| format!("bad chunk size {size_text:?}"))?;
+            .map_err(|_| BadResponse::ChunkSize(size_text.to_string()))?;
         rest = &rest[eol + 2..];
         if size == 0 {
             return Ok(body);
         }
-        body.extend_from_slice(rest.get(..size).ok_or("short chunk")?);
-        rest = rest.get(size + 2..).ok_or("short chunk trailer")?;
+        body.extend_from_slice(rest.get(..size).ok_or(BadResponse::Short)?);
+        rest = rest.get(size + 2..).ok_or(BadResponse::Short)?;
     }
 }
 

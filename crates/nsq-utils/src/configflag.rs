@@ -98,8 +98,8 @@ impl ConfigFlag {
 }
 
 impl Value for ConfigFlag {
-    fn set(&mut self, text: &str) -> Result<(), String> {
-        self.apply(text).map_err(|e| e.to_string())
+    fn set(&mut self, text: &str) -> Result<(), nsq_go::flag::ValueError> {
+        Ok(self.apply(text)?)
     }
 
     fn usage_default(&self) -> Option<String> {
@@ -132,7 +132,10 @@ mod tests {
     #[test]
     fn unknown_and_invalid_are_refused() {
         let mut c = ConfigFlag::default();
-        assert_eq!(c.set("bogus,1").unwrap_err(), "invalid option bogus");
+        assert_eq!(
+            c.set("bogus,1").unwrap_err().to_string(),
+            "invalid option bogus"
+        );
         assert!(c.set("max_attempts,x").is_err());
         assert!(c.set("dial_timeout,5").is_err());
         assert!(c.set("backoff_strategy,nope").is_err());

@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 use crate::client::HttpClient;
 use crate::stats::{ClusterStats, RawStats};
 use nsq_go::url::query_escape;
+use nsq_http::client::HttpError;
 
 /// Which kind of upstream a fan-out talked to (for `failed to query any <kind>`).
 #[derive(Debug, Clone, Copy)]
@@ -176,12 +177,39 @@ where
     out.into_iter().map(|(_, v)| v).collect()
 }
 
+/// Why a cluster query failed, in the reference's words (nsqadmin's internal/clusterinfo).
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The request failed or was refused (Go's `http_api` texts).
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    #[error("failed to decode {url} - {source}")]
+    Decode {
+        url: String,
+        source: serde_json::Error,
+    },
+    /// Not one upstream of a kind answered: `failed to query any nsqd: <errors, a line each>`.
+    #[error("failed to query any {kind}: {}", lines(.errors))]
+    NoneAnswered {
+        kind: &'static str,
+        errors: Vec<ClusterError>,
+    },
+}
+
+/// Errors one a line, as the reference joins them.
+fn lines(errs: &[ClusterError]) -> String {
+    errs.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Applies the GET fan-out rule to per-upstream results.
 fn gather<T>(
     kind: Kind,
-    results: Vec<Result<T, String>>,
+    results: Vec<Result<T, ClusterError>>,
     warn: &mut Vec<String>,
-) -> Result<Vec<T>, String> {
+) -> Result<Vec<T>, ClusterError> {
     let total = results.len();
     let mut ok = Vec::new();
     let mut errs = Vec::new();
@@ -192,21 +220,23 @@ fn gather<T>(
         }
     }
     if errs.len() == total {
-        return Err(format!(
-            "failed to query any {}: {}",
-            kind.name(),
-            errs.join("\n")
-        ));
+        return Err(ClusterError::NoneAnswered {
+            kind: kind.name(),
+            errors: errs,
+        });
     }
     if !errs.is_empty() {
-        warn.push(errs.join("\n"));
+        warn.push(lines(&errs));
     }
     Ok(ok)
 }
 
-async fn get_json<T: for<'de> Deserialize<'de>>(c: HttpClient, url: String) -> Result<T, String> {
-    let body = c.get_v1(&url).await.map_err(|e| e.to_string())?;
-    serde_json::from_slice(&body).map_err(|e| format!("failed to decode {url} - {e}"))
+async fn get_json<T: for<'de> Deserialize<'de>>(
+    c: HttpClient,
+    url: String,
+) -> Result<T, ClusterError> {
+    let body = c.get_v1(&url).await?;
+    serde_json::from_slice(&body).map_err(|source| ClusterError::Decode { url, source })
 }
 
 impl ClusterInfo {
@@ -217,7 +247,10 @@ impl ClusterInfo {
 
     // ---- lookupd fetches ----
 
-    pub async fn lookupd_topics(&self, warn: &mut Vec<String>) -> Result<Vec<String>, String> {
+    pub async fn lookupd_topics(
+        &self,
+        warn: &mut Vec<String>,
+    ) -> Result<Vec<String>, ClusterError> {
         #[derive(Deserialize)]
         struct R {
             #[serde(default)]
@@ -241,7 +274,7 @@ impl ClusterInfo {
         &self,
         topic: &str,
         warn: &mut Vec<String>,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, ClusterError> {
         #[derive(Deserialize)]
         struct R {
             #[serde(default)]
@@ -262,7 +295,10 @@ impl ClusterInfo {
         Ok(all)
     }
 
-    pub async fn lookupd_producers(&self, warn: &mut Vec<String>) -> Result<Vec<Producer>, String> {
+    pub async fn lookupd_producers(
+        &self,
+        warn: &mut Vec<String>,
+    ) -> Result<Vec<Producer>, ClusterError> {
         #[derive(Deserialize)]
         struct R {
             #[serde(default)]
@@ -313,7 +349,7 @@ impl ClusterInfo {
         &self,
         topic: &str,
         warn: &mut Vec<String>,
-    ) -> Result<Vec<Producer>, String> {
+    ) -> Result<Vec<Producer>, ClusterError> {
         #[derive(Deserialize)]
         struct R {
             #[serde(default)]
@@ -343,7 +379,7 @@ impl ClusterInfo {
 
     // ---- nsqd fetches ----
 
-    pub async fn nsqd_topics(&self, warn: &mut Vec<String>) -> Result<Vec<String>, String> {
+    pub async fn nsqd_topics(&self, warn: &mut Vec<String>) -> Result<Vec<String>, ClusterError> {
         let c = self.client.clone();
         let rs = fan_out(self.nsqds.clone(), move |a| {
             get_json::<RawStats>(c.clone(), format!("http://{a}/stats?format=json"))
@@ -360,7 +396,7 @@ impl ClusterInfo {
     }
 
     /// `/info` of the nsqd at `addr`, as a producer (topics filled by the caller).
-    async fn nsqd_info(c: HttpClient, addr: &str) -> Result<Producer, String> {
+    async fn nsqd_info(c: HttpClient, addr: &str) -> Result<Producer, ClusterError> {
         let info: NsqdInfo = get_json(c, format!("http://{addr}/info")).await?;
         let (host, port) = match addr.rsplit_once(':') {
             Some((h, p)) => (
@@ -387,7 +423,7 @@ impl ClusterInfo {
     }
 
     /// One nsqd as a producer: `/info` then its topic list from `/stats`.
-    pub async fn nsqd_producer(c: HttpClient, addr: String) -> Result<Producer, String> {
+    pub async fn nsqd_producer(c: HttpClient, addr: String) -> Result<Producer, ClusterError> {
         let mut p = Self::nsqd_info(c.clone(), &addr).await?;
         let stats: RawStats = get_json(
             c,
@@ -407,7 +443,10 @@ impl ClusterInfo {
         Ok(p)
     }
 
-    pub async fn nsqd_producers(&self, warn: &mut Vec<String>) -> Result<Vec<Producer>, String> {
+    pub async fn nsqd_producers(
+        &self,
+        warn: &mut Vec<String>,
+    ) -> Result<Vec<Producer>, ClusterError> {
         let c = self.client.clone();
         let rs = fan_out(self.nsqds.clone(), move |a| {
             Self::nsqd_producer(c.clone(), a)
@@ -420,7 +459,7 @@ impl ClusterInfo {
         &self,
         topic: &str,
         warn: &mut Vec<String>,
-    ) -> Result<Vec<Producer>, String> {
+    ) -> Result<Vec<Producer>, ClusterError> {
         let c = self.client.clone();
         let q = query_escape(topic);
         let want = topic.to_string();
@@ -465,7 +504,7 @@ impl ClusterInfo {
 
     // ---- mode-dependent ----
 
-    pub async fn producers(&self, warn: &mut Vec<String>) -> Result<Vec<Producer>, String> {
+    pub async fn producers(&self, warn: &mut Vec<String>) -> Result<Vec<Producer>, ClusterError> {
         if self.lookupd_mode() {
             self.lookupd_producers(warn).await
         } else {
@@ -477,7 +516,7 @@ impl ClusterInfo {
         &self,
         topic: &str,
         warn: &mut Vec<String>,
-    ) -> Result<Vec<Producer>, String> {
+    ) -> Result<Vec<Producer>, ClusterError> {
         if self.lookupd_mode() {
             self.lookupd_topic_producers(topic, warn).await
         } else {
@@ -485,7 +524,7 @@ impl ClusterInfo {
         }
     }
 
-    pub async fn topics(&self, warn: &mut Vec<String>) -> Result<Vec<String>, String> {
+    pub async fn topics(&self, warn: &mut Vec<String>) -> Result<Vec<String>, ClusterError> {
         if self.lookupd_mode() {
             self.lookupd_topics(warn).await
         } else {
@@ -501,7 +540,7 @@ impl ClusterInfo {
         channel: Option<&str>,
         include_clients: bool,
         warn: &mut Vec<String>,
-    ) -> Result<ClusterStats, String> {
+    ) -> Result<ClusterStats, ClusterError> {
         let c = self.client.clone();
         let mut suffix = String::new();
         if let Some(t) = topic {
@@ -562,7 +601,7 @@ impl ClusterInfo {
         topic: &str,
         channel: &str,
         warn: &mut Vec<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ClusterError> {
         let tq = format!("topic={}", query_escape(topic));
         let cq = format!("{tq}&channel={}", query_escape(channel));
         if !self.lookupd_mode() {
@@ -586,7 +625,11 @@ impl ClusterInfo {
     }
 
     /// `DeleteTopic`.
-    pub async fn delete_topic(&self, topic: &str, warn: &mut Vec<String>) -> Result<(), String> {
+    pub async fn delete_topic(
+        &self,
+        topic: &str,
+        warn: &mut Vec<String>,
+    ) -> Result<(), ClusterError> {
         let ps = self.topic_producers(topic, warn).await?;
         let qs = format!("topic={}", query_escape(topic));
         self.post_all(&self.lookupds, "topic/delete", &qs, warn)
@@ -602,7 +645,7 @@ impl ClusterInfo {
         topic: &str,
         channel: &str,
         warn: &mut Vec<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ClusterError> {
         let ps = self.topic_producers(topic, warn).await?;
         let qs = format!(
             "topic={}&channel={}",
@@ -623,7 +666,7 @@ impl ClusterInfo {
         channel: Option<&str>,
         uri: &str,
         warn: &mut Vec<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ClusterError> {
         let ps = self.topic_producers(topic, warn).await?;
         let mut qs = format!("topic={}", query_escape(topic));
         if let Some(c) = channel {
@@ -640,7 +683,7 @@ impl ClusterInfo {
         topic: &str,
         node: &str,
         warn: &mut Vec<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ClusterError> {
         let qs = format!("topic={}&node={}", query_escape(topic), query_escape(node));
         self.post_all(&self.lookupds, "topic/tombstone", &qs, warn)
             .await;
@@ -669,18 +712,18 @@ mod tests {
     fn gather_rules() {
         let mut w = Vec::new();
         let r: Result<Vec<i32>, _> = gather(Kind::Nsqd, vec![], &mut w);
-        assert_eq!(r.unwrap_err(), "failed to query any nsqd: ");
+        assert_eq!(r.unwrap_err().to_string(), "failed to query any nsqd: ");
+        let e = |t: &str| ClusterError::Http(HttpError::Redirect(t.into()));
         let r = gather(
             Kind::Lookupd,
-            vec![Err::<i32, _>("a".into()), Err("b".into())],
+            vec![Err::<i32, _>(e("a")), Err(e("b"))],
             &mut w,
         );
-        assert_eq!(r.unwrap_err(), "failed to query any nsqlookupd: a\nb");
-        let r = gather(
-            Kind::Nsqd,
-            vec![Ok(1), Err("x".into()), Err("y".into())],
-            &mut w,
+        assert_eq!(
+            r.unwrap_err().to_string(),
+            "failed to query any nsqlookupd: a\nb"
         );
+        let r = gather(Kind::Nsqd, vec![Ok(1), Err(e("x")), Err(e("y"))], &mut w);
         assert_eq!(r.unwrap(), vec![1]);
         assert_eq!(w, vec!["x\ny".to_string()]);
     }

@@ -162,94 +162,163 @@ impl AdminOptions {
         normalize_base_path(&self.base_path)
     }
 
-    /// The option named by its config-file key as `/config/<opt>` shows it: strings raw
-    /// (`Ok(Err(text))`), everything else as JSON (`Ok(Ok(value))`). `None`: unknown key.
-    pub fn config_value(&self, key: &str) -> Option<Result<Value, String>> {
+    /// The option named by its config-file key as `/config/<opt>` shows it. `None`: unknown
+    /// key.
+    pub fn config_value(&self, key: &str) -> Option<ConfigValue> {
         if key == "base_path" {
-            return Some(Err(self.normalized_base_path()));
+            return Some(ConfigValue::Raw(self.normalized_base_path()));
         }
         let spec = FLAGS.by_config_key(key)?;
         let mut copy = self.clone();
         Some(match (spec.slot)(&mut copy).to_json() {
-            Value::String(s) => Err(s),
-            v => Ok(v),
+            Value::String(s) => ConfigValue::Raw(s),
+            v => ConfigValue::Json(v),
         })
     }
 
     /// nsqadmin/nsqadmin.go `New`'s checks that need no I/O beyond reading the TLS files (listening is checked by
     /// the server). The text follows `failed to instantiate nsqadmin - `.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OptionsError> {
         if self.lookupd_http_addresses.is_empty() && self.nsqd_http_addresses.is_empty() {
-            return Err("--nsqd-http-address or --lookupd-http-address required".into());
+            return Err(OptionsError::NoUpstream);
         }
         if !self.lookupd_http_addresses.is_empty() && !self.nsqd_http_addresses.is_empty() {
-            return Err("use --nsqd-http-address or --lookupd-http-address not both".into());
+            return Err(OptionsError::BothUpstreams);
         }
         let (cert, key) = (&self.http_client_tls_cert, &self.http_client_tls_key);
         if !cert.is_empty() && key.is_empty() {
-            return Err(
-                "--http-client-tls-key must be specified with --http-client-tls-cert".into(),
-            );
+            return Err(OptionsError::KeyWithoutCert);
         }
         if cert.is_empty() && !key.is_empty() {
-            return Err(
-                "--http-client-tls-cert must be specified with --http-client-tls-key".into(),
-            );
+            return Err(OptionsError::CertWithoutKey);
         }
         if !cert.is_empty() {
             for f in [cert, key] {
-                if let Err(e) = std::fs::read(f) {
-                    return Err(format!("failed to LoadX509KeyPair {cert}, {key} - {e}"));
+                if let Err(source) = std::fs::read(f) {
+                    return Err(OptionsError::KeyPair {
+                        cert: cert.clone(),
+                        key: key.clone(),
+                        source,
+                    });
                 }
             }
         }
         let ca = &self.http_client_tls_root_ca_file;
         if !ca.is_empty() {
-            let pem = std::fs::read_to_string(ca)
-                .map_err(|e| format!("failed to read TLS root CA file {ca} - {e}"))?;
+            let pem = std::fs::read_to_string(ca).map_err(|source| OptionsError::RootCa {
+                path: ca.clone(),
+                source,
+            })?;
             if !pem.contains("-----BEGIN CERTIFICATE-----") {
-                return Err(format!("failed to AppendCertsFromPEM {ca}"));
+                return Err(OptionsError::NoCertificates(ca.clone()));
             }
         }
-        for a in &self.lookupd_http_addresses {
-            check_host_port(a)
-                .map_err(|e| format!("failed to resolve --lookupd-http-address ({a}) - {e}"))?;
-        }
-        for a in &self.nsqd_http_addresses {
-            check_host_port(a)
-                .map_err(|e| format!("failed to resolve --nsqd-http-address ({a}) - {e}"))?;
-        }
+        let resolve = |flag: &'static str, addrs: &[String]| {
+            for a in addrs {
+                check_host_port(a).map_err(|source| OptionsError::Resolve {
+                    flag,
+                    addr: a.clone(),
+                    source,
+                })?;
+            }
+            Ok(())
+        };
+        resolve("lookupd-http-address", &self.lookupd_http_addresses)?;
+        resolve("nsqd-http-address", &self.nsqd_http_addresses)?;
         if self.proxy_graphite {
-            nsq_http::client::parse_url(&self.graphite_url).map_err(|e| {
-                format!(
-                    "failed to parse --graphite-url ({}) - {e}",
-                    self.graphite_url
-                )
+            nsq_http::client::parse_url(&self.graphite_url).map_err(|source| {
+                OptionsError::GraphiteUrl {
+                    url: self.graphite_url.clone(),
+                    source,
+                }
             })?;
         }
         if !self.allow_config_from_cidr.is_empty() {
-            Cidr::parse(&self.allow_config_from_cidr).map_err(|e| {
-                format!(
-                    "failed to parse --allow-config-from-cidr ({}) - {e}",
-                    self.allow_config_from_cidr
-                )
+            Cidr::parse(&self.allow_config_from_cidr).map_err(|source| OptionsError::Cidr {
+                cidr: self.allow_config_from_cidr.clone(),
+                source,
             })?;
         }
         Ok(())
     }
 }
 
+/// How `/config/<opt>` shows an option.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigValue {
+    /// A string, sent raw.
+    Raw(String),
+    /// Anything else, as JSON.
+    Json(Value),
+}
+
+/// An invalid option ([`AdminOptions::validate`]), in the reference's words (nsqadmin/nsqadmin.go,
+/// `New`), which follow `failed to instantiate nsqadmin - `.
+#[derive(Debug, thiserror::Error)]
+pub enum OptionsError {
+    #[error("--nsqd-http-address or --lookupd-http-address required")]
+    NoUpstream,
+    #[error("use --nsqd-http-address or --lookupd-http-address not both")]
+    BothUpstreams,
+    #[error("--http-client-tls-key must be specified with --http-client-tls-cert")]
+    KeyWithoutCert,
+    #[error("--http-client-tls-cert must be specified with --http-client-tls-key")]
+    CertWithoutKey,
+    #[error("failed to LoadX509KeyPair {cert}, {key} - {source}")]
+    KeyPair {
+        cert: String,
+        key: String,
+        source: std::io::Error,
+    },
+    #[error("failed to read TLS root CA file {path} - {source}")]
+    RootCa {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("failed to AppendCertsFromPEM {0}")]
+    NoCertificates(String),
+    #[error("failed to resolve --{flag} ({addr}) - {source}")]
+    Resolve {
+        flag: &'static str,
+        addr: String,
+        source: AddrError,
+    },
+    #[error("failed to parse --graphite-url ({url}) - {source}")]
+    GraphiteUrl {
+        url: String,
+        source: nsq_http::client::UrlError,
+    },
+    #[error("failed to parse --allow-config-from-cidr ({cidr}) - {source}")]
+    Cidr { cidr: String, source: InvalidCidr },
+}
+
+/// A `host:port` that `net.ResolveTCPAddr` would refuse, in Go's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddrError {
+    #[error("address {0}: missing port in address")]
+    MissingPort(String),
+    #[error("address {0}: too many colons in address")]
+    TooManyColons(String),
+    #[error("lookup tcp/{0}: unknown port")]
+    UnknownPort(String),
+}
+
+/// An `--allow-config-from-cidr` value that is not a CIDR block (Go's `*net.ParseError`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid CIDR address: {0}")]
+pub struct InvalidCidr(pub String);
+
 /// `net.ResolveTCPAddr`-like syntax check: `host:port` with a numeric port (the host is not
 /// looked up: names may become resolvable later).
-fn check_host_port(a: &str) -> Result<(), String> {
+fn check_host_port(a: &str) -> Result<(), AddrError> {
     let Some((host, port)) = a.rsplit_once(':') else {
-        return Err(format!("address {a}: missing port in address"));
+        return Err(AddrError::MissingPort(a.to_string()));
     };
     if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
-        return Err(format!("address {a}: too many colons in address"));
+        return Err(AddrError::TooManyColons(a.to_string()));
     }
     if port.parse::<u16>().is_err() {
-        return Err(format!("lookup tcp/{port}: unknown port"));
+        return Err(AddrError::UnknownPort(port.to_string()));
     }
     Ok(())
 }
@@ -268,8 +337,8 @@ pub struct Cidr {
 }
 
 impl Cidr {
-    pub fn parse(s: &str) -> Result<Cidr, String> {
-        let err = || format!("invalid CIDR address: {s}");
+    pub fn parse(s: &str) -> Result<Cidr, InvalidCidr> {
+        let err = || InvalidCidr(s.to_string());
         let (a, b) = s.split_once('/').ok_or_else(err)?;
         let addr: std::net::IpAddr = a.parse().map_err(|_| err())?;
         let bits: u8 = b.parse().map_err(|_| err())?;
@@ -436,28 +505,30 @@ mod tests {
     fn validation_order() {
         let o = AdminOptions::default();
         assert_eq!(
-            o.validate().unwrap_err(),
+            o.validate().unwrap_err().to_string(),
             "--nsqd-http-address or --lookupd-http-address required"
         );
         let o = run(&["--nsqd-http-address=a:1", "--lookupd-http-address=b:2"]);
         assert_eq!(
-            o.validate().unwrap_err(),
+            o.validate().unwrap_err().to_string(),
             "use --nsqd-http-address or --lookupd-http-address not both"
         );
         let o = run(&["--nsqd-http-address=a:1", "--http-client-tls-cert=x"]);
         assert_eq!(
-            o.validate().unwrap_err(),
+            o.validate().unwrap_err().to_string(),
             "--http-client-tls-key must be specified with --http-client-tls-cert"
         );
         let o = run(&["--nsqd-http-address=nope"]);
         assert!(o
             .validate()
             .unwrap_err()
+            .to_string()
             .starts_with("failed to resolve --nsqd-http-address (nope) - "));
         let o = run(&["--nsqd-http-address=a:1", "--allow-config-from-cidr=1.2.3"]);
         assert!(o
             .validate()
             .unwrap_err()
+            .to_string()
             .starts_with("failed to parse --allow-config-from-cidr (1.2.3)"));
         run(&["--nsqd-http-address=127.0.0.1:4151"])
             .validate()
@@ -484,16 +555,19 @@ mod tests {
         let o = run(&["--nsqd-http-address=a:1"]);
         assert_eq!(
             o.config_value("http_address"),
-            Some(Err("0.0.0.0:4171".into()))
+            Some(ConfigValue::Raw("0.0.0.0:4171".into()))
         );
         assert_eq!(
             o.config_value("http_client_request_timeout"),
-            Some(Ok(Value::from(5_000_000_000i64)))
+            Some(ConfigValue::Json(Value::from(5_000_000_000i64)))
         );
-        assert_eq!(o.config_value("log_level"), Some(Ok(Value::from(2))));
+        assert_eq!(
+            o.config_value("log_level"),
+            Some(ConfigValue::Json(Value::from(2)))
+        );
         assert_eq!(
             o.config_value("admin_users"),
-            Some(Ok(serde_json::json!([])))
+            Some(ConfigValue::Json(serde_json::json!([])))
         );
         assert_eq!(o.config_value("nope"), None);
     }

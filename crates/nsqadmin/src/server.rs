@@ -18,12 +18,12 @@ use nsq_http::listen::{self as listen, ListenError};
 /// New), which `apps/nsqadmin` prefixes with `failed to instantiate nsqadmin - `.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// An invalid option ([`AdminOptions::validate`], already in the reference's words).
-    #[error("{0}")]
-    Options(String),
+    /// An invalid option ([`AdminOptions::validate`], in the reference's words).
+    #[error(transparent)]
+    Options(#[from] crate::options::OptionsError),
     /// `--allow-config-from-cidr` does not parse ([`Cidr::parse`]).
-    #[error("{0}")]
-    Cidr(String),
+    #[error(transparent)]
+    Cidr(#[from] crate::options::InvalidCidr),
     #[error(transparent)]
     Listen(#[from] ListenError),
     /// The bound socket's address could not be read.

@@ -123,25 +123,69 @@ pub struct AuthState {
     pub expires: Instant,
 }
 
+/// Why authentication failed (logged by the server; the client gets `E_AUTH_FAILED`).
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("no auth servers configured")]
+    NoServers,
+    /// The request failed or was answered with an error status (Go's `http_api` texts).
+    #[error(transparent)]
+    Http(#[from] nsq_http::client::HttpError),
+    #[error("bad JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Go's `json.UnmarshalTypeError`: a value of the wrong JSON type for `target`.
+    #[error("cannot unmarshal {kind} into {target}")]
+    Unmarshal { kind: &'static str, target: String },
+    #[error("unknown permission {0}")]
+    UnknownPermission(String),
+    /// A topic or channel pattern that is not a valid regular expression.
+    #[error("unable to compile {what} {pattern:?} {source}")]
+    BadPattern {
+        what: &'static str,
+        pattern: String,
+        source: regex::Error,
+    },
+    #[error("invalid TTL {0} (must be >0)")]
+    InvalidTtl(i64),
+}
+
+impl AuthError {
+    fn unmarshal(v: &Value, target: impl Into<String>) -> AuthError {
+        AuthError::Unmarshal {
+            kind: nsq_go::json::kind(v),
+            target: target.into(),
+        }
+    }
+}
+
 impl AuthState {
     /// Decodes and validates an auth server's 200 body; the state expires `ttl` seconds from
     /// now. The error text says what was wrong (for the server log only).
-    pub fn from_response(body: &[u8]) -> Result<AuthState, String> {
+    pub fn from_response(body: &[u8]) -> Result<AuthState, AuthError> {
         let raw = decode(body)?;
         let mut authorizations = Vec::with_capacity(raw.authorizations.len());
         for a in raw.authorizations {
             let permissions = a
                 .permissions
                 .iter()
-                .map(|p| Permission::parse(p).ok_or_else(|| format!("unknown permission {p}")))
+                .map(|p| {
+                    Permission::parse(p).ok_or_else(|| AuthError::UnknownPermission(p.clone()))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
-            let topic = Pattern::new(&a.topic)
-                .map_err(|e| format!("unable to compile topic {:?} {e}", a.topic))?;
+            let topic = Pattern::new(&a.topic).map_err(|source| AuthError::BadPattern {
+                what: "topic",
+                pattern: a.topic.clone(),
+                source,
+            })?;
             let channels = a
                 .channels
                 .iter()
                 .map(|c| {
-                    Pattern::new(c).map_err(|e| format!("unable to compile channel {c:?} {e}"))
+                    Pattern::new(c).map_err(|source| AuthError::BadPattern {
+                        what: "channel",
+                        pattern: c.clone(),
+                        source,
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             authorizations.push(Authorization {
@@ -151,7 +195,7 @@ impl AuthState {
             });
         }
         if raw.ttl <= 0 {
-            return Err(format!("invalid TTL {} (must be >0)", raw.ttl));
+            return Err(AuthError::InvalidTtl(raw.ttl));
         }
         let ttl = Duration::from_secs(raw.ttl as u64);
         let now = Instant::now();
@@ -208,13 +252,13 @@ pub async fn query(
     remote_ip: &str,
     tls: bool,
     common_name: &str,
-) -> Result<AuthState, String> {
+) -> Result<AuthState, AuthError> {
     if addresses.is_empty() {
-        return Err("no auth servers configured".to_string());
+        return Err(AuthError::NoServers);
     }
     let query = request_query(secret, remote_ip, tls, common_name);
     let start = rand::thread_rng().gen_range(0..addresses.len());
-    let mut last_err = String::new();
+    let mut last_err = AuthError::NoServers;
     for i in 0..addresses.len() {
         let address = &addresses[(start + i) % addresses.len()];
         match query_one(client, address, &query).await {
@@ -257,11 +301,12 @@ fn query_escape_bytes(b: &[u8]) -> String {
     }
 }
 
-async fn query_one(client: &HttpClient, address: &str, query: &str) -> Result<AuthState, String> {
-    let body = client
-        .get_v1(&endpoint(address, query))
-        .await
-        .map_err(|e| e.to_string())?;
+async fn query_one(
+    client: &HttpClient,
+    address: &str,
+    query: &str,
+) -> Result<AuthState, AuthError> {
+    let body = client.get_v1(&endpoint(address, query)).await?;
     AuthState::from_response(&body)
 }
 
@@ -292,26 +337,18 @@ struct RawAuthorization {
     permissions: Vec<String>,
 }
 
-fn decode(body: &[u8]) -> Result<RawState, String> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| format!("bad JSON: {e}"))?;
+fn decode(body: &[u8]) -> Result<RawState, AuthError> {
+    let v: Value = serde_json::from_slice(body)?;
     let mut st = RawState::default();
     let obj = match v {
         Value::Null => return Ok(st),
         Value::Object(m) => m,
-        other => {
-            return Err(format!(
-                "cannot unmarshal {} into State",
-                nsq_go::json::kind(&other)
-            ))
-        }
+        other => return Err(AuthError::unmarshal(&other, "State")),
     };
     if let Some(v) = field(&obj, "ttl") {
-        st.ttl = v.as_i64().ok_or_else(|| {
-            format!(
-                "cannot unmarshal {} into State.ttl of type int",
-                nsq_go::json::kind(v)
-            )
-        })?;
+        st.ttl = v
+            .as_i64()
+            .ok_or_else(|| AuthError::unmarshal(v, "State.ttl of type int"))?;
     }
     if let Some(v) = field(&obj, "identity") {
         st.identity = string(v, "identity")?;
@@ -320,12 +357,9 @@ fn decode(body: &[u8]) -> Result<RawState, String> {
         st.identity_url = string(v, "identity_url")?;
     }
     if let Some(v) = field(&obj, "authorizations") {
-        let items = v.as_array().ok_or_else(|| {
-            format!(
-                "cannot unmarshal {} into State.authorizations",
-                nsq_go::json::kind(v)
-            )
-        })?;
+        let items = v
+            .as_array()
+            .ok_or_else(|| AuthError::unmarshal(v, "State.authorizations"))?;
         for item in items {
             let mut a = RawAuthorization::default();
             match item {
@@ -341,12 +375,7 @@ fn decode(body: &[u8]) -> Result<RawState, String> {
                         a.permissions = strings(v, "permissions")?;
                     }
                 }
-                other => {
-                    return Err(format!(
-                        "cannot unmarshal {} into an authorization",
-                        nsq_go::json::kind(other)
-                    ))
-                }
+                other => return Err(AuthError::unmarshal(other, "an authorization")),
             }
             st.authorizations.push(a);
         }
@@ -383,22 +412,16 @@ fn fold_eq(a: &str, b: &str) -> bool {
         && a.chars().zip(b.chars()).all(|(x, y)| fold(x) == fold(y))
 }
 
-fn string(v: &Value, what: &str) -> Result<String, String> {
-    v.as_str().map(str::to_string).ok_or_else(|| {
-        format!(
-            "cannot unmarshal {} into {what} of type string",
-            nsq_go::json::kind(v)
-        )
-    })
+fn string(v: &Value, what: &str) -> Result<String, AuthError> {
+    v.as_str()
+        .map(str::to_string)
+        .ok_or_else(|| AuthError::unmarshal(v, format!("{what} of type string")))
 }
 
-fn strings(v: &Value, what: &str) -> Result<Vec<String>, String> {
-    let items = v.as_array().ok_or_else(|| {
-        format!(
-            "cannot unmarshal {} into {what} of type []string",
-            nsq_go::json::kind(v)
-        )
-    })?;
+fn strings(v: &Value, what: &str) -> Result<Vec<String>, AuthError> {
+    let items = v
+        .as_array()
+        .ok_or_else(|| AuthError::unmarshal(v, format!("{what} of type []string")))?;
     items
         .iter()
         .map(|i| match i {

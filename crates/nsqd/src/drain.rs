@@ -63,11 +63,11 @@ pub enum SigtermMode {
 
 impl SigtermMode {
     /// Parses a `--sigterm` value; the error follows `invalid value "x" for flag -sigterm: `.
-    pub fn parse(s: &str) -> Result<SigtermMode, String> {
+    pub fn parse(s: &str) -> Result<SigtermMode, BadSigtermMode> {
         match s {
             "shutdown" => Ok(SigtermMode::Shutdown),
             "drain" => Ok(SigtermMode::Drain),
-            _ => Err("must be 'shutdown' or 'drain'".to_string()),
+            _ => Err(BadSigtermMode),
         }
     }
 
@@ -79,9 +79,14 @@ impl SigtermMode {
     }
 }
 
+/// A `--sigterm` value other than `shutdown` or `drain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("must be 'shutdown' or 'drain'")]
+pub struct BadSigtermMode;
+
 /// `--sigterm` on the command line and as `sigterm` in the config file.
 impl nsq_go::flag::Value for SigtermMode {
-    fn set(&mut self, text: &str) -> Result<(), String> {
+    fn set(&mut self, text: &str) -> Result<(), nsq_go::flag::ValueError> {
         *self = SigtermMode::parse(text)?;
         Ok(())
     }
@@ -308,8 +313,8 @@ mod tests {
         assert_eq!(SigtermMode::parse("drain"), Ok(SigtermMode::Drain));
         assert_eq!(SigtermMode::parse("shutdown"), Ok(SigtermMode::Shutdown));
         assert_eq!(
-            SigtermMode::parse("Drain"),
-            Err("must be 'shutdown' or 'drain'".to_string())
+            SigtermMode::parse("Drain").unwrap_err().to_string(),
+            "must be 'shutdown' or 'drain'"
         );
     }
 }

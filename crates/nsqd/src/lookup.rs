@@ -201,27 +201,24 @@ impl Peer {
         }
     }
 
-    async fn connect(&mut self, ctx: &Ctx) -> Result<(TcpStream, BytesMut), String> {
+    async fn connect(&mut self, ctx: &Ctx) -> Result<(TcpStream, BytesMut), LookupError> {
         tracing::info!("LOOKUP connecting to {}", self.addr);
         let mut stream = timeout(IO_TIMEOUT, TcpStream::connect(&self.addr))
             .await
-            .map_err(|_| "dial timeout".to_string())?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| LookupError::DialTimeout)??;
         let _ = stream.set_nodelay(true);
         timeout(IO_TIMEOUT, stream.write_all(nsq_protocol::MAGIC_V1))
             .await
-            .map_err(|_| "write timeout".to_string())?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| LookupError::WriteTimeout)??;
         let mut buf = BytesMut::new();
         let identify = LookupCommand::Identify {
             body: ctx.info.to_json().into(),
         };
         let resp = round_trip(&mut stream, &mut buf, &identify, ctx.max_body).await?;
         if &resp[..] == b"E_INVALID" {
-            return Err("lookupd returned E_INVALID".into());
+            return Err(LookupError::Invalid);
         }
-        let peer =
-            PeerInfo::from_json(&resp).map_err(|e| format!("bad IDENTIFY response - {e}"))?;
+        let peer = PeerInfo::from_json(&resp).map_err(LookupError::BadIdentify)?;
         tracing::info!("LOOKUPD({}): peer info {peer:?}", self.addr);
         if peer.broadcast_address.is_empty() {
             tracing::error!("LOOKUPD({}): no broadcast address", self.addr);
@@ -256,6 +253,27 @@ impl Peer {
     }
 }
 
+/// Why talking to one lookupd failed (logged; the connection is dropped and retried).
+#[derive(Debug, thiserror::Error)]
+enum LookupError {
+    #[error("dial timeout")]
+    DialTimeout,
+    #[error("write timeout")]
+    WriteTimeout,
+    #[error("read timeout")]
+    ReadTimeout,
+    #[error("EOF")]
+    Eof,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Response(#[from] nsq_protocol::lookup::ResponseTooBig),
+    #[error("lookupd returned E_INVALID")]
+    Invalid,
+    #[error("bad IDENTIFY response - {0}")]
+    BadIdentify(serde_json::Error),
+}
+
 /// Whether lookupd closed the connection (it never sends unsolicited data, so any readable
 /// state between commands means EOF or an error).
 fn peer_closed(s: &TcpStream) -> bool {
@@ -269,23 +287,21 @@ async fn round_trip(
     buf: &mut BytesMut,
     cmd: &LookupCommand,
     max_body: usize,
-) -> Result<bytes::Bytes, String> {
+) -> Result<bytes::Bytes, LookupError> {
     let mut out = BytesMut::new();
     encode_lookup_command(&mut out, cmd);
     timeout(IO_TIMEOUT, stream.write_all(&out))
         .await
-        .map_err(|_| "write timeout".to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| LookupError::WriteTimeout)??;
     loop {
         if let Some(resp) = take_lookup_response(buf, max_body)? {
             return Ok(resp);
         }
         let n = timeout(IO_TIMEOUT, stream.read_buf(buf))
             .await
-            .map_err(|_| "read timeout".to_string())?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| LookupError::ReadTimeout)??;
         if n == 0 {
-            return Err("EOF".into());
+            return Err(LookupError::Eof);
         }
     }
 }

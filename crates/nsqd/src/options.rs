@@ -122,8 +122,8 @@ impl flag::Value for TlsRequired {
         true
     }
 
-    fn set(&mut self, text: &str) -> Result<(), String> {
-        *self = TlsRequired::parse(text).map_err(|e| e.to_string())?;
+    fn set(&mut self, text: &str) -> Result<(), flag::ValueError> {
+        *self = TlsRequired::parse(text)?;
         Ok(())
     }
 
@@ -137,8 +137,8 @@ impl flag::Value for TlsRequired {
 }
 
 impl flag::Value for TlsVersion {
-    fn set(&mut self, text: &str) -> Result<(), String> {
-        if let Some(v) = TlsVersion::parse(text).map_err(|e| e.to_string())? {
+    fn set(&mut self, text: &str) -> Result<(), flag::ValueError> {
+        if let Some(v) = TlsVersion::parse(text)? {
             *self = v;
         }
         Ok(())

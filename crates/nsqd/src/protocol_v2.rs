@@ -348,7 +348,7 @@ async fn query_auth(
     nsqd: &Nsqd,
     client: &Client,
     secret: &[u8],
-) -> Result<crate::auth::AuthState, String> {
+) -> Result<crate::auth::AuthState, crate::auth::AuthError> {
     let (tls, cn) = {
         let m = client.meta.lock();
         (m.tls, m.tls_common_name.clone())

@@ -41,9 +41,9 @@ pub enum StartError {
         #[source]
         source: std::fs::TryLockError,
     },
-    /// Building the TLS server config (tls.rs, already in the reference's words).
-    #[error("{0}")]
-    Tls(String),
+    /// Building the TLS server config (tls.rs, in the reference's words).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsConfigError),
     #[error(transparent)]
     Listen(#[from] ListenError),
     /// A bound socket's address could not be read.

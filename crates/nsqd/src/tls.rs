@@ -68,16 +68,59 @@ where
 ///   shows the configured number.
 /// * `--tls-client-auth-policy=require-verify` without `--tls-root-ca-file` fails startup
 ///   (the reference would verify against the system roots; none are bundled here).
-pub fn server_config(opts: &NsqdOptions) -> Result<Option<Arc<ServerConfig>>, String> {
+pub fn server_config(opts: &NsqdOptions) -> Result<Option<Arc<ServerConfig>>, TlsConfigError> {
     if opts.tls_cert.is_empty() && opts.tls_key.is_empty() {
         return Ok(None);
     }
     build(opts)
         .map(|c| Some(Arc::new(c)))
-        .map_err(|e| format!("failed to build TLS config - {e}"))
+        .map_err(TlsConfigError)
 }
 
-fn build(opts: &NsqdOptions) -> Result<ServerConfig, String> {
+/// Startup failed building the TLS configuration: `failed to build TLS config - <why>`.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to build TLS config - {0}")]
+pub struct TlsConfigError(#[source] pub TlsError);
+
+/// Why the TLS configuration could not be built, in Go's `crypto/tls` / `crypto/x509` words.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be opened or read: `open <path>: <errno text>` (Go's `*PathError`).
+    #[error("{op} {path}: {reason}")]
+    File {
+        op: &'static str,
+        path: String,
+        /// Go's lower-case strerror text.
+        reason: String,
+    },
+    #[error("tls: failed to find any PEM data in certificate input")]
+    NoCertificate,
+    #[error("tls: found a certificate rather than a key in the PEM for the private key")]
+    CertificateForKey,
+    #[error("tls: failed to find any PEM data in key input")]
+    NoKey,
+    #[error("tls: failed to parse private key")]
+    BadKey,
+    #[error("tls: private key does not match public key")]
+    KeyMismatch,
+    #[error("x509: malformed certificate")]
+    MalformedCertificate,
+    /// `--tls-root-ca-file` held no usable certificate (Go's `AppendCertsFromPEM` false).
+    #[error("failed to append certificate to pool")]
+    NoRoots,
+    #[error(
+        "--tls-client-auth-policy=require-verify needs --tls-root-ca-file \
+         (system root certificates are not available)"
+    )]
+    RequireVerifyWithoutRoots,
+    /// Anything else rustls refused, in its words.
+    #[error(transparent)]
+    Rustls(#[from] rustls::Error),
+    #[error(transparent)]
+    ClientVerifier(#[from] rustls::server::VerifierBuilderError),
+}
+
+fn build(opts: &NsqdOptions) -> Result<ServerConfig, TlsError> {
     // Go's order: the key pair first, then the CA file.
     let certs = load_certs(&opts.tls_cert)?;
     let key = load_key(&opts.tls_key)?;
@@ -94,9 +137,8 @@ fn build(opts: &NsqdOptions) -> Result<ServerConfig, String> {
             &[&rustls::version::TLS13, &rustls::version::TLS12]
         }
     };
-    let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(versions)
-        .map_err(|e| e.to_string())?;
+    let builder =
+        ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(versions)?;
 
     let builder = match opts.tls_client_auth_policy.as_str() {
         "require" => builder.with_client_cert_verifier(nsq_tls::AnyClientCert::new(
@@ -104,26 +146,19 @@ fn build(opts: &NsqdOptions) -> Result<ServerConfig, String> {
             roots.as_ref().map(|r| r.subjects()).unwrap_or_default(),
         )),
         "require-verify" => {
-            let roots = roots.ok_or_else(|| {
-                "--tls-client-auth-policy=require-verify needs --tls-root-ca-file \
-                 (system root certificates are not available)"
-                    .to_string()
-            })?;
-            let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider.clone())
-                .build()
-                .map_err(|e| e.to_string())?;
+            let roots = roots.ok_or(TlsError::RequireVerifyWithoutRoots)?;
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(roots, provider.clone()).build()?;
             builder.with_client_cert_verifier(verifier)
         }
         _ => builder.with_no_client_auth(),
     };
 
     let mut config = builder.with_single_cert(certs, key).map_err(|e| match e {
-        rustls::Error::InconsistentKeys(_) => {
-            "tls: private key does not match public key".to_string()
-        }
-        rustls::Error::InvalidCertificate(_) => "x509: malformed certificate".to_string(),
-        rustls::Error::General(_) => "tls: failed to parse private key".to_string(),
-        other => other.to_string(),
+        rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch,
+        rustls::Error::InvalidCertificate(_) => TlsError::MalformedCertificate,
+        rustls::Error::General(_) => TlsError::BadKey,
+        other => TlsError::Rustls(other),
     })?;
     // Go picks the suite from its own preference list, not the client's (see `provider`).
     config.ignore_client_order = true;
@@ -155,11 +190,15 @@ fn provider() -> CryptoProvider {
 }
 
 /// Reads a whole file, with Go's error texts (`open <path>: …`, `read <path>: …`).
-fn read_file(path: &str) -> Result<Vec<u8>, String> {
-    let mut f = File::open(path).map_err(|e| format!("open {path}: {}", go_errno_text(&e)))?;
+fn read_file(path: &str) -> Result<Vec<u8>, TlsError> {
+    let fail = |op: &'static str, e: io::Error| TlsError::File {
+        op,
+        path: path.to_string(),
+        reason: go_errno_text(&e),
+    };
+    let mut f = File::open(path).map_err(|e| fail("open", e))?;
     let mut buf = Vec::new();
-    f.read_to_end(&mut buf)
-        .map_err(|e| format!("read {path}: {}", go_errno_text(&e)))?;
+    f.read_to_end(&mut buf).map_err(|e| fail("read", e))?;
     Ok(buf)
 }
 
@@ -184,41 +223,40 @@ fn go_errno_text(e: &io::Error) -> String {
 
 /// The certificate chain of `--tls-cert`: every `CERTIFICATE` block, leaf first. Parsing
 /// stops at the first malformed PEM block.
-fn load_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+fn load_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let pem = read_file(path)?;
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
         .map_while(Result::ok)
         .collect();
     if certs.is_empty() {
-        return Err("tls: failed to find any PEM data in certificate input".to_string());
+        return Err(TlsError::NoCertificate);
     }
     Ok(certs)
 }
 
 /// The first private key (PKCS#1, PKCS#8 or SEC1) of `--tls-key`.
-fn load_key(path: &str) -> Result<PrivateKeyDer<'static>, String> {
+fn load_key(path: &str) -> Result<PrivateKeyDer<'static>, TlsError> {
     let pem = read_file(path)?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
         rustls_pki_types::pem::Error::NoItemsFound => {
             if CertificateDer::pem_slice_iter(&pem).any(|c| c.is_ok()) {
-                "tls: found a certificate rather than a key in the PEM for the private key"
-                    .to_string()
+                TlsError::CertificateForKey
             } else {
-                "tls: failed to find any PEM data in key input".to_string()
+                TlsError::NoKey
             }
         }
-        _ => "tls: failed to parse private key".to_string(),
+        _ => TlsError::BadKey,
     })
 }
 
 /// `--tls-root-ca-file` as a trust store: like Go's `AppendCertsFromPEM`, certificates that
 /// do not parse are skipped, and a file without a single usable one is an error.
-fn load_roots(path: &str) -> Result<RootCertStore, String> {
+fn load_roots(path: &str) -> Result<RootCertStore, TlsError> {
     let pem = read_file(path)?;
     let mut roots = RootCertStore::empty();
     roots.add_parsable_certificates(CertificateDer::pem_slice_iter(&pem).map_while(Result::ok));
     if roots.is_empty() {
-        return Err("failed to append certificate to pool".to_string());
+        return Err(TlsError::NoRoots);
     }
     Ok(roots)
 }

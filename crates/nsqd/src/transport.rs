@@ -79,6 +79,22 @@ async fn send_ok(wr: &mut WriteSide) -> io::Result<()> {
     wr.flush().await
 }
 
+/// Why a negotiated upgrade failed (logged; the connection is closed).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UpgradeError {
+    #[error("TLS negotiated without a TLS config")]
+    NoTlsConfig,
+    #[error("TLS requested on an already upgraded connection")]
+    AlreadyUpgraded,
+    #[error(transparent)]
+    Reunite(#[from] tokio::net::tcp::ReuniteError),
+    #[error("TLS handshake timeout")]
+    HandshakeTimeout,
+    /// The handshake failed, or writing the `OK` did.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
 /// Performs the negotiated upgrades in the reference's order (TLS, then snappy or deflate),
 /// recording them in the client's metadata for `/stats`.
 pub(crate) async fn upgrade(
@@ -87,18 +103,17 @@ pub(crate) async fn upgrade(
     negotiated: &Negotiated,
     tls: Option<&Arc<rustls::ServerConfig>>,
     client: &Client,
-) -> Result<(ReadSide, WriteSide), String> {
+) -> Result<(ReadSide, WriteSide), UpgradeError> {
     if negotiated.tls_v1 {
-        let config = tls.ok_or("TLS negotiated without a TLS config")?;
+        let config = tls.ok_or(UpgradeError::NoTlsConfig)?;
         let (ReadSide::Tcp(r), WriteSide::Tcp(w)) = (rd, wr) else {
-            return Err("TLS requested on an already upgraded connection".into());
+            return Err(UpgradeError::AlreadyUpgraded);
         };
-        let stream = r.reunite(w).map_err(|e| e.to_string())?;
+        let stream = r.reunite(w)?;
         let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
         let tls_stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
             .await
-            .map_err(|_| "TLS handshake timeout".to_string())?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| UpgradeError::HandshakeTimeout)??;
         {
             let (_, conn) = tls_stream.get_ref();
             let mut meta = client.meta.lock();
@@ -117,13 +132,13 @@ pub(crate) async fn upgrade(
         let (r, w) = tokio::io::split(tls_stream);
         rd = ReadSide::Boxed(Box::new(r));
         wr = WriteSide::Boxed(Box::new(w));
-        send_ok(&mut wr).await.map_err(|e| e.to_string())?;
+        send_ok(&mut wr).await?;
     }
     if negotiated.snappy {
         rd = ReadSide::Boxed(Box::new(SnappyReader::new(rd)));
         wr = WriteSide::Boxed(Box::new(SnappyWriter::new(wr)));
         client.meta.lock().snappy = true;
-        send_ok(&mut wr).await.map_err(|e| e.to_string())?;
+        send_ok(&mut wr).await?;
     } else if negotiated.deflate {
         rd = ReadSide::Boxed(Box::new(DeflateReader::new(rd)));
         let level = negotiated.deflate_level.clamp(1, 9) as u32;
@@ -131,8 +146,8 @@ pub(crate) async fn upgrade(
         client.meta.lock().deflate = true;
         // The reference's first deflate bytes are an empty sync block (its pump flushes the
         // idle client) and then the OK: send the same bytes (client_v2.go, `UpgradeDeflate`).
-        wr.flush().await.map_err(|e| e.to_string())?;
-        send_ok(&mut wr).await.map_err(|e| e.to_string())?;
+        wr.flush().await?;
+        send_ok(&mut wr).await?;
     }
     Ok((rd, wr))
 }

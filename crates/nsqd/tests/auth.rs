@@ -75,7 +75,9 @@ fn client(root_ca_file: &str) -> HttpClient {
 }
 
 async fn query(addrs: &[String], secret: &[u8]) -> Result<AuthState, String> {
-    auth::query(&client(""), addrs, secret, "127.0.0.1", false, "").await
+    auth::query(&client(""), addrs, secret, "127.0.0.1", false, "")
+        .await
+        .map_err(|e| e.to_string())
 }
 
 const ALLOW: &str = r#"{"ttl":3600,"identity":"bob","identity_url":"http://x/bob","authorizations":[{"topic":".*","channels":[".*"],"permissions":["subscribe","publish"]}]}"#;
@@ -307,7 +309,8 @@ async fn https_auth_server_is_verified_with_the_root_ca() {
     // Without the CA the server's certificate is refused, with Go's words.
     let e = auth::query(&client(""), &[url], b"good", "127.0.0.1", true, "")
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         e.ends_with(
             ": tls: failed to verify certificate: x509: certificate signed by unknown authority"

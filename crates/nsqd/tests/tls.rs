@@ -80,7 +80,9 @@ fn server_config(o: &NsqdOptions) -> Arc<ServerConfig> {
 }
 
 fn config_error(o: &NsqdOptions) -> String {
-    nsqd::tls::server_config(o).expect_err("startup error")
+    nsqd::tls::server_config(o)
+        .expect_err("startup error")
+        .to_string()
 }
 
 /// A client trusting the test CA, limited to `versions`, optionally to one cipher suite, and

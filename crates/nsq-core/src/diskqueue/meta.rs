@@ -29,18 +29,18 @@ impl Meta {
     /// Parses the reference format (`"%d\n%d,%d\n%d,%d\n"`). Anything else is an error: we
     /// let `recovery.rs` rebuild the positions from the data files. A missing final newline is
     /// tolerated.
-    pub(crate) fn parse(text: &[u8]) -> Result<Meta, String> {
-        let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_string())?;
+    pub(crate) fn parse(text: &[u8]) -> Result<Meta, MetaError> {
+        let text = std::str::from_utf8(text).map_err(|_| MetaError::NotUtf8)?;
         let body = text.strip_suffix('\n').unwrap_or(text);
         let lines: Vec<&str> = body.split('\n').collect();
         if lines.len() != 3 {
-            return Err(format!("expected 3 lines, found {}", lines.len()));
+            return Err(MetaError::Lines(lines.len()));
         }
         let depth = parse_int(lines[0])?;
         let (read_file_num, read_pos) = parse_pair(lines[1])?;
         let (write_file_num, write_pos) = parse_pair(lines[2])?;
         if read_file_num < 0 || read_pos < 0 || write_file_num < 0 || write_pos < 0 {
-            return Err("negative file number or position".to_string());
+            return Err(MetaError::Negative);
         }
         Ok(Meta {
             depth,
@@ -52,24 +52,45 @@ impl Meta {
     }
 }
 
-fn parse_int(s: &str) -> Result<i64, String> {
+/// Why a metadata file does not parse (the text is for the log; recovery follows).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum MetaError {
+    #[error("not UTF-8")]
+    NotUtf8,
+    #[error("expected 3 lines, found {0}")]
+    Lines(usize),
+    #[error("bad integer {0:?}")]
+    NotInteger(String),
+    #[error("bad integer {text:?}: {source}")]
+    IntRange {
+        text: String,
+        source: std::num::ParseIntError,
+    },
+    #[error("expected `<num>,<pos>`, got {0:?}")]
+    NotPair(String),
+    #[error("negative file number or position")]
+    Negative,
+}
+
+fn parse_int(s: &str) -> Result<i64, MetaError> {
     let digits = s.strip_prefix('+').unwrap_or(s);
     let ok = {
         let d = digits.strip_prefix('-').unwrap_or(digits);
         !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
     };
     if !ok {
-        return Err(format!("bad integer {s:?}"));
+        return Err(MetaError::NotInteger(s.to_string()));
     }
-    digits
-        .parse::<i64>()
-        .map_err(|e| format!("bad integer {s:?}: {e}"))
+    digits.parse::<i64>().map_err(|source| MetaError::IntRange {
+        text: s.to_string(),
+        source,
+    })
 }
 
-fn parse_pair(line: &str) -> Result<(i64, i64), String> {
+fn parse_pair(line: &str) -> Result<(i64, i64), MetaError> {
     let (a, b) = line
         .split_once(',')
-        .ok_or_else(|| format!("expected `<num>,<pos>`, got {line:?}"))?;
+        .ok_or_else(|| MetaError::NotPair(line.to_string()))?;
     Ok((parse_int(a)?, parse_int(b)?))
 }
 

@@ -85,23 +85,35 @@ pub(super) fn recover(name: &str, opts: &DiskQueueOptions, meta_path: &Path) -> 
     m
 }
 
+/// Why metadata cannot be trusted (the text is for the log; the positions are rebuilt).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Untrusted {
+    #[error("file number or position out of range")]
+    OutOfRange,
+    #[error("read position beyond write position")]
+    ReadPastWrite,
+    #[error("readPos {read_pos} past the end of a {len}-byte file")]
+    ReadPastEnd { read_pos: i64, len: u64 },
+    #[error("none of the data files it names exist")]
+    NoNamedFile,
+}
+
 /// Why `m` cannot be trusted, if it cannot.
-fn check(name: &str, opts: &DiskQueueOptions, m: &Meta) -> Result<(), String> {
+fn check(name: &str, opts: &DiskQueueOptions, m: &Meta) -> Result<(), Untrusted> {
     let nums_ok = (0..=MAX_FILE_NUM).contains(&m.read_file_num)
         && (0..=MAX_FILE_NUM).contains(&m.write_file_num);
     if !nums_ok || m.read_pos < 0 || m.write_pos < 0 {
-        return Err("file number or position out of range".into());
+        return Err(Untrusted::OutOfRange);
     }
     if (m.read_file_num, m.read_pos) > (m.write_file_num, m.write_pos) {
-        return Err("read position beyond write position".into());
+        return Err(Untrusted::ReadPastWrite);
     }
     let read_path = data_file_path(&opts.data_path, name, m.read_file_num);
     match fs::metadata(&read_path) {
-        Ok(md) if (md.len() as i64) < m.read_pos => Err(format!(
-            "readPos {} past the end of a {}-byte file",
-            m.read_pos,
-            md.len()
-        )),
+        Ok(md) if (md.len() as i64) < m.read_pos => Err(Untrusted::ReadPastEnd {
+            read_pos: m.read_pos,
+            len: md.len(),
+        }),
         // An empty queue (reader at the writer) whose write file is not created yet: other
         // data files are leftovers of consumed data (a failed or interrupted deletion), not
         // records to serve.
@@ -116,7 +128,7 @@ fn check(name: &str, opts: &DiskQueueOptions, m: &Meta) -> Result<(), String> {
                 .iter()
                 .any(|n| (m.read_file_num..=m.write_file_num).contains(n));
             if !in_range && !nums.is_empty() {
-                Err("none of the data files it names exist".into())
+                Err(Untrusted::NoNamedFile)
             } else {
                 Ok(())
             }

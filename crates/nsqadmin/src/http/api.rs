@@ -59,7 +59,7 @@ fn err(status: StatusCode, msg: &str) -> Reply {
     Reply::error(status, msg)
 }
 
-fn upstream(e: String) -> Reply {
+fn upstream(e: crate::cluster::ClusterError) -> Reply {
     err(StatusCode::BAD_GATEWAY, &format!("UPSTREAM_ERROR: {e}"))
 }
 
@@ -584,10 +584,11 @@ fn config(admin: &Arc<Admin>, ctx: &Ctx, opt: &str) -> ApiResult {
         }
         admin.set_opts(o);
     }
+    use crate::options::ConfigValue;
     match admin.opts().config_value(opt) {
         None => Err(err(StatusCode::BAD_REQUEST, "INVALID_OPTION")),
-        Some(Err(s)) => Ok(Reply::v1_text(s)),
-        Some(Ok(v)) => Ok(Reply::json(&v)),
+        Some(ConfigValue::Raw(s)) => Ok(Reply::v1_text(s)),
+        Some(ConfigValue::Json(v)) => Ok(Reply::json(&v)),
     }
 }
 

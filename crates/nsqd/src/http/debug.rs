@@ -7,7 +7,6 @@
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
-use nsq_go::quote::go_quote;
 
 use super::{plain, raw, set, v1_error, Endpoint, CT_HTML, CT_TEXT};
 use nsq_go::url::Query;
@@ -43,7 +42,7 @@ pub(super) async fn handle(ep: Endpoint, req: Request) -> Response {
             // `req.FormValue("rate")`: parse errors of other pairs are ignored.
             let q = Query::parse_lenient(req.uri().query().unwrap_or(""));
             let rate = q.get("rate").unwrap_or("");
-            match go_atoi(rate) {
+            match nsq_go::strconv::atoi(rate) {
                 Err(e) => plain(StatusCode::BAD_REQUEST, format!("invalid block rate : {e}")),
                 // There is no block profiler to configure; the reference's handler then
                 // panics and its panic handler answers this.
@@ -63,42 +62,4 @@ fn go_pprof(mut r: Response, content_type: &str) -> Response {
         HeaderValue::from_static("nosniff"),
     );
     r
-}
-
-/// Go's `strconv.Atoi` with its error text.
-fn go_atoi(s: &str) -> Result<i64, String> {
-    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
-    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
-        return Err(format!(
-            "strconv.Atoi: parsing {}: invalid syntax",
-            go_quote(s.as_bytes())
-        ));
-    }
-    s.parse::<i64>().map_err(|_| {
-        format!(
-            "strconv.Atoi: parsing {}: value out of range",
-            go_quote(s.as_bytes())
-        )
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::go_atoi;
-
-    #[test]
-    fn atoi() {
-        assert_eq!(go_atoi("+7"), Ok(7));
-        assert_eq!(
-            go_atoi("abc").unwrap_err(),
-            "strconv.Atoi: parsing \"abc\": invalid syntax"
-        );
-        assert_eq!(
-            go_atoi("").unwrap_err(),
-            "strconv.Atoi: parsing \"\": invalid syntax"
-        );
-        assert!(go_atoi("99999999999999999999")
-            .unwrap_err()
-            .ends_with("value out of range"));
-    }
 }
