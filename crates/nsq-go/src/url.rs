@@ -55,8 +55,8 @@ impl Query {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             match (unescape_checked(k, true), unescape_checked(v, true)) {
                 (Ok(k), Ok(v)) => pairs.push((lossy(k), lossy(v))),
-                (Err(bad), _) | (_, Err(bad)) => {
-                    failed.get_or_insert(QueryError::Escape(bad));
+                (Err(e), _) | (_, Err(e)) => {
+                    failed.get_or_insert(e);
                 }
             }
         }
@@ -96,7 +96,7 @@ pub fn unescape(s: &str, plus_is_space: bool) -> Option<Vec<u8>> {
 
 /// [`unescape`] that returns the offending escape (up to 3 bytes) on failure, as Go's
 /// `EscapeError` holds it.
-fn unescape_checked(s: &str, plus_is_space: bool) -> Result<Vec<u8>, String> {
+fn unescape_checked(s: &str, plus_is_space: bool) -> Result<Vec<u8>, QueryError> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -107,7 +107,8 @@ fn unescape_checked(s: &str, plus_is_space: bool) -> Result<Vec<u8>, String> {
                 let lo = b.get(i + 2).copied().and_then(hex_val);
                 let (Some(hi), Some(lo)) = (hi, lo) else {
                     let end = (i + 3).min(b.len());
-                    return Err(String::from_utf8_lossy(&b[i..end]).into_owned());
+                    let bad = String::from_utf8_lossy(&b[i..end]).into_owned();
+                    return Err(QueryError::Escape(bad));
                 };
                 out.push(hi << 4 | lo);
                 i += 3;

@@ -389,11 +389,11 @@ fn notify(admin: &Admin, ctx: &Ctx, action: &str, topic: &str, channel: &str, no
 /// Go's `json.NewDecoder(body).Decode(&struct{ <fields> string })`: the first JSON value
 /// must be an object (or `null`) whose listed fields, matched case-insensitively, are strings.
 /// The error is Go's text for the common cases (`EOF`, `invalid character …`).
-fn decode_fields(body: &[u8], fields: &[&str]) -> Result<Vec<String>, String> {
+fn decode_fields(body: &[u8], fields: &[&str]) -> Result<Vec<String>, JsonError> {
     let mut it = serde_json::Deserializer::from_slice(body).into_iter::<Value>();
     let v = match it.next() {
-        None => return Err("EOF".to_string()),
-        Some(Err(e)) => return Err(go_json_error(body, &e)),
+        None => return Err(JsonError::Eof),
+        Some(Err(e)) => return Err(go_json_error(body, e)),
         Some(Ok(v)) => v,
     };
     let mut out = vec![String::new(); fields.len()];
@@ -410,40 +410,60 @@ fn decode_fields(body: &[u8], fields: &[&str]) -> Result<Vec<String>, String> {
                     None | Some(Value::Null) => {}
                     Some(Value::String(s)) => out[i] = s.clone(),
                     Some(other) => {
-                        return Err(format!(
-                            "json: cannot unmarshal {} into Go struct field .{f} of type string",
-                            nsq_go::json::kind(other)
-                        ))
+                        return Err(JsonError::FieldType {
+                            kind: nsq_go::json::kind(other),
+                            field: f.to_string(),
+                        })
                     }
                 }
             }
         }
-        other => {
-            return Err(format!(
-                "json: cannot unmarshal {} into Go value of type struct",
-                nsq_go::json::kind(&other)
-            ))
-        }
+        other => return Err(JsonError::NotStruct(nsq_go::json::kind(&other))),
     }
     Ok(out)
 }
 
+/// Go's `encoding/json` decoder errors for a request body, in its words.
+#[derive(Debug, thiserror::Error)]
+enum JsonError {
+    #[error("EOF")]
+    Eof,
+    #[error("unexpected EOF")]
+    UnexpectedEof,
+    #[error("invalid character '{got}' in literal {literal} (expecting '{want}')")]
+    Literal {
+        got: char,
+        literal: &'static str,
+        want: char,
+    },
+    #[error("invalid character '{0}' looking for beginning of value")]
+    ValueStart(char),
+    /// Any other syntax error, in serde_json's words.
+    #[error(transparent)]
+    Syntax(serde_json::Error),
+    #[error("json: cannot unmarshal {kind} into Go struct field .{field} of type string")]
+    FieldType { kind: &'static str, field: String },
+    #[error("json: cannot unmarshal {0} into Go value of type struct")]
+    NotStruct(&'static str),
+}
+
 /// Go's decoder error text for the first syntax problem (common cases).
-fn go_json_error(body: &[u8], e: &serde_json::Error) -> String {
+fn go_json_error(body: &[u8], e: serde_json::Error) -> JsonError {
     let Some(start) = body.iter().position(|c| !c.is_ascii_whitespace()) else {
-        return "EOF".to_string();
+        return JsonError::Eof;
     };
     let c = body[start];
     for lit in ["null", "true", "false"] {
         if c == lit.as_bytes()[0] {
             for (i, want) in lit.bytes().enumerate().skip(1) {
                 match body.get(start + i) {
-                    None => return "unexpected EOF".to_string(),
+                    None => return JsonError::UnexpectedEof,
                     Some(&got) if got != want => {
-                        return format!(
-                            "invalid character '{}' in literal {lit} (expecting '{}')",
-                            got as char, want as char
-                        )
+                        return JsonError::Literal {
+                            got: got as char,
+                            literal: lit,
+                            want: want as char,
+                        }
                     }
                     _ => {}
                 }
@@ -454,15 +474,12 @@ fn go_json_error(body: &[u8], e: &serde_json::Error) -> String {
         c,
         b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b'n' | b't' | b'f'
     ) {
-        return format!(
-            "invalid character '{}' looking for beginning of value",
-            c as char
-        );
+        return JsonError::ValueStart(c as char);
     }
     if e.is_eof() {
-        return "unexpected EOF".to_string();
+        return JsonError::UnexpectedEof;
     }
-    e.to_string()
+    JsonError::Syntax(e)
 }
 
 async fn create_topic_channel(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
@@ -611,18 +628,28 @@ mod tests {
 
     #[test]
     fn go_decoder_errors() {
-        assert_eq!(decode_fields(b"", &["topic"]).unwrap_err(), "EOF");
-        assert_eq!(decode_fields(b"  \n", &["topic"]).unwrap_err(), "EOF");
         assert_eq!(
-            decode_fields(b"notjson", &["topic"]).unwrap_err(),
+            decode_fields(b"", &["topic"]).unwrap_err().to_string(),
+            "EOF"
+        );
+        assert_eq!(
+            decode_fields(b"  \n", &["topic"]).unwrap_err().to_string(),
+            "EOF"
+        );
+        assert_eq!(
+            decode_fields(b"notjson", &["topic"])
+                .unwrap_err()
+                .to_string(),
             "invalid character 'o' in literal null (expecting 'u')"
         );
         assert_eq!(
-            decode_fields(b"xyz", &["topic"]).unwrap_err(),
+            decode_fields(b"xyz", &["topic"]).unwrap_err().to_string(),
             "invalid character 'x' looking for beginning of value"
         );
         assert_eq!(
-            decode_fields(b"{\"topic\":", &["topic"]).unwrap_err(),
+            decode_fields(b"{\"topic\":", &["topic"])
+                .unwrap_err()
+                .to_string(),
             "unexpected EOF"
         );
         assert_eq!(
@@ -635,6 +662,7 @@ mod tests {
         );
         assert!(decode_fields(b"{\"topic\":1}", &["topic"])
             .unwrap_err()
+            .to_string()
             .starts_with("json: cannot unmarshal number"));
     }
 
