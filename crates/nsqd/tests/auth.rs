@@ -9,47 +9,12 @@ use std::time::Duration;
 
 use nsq_http::client::{ClientOptions, HttpClient, TlsOptions};
 use nsq_testkit::certs::Pki;
+use nsq_testkit::FakeHttp;
 use nsqd::auth::{self, AuthState, Permission};
-use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-/// A one-answer-fits-all HTTP server; records each request's head.
-struct AuthServer {
-    addr: String,
-    requests: Arc<Mutex<Vec<String>>>,
-}
-
-async fn auth_server(status: u16, body: &str) -> AuthServer {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let requests = Arc::new(Mutex::new(Vec::new()));
-    let recorded = requests.clone();
-    let body = body.to_string();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
-                return;
-            };
-            let mut head = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            recorded
-                .lock()
-                .push(String::from_utf8_lossy(&head).to_string());
-            let resp = format!(
-                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = s.write_all(resp.as_bytes()).await;
-        }
-    });
-    AuthServer { addr, requests }
+async fn auth_server(status: u16, body: &str) -> FakeHttp {
+    FakeHttp::start(status, body).await
 }
 
 /// An address nothing listens on.
@@ -101,7 +66,7 @@ async fn allow_sends_the_reference_request() {
         br#"{"identity":"bob","identity_url":"http://x/bob","permission_count":1}"#.to_vec()
     );
 
-    let reqs = srv.requests.lock().clone();
+    let reqs = srv.requests();
     assert_eq!(reqs.len(), 1);
     let mut lines = reqs[0].split("\r\n");
     assert_eq!(
@@ -130,7 +95,7 @@ async fn parameters_are_escaped_and_full_urls_used() {
     )
     .await
     .unwrap();
-    let reqs = srv.requests.lock().clone();
+    let reqs = srv.requests();
     assert!(
         reqs[0].starts_with(
             "GET /v1/nsq?common_name=CN%3Dclient%2Fx&remote_ip=10.0.0.1&secret=a+b%26c%3Dd&tls=true HTTP/1.1\r\n"
@@ -216,7 +181,7 @@ async fn unreachable_servers_fail_over() {
     for i in 1..=8 {
         let st = query(&addrs, b"good").await.unwrap();
         assert_eq!(st.identity, "bob");
-        assert_eq!(srv.requests.lock().len(), i);
+        assert_eq!(srv.requests().len(), i);
     }
 
     let srv2 = auth_server(500, "").await;
@@ -225,7 +190,7 @@ async fn unreachable_servers_fail_over() {
 }
 
 /// An HTTPS auth server with the PKI's server certificate, answering `body` to everything.
-async fn https_auth_server(pki: &Pki, body: &str) -> AuthServer {
+async fn https_auth_server(pki: &Pki, body: &str) -> FakeHttp {
     use tokio_rustls::rustls;
     let certs = vec![rustls::pki_types::CertificateDer::from(
         pki.server.der.clone(),
@@ -242,43 +207,12 @@ async fn https_auth_server(pki: &Pki, body: &str) -> AuthServer {
         .with_single_cert(certs, key)
         .unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let requests = Arc::new(Mutex::new(Vec::new()));
-    let recorded = requests.clone();
-    let body = body.to_string();
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let (acceptor, recorded, body) = (acceptor.clone(), recorded.clone(), body.clone());
-            tokio::spawn(async move {
-                // A client that rejects our certificate fails the handshake here.
-                let Ok(mut s) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                recorded
-                    .lock()
-                    .push(String::from_utf8_lossy(&head).to_string());
-                let resp = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = s.write_all(resp.as_bytes()).await;
-                let _ = s.shutdown().await;
-            });
-        }
-    });
-    AuthServer { addr, requests }
+    // A client that rejects our certificate fails the handshake: the connection is dropped.
+    FakeHttp::start_with(200, body, move |tcp| {
+        let acceptor = acceptor.clone();
+        async move { acceptor.accept(tcp).await.ok() }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -297,7 +231,7 @@ async fn https_auth_server_is_verified_with_the_root_ca() {
     .await
     .unwrap();
     assert_eq!(st.identity, "bob");
-    let reqs = srv.requests.lock().clone();
+    let reqs = srv.requests();
     assert!(
         reqs[0].starts_with(
             "GET /auth?common_name=&remote_ip=127.0.0.1&secret=good&tls=true HTTP/1.1\r\n"
@@ -317,7 +251,7 @@ async fn https_auth_server_is_verified_with_the_root_ca() {
         ),
         "{e}"
     );
-    assert_eq!(srv.requests.lock().len(), 1);
+    assert_eq!(srv.requests().len(), 1);
 }
 
 #[tokio::test]
@@ -342,8 +276,8 @@ async fn a_403_with_https_port_is_retried_over_https() {
     .await
     .unwrap();
     assert_eq!(st.identity, "bob");
-    assert_eq!(plain.requests.lock().len(), 1);
-    let reqs = tls_srv.requests.lock().clone();
+    assert_eq!(plain.requests().len(), 1);
+    let reqs = tls_srv.requests();
     assert_eq!(reqs.len(), 1);
     assert!(
         reqs[0].starts_with(
@@ -387,7 +321,7 @@ async fn nsqd_authenticates_against_an_https_auth_server() {
         &reply.data[..],
         br#"{"identity":"bob","identity_url":"http://x/bob","permission_count":1}"#
     );
-    assert!(srv.requests.lock()[0].contains("secret=good"));
+    assert!(srv.requests()[0].contains("secret=good"));
     h.shutdown().await;
 }
 

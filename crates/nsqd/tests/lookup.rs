@@ -21,11 +21,11 @@ type Log = Arc<Mutex<Vec<String>>>;
 async fn fake_lookupd(
     channels_json: &'static str,
     drop_after: Option<usize>,
-) -> (String, String, Log) {
+) -> (String, nsq_testkit::FakeHttp, Log) {
     let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http = nsq_testkit::FakeHttp::start(200, channels_json).await;
     let tcp_addr = tcp.local_addr().unwrap().to_string();
-    let http_port = http.local_addr().unwrap().port();
+    let http_port: u16 = http.addr.rsplit_once(':').unwrap().1.parse().unwrap();
     let log: Log = Arc::default();
     let l = log.clone();
     tokio::spawn(async move {
@@ -74,30 +74,7 @@ async fn fake_lookupd(
             });
         }
     });
-    tokio::spawn(async move {
-        loop {
-            let (mut s, _) = http.accept().await.unwrap();
-            tokio::spawn(async move {
-                let mut req = Vec::new();
-                let mut b = [0u8; 1024];
-                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let n = s.read(&mut b).await.unwrap();
-                    if n == 0 {
-                        return;
-                    }
-                    req.extend_from_slice(&b[..n]);
-                }
-                assert!(String::from_utf8_lossy(&req).starts_with("GET /channels?topic="));
-                let body = channels_json;
-                let resp = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = s.write_all(resp.as_bytes()).await;
-            });
-        }
-    });
-    (tcp_addr, format!("127.0.0.1:{http_port}"), log)
+    (tcp_addr, http, log)
 }
 
 async fn start(lookupd: &str) -> (nsqd::NsqdHandle, tempfile::TempDir) {
@@ -222,7 +199,7 @@ async fn reconnects_and_replays_registrations() {
 
 #[tokio::test]
 async fn new_topic_gets_lookupd_channels_before_first_message() {
-    let (tcp, _http, log) = fake_lookupd(r#"{"channels":["pre1","pre2#ephemeral"]}"#, None).await;
+    let (tcp, http, log) = fake_lookupd(r#"{"channels":["pre1","pre2#ephemeral"]}"#, None).await;
     let (h, _d) = start(&tcp).await;
     wait_for_prefix(&log, "IDENTIFY ").await;
     // The HTTP address is learned from the IDENTIFY answer; give the task a moment.
@@ -239,5 +216,12 @@ async fn new_topic_gets_lookupd_channels_before_first_message() {
     assert_eq!(names, ["pre1"]);
     assert_eq!(t.get_channel("pre1").unwrap().depth(), 1);
     wait_for(&log, "REGISTER fresh pre1").await;
+    let asked = http.requests();
+    assert!(
+        asked
+            .iter()
+            .any(|r| r.starts_with("GET /channels?topic=fresh ")),
+        "{asked:?}"
+    );
     h.shutdown().await;
 }

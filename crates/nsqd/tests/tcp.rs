@@ -229,27 +229,17 @@ async fn rdy_window_fin_req_touch() {
     let mut other = v2(&h).await;
     other.send(b"SUB t c\n").await;
     other.expect_response(b"OK").await;
-    other.send(format!("FIN {}\n", m5.id).as_bytes()).await;
-    other
-        .expect_error(&format!(
-            "E_FIN_FAILED FIN {} failed client does not own message",
-            m5.id
-        ))
-        .await;
-    other.send(format!("REQ {} 0\n", m5.id).as_bytes()).await;
-    other
-        .expect_error(&format!(
-            "E_REQ_FAILED REQ {} failed client does not own message",
-            m5.id
-        ))
-        .await;
-    other.send(format!("TOUCH {}\n", m5.id).as_bytes()).await;
-    other
-        .expect_error(&format!(
-            "E_TOUCH_FAILED TOUCH {} failed client does not own message",
-            m5.id
-        ))
-        .await;
+    for (cmd, args) in [("FIN", ""), ("REQ", " 0"), ("TOUCH", "")] {
+        other
+            .send(format!("{cmd} {}{args}\n", m5.id).as_bytes())
+            .await;
+        other
+            .expect_error(&format!(
+                "E_{cmd}_FAILED {cmd} {} failed client does not own message",
+                m5.id
+            ))
+            .await;
+    }
 
     // Bad ID length and RDY range are fatal.
     sub.send(b"RDY 2501\n").await;

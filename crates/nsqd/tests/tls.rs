@@ -79,6 +79,17 @@ fn server_config(o: &NsqdOptions) -> Arc<ServerConfig> {
     nsqd::tls::server_config(o).unwrap().expect("TLS enabled")
 }
 
+/// The startup error for [`opts`] changed by `edit`, without the `failed to build TLS config - `
+/// prefix every such error has.
+fn config_error_with(pki: &Pki, edit: impl FnOnce(&mut NsqdOptions)) -> String {
+    let mut o = opts(pki);
+    edit(&mut o);
+    let e = config_error(&o);
+    e.strip_prefix("failed to build TLS config - ")
+        .unwrap_or_else(|| panic!("no prefix: {e}"))
+        .to_string()
+}
+
 fn config_error(o: &NsqdOptions) -> String {
     nsqd::tls::server_config(o)
         .expect_err("startup error")
@@ -154,6 +165,29 @@ struct Negotiated {
     common_name: String,
 }
 
+/// [`connect`] with a client trusting the test CA, limited to `versions`, presenting `cert`.
+async fn handshake(
+    server: &Arc<ServerConfig>,
+    pki: &Pki,
+    versions: &[&'static SupportedProtocolVersion],
+    cert: Option<&CertFiles>,
+) -> Result<Negotiated, String> {
+    connect(server.clone(), client_config(pki, versions, None, cert)).await
+}
+
+/// A handshake that must succeed: [`connect`] with a client trusting the test CA, limited to
+/// `versions` and optionally to one cipher suite.
+async fn negotiate(
+    server: &Arc<ServerConfig>,
+    pki: &Pki,
+    versions: &[&'static SupportedProtocolVersion],
+    suite: Option<rustls::SupportedCipherSuite>,
+) -> Negotiated {
+    connect(server.clone(), client_config(pki, versions, suite, None))
+        .await
+        .unwrap()
+}
+
 /// One connection over loopback: the server (driven by `TlsAcceptor`) handshakes, records the
 /// negotiated parameters and writes `OK`; the client must read that `OK`. In TLS 1.3 the
 /// client's side of the handshake completes before the server has judged its certificate,
@@ -222,60 +256,40 @@ fn no_cert_and_key_means_no_tls() {
 #[test]
 fn missing_cert_file_fails_with_go_text() {
     let pki = pki();
-    let o = NsqdOptions {
-        tls_cert: "/nonexistent/cert.pem".to_string(),
-        ..opts(&pki)
-    };
     assert_eq!(
-        config_error(&o),
-        "failed to build TLS config - open /nonexistent/cert.pem: no such file or directory"
+        config_error_with(&pki, |o| o.tls_cert = "/nonexistent/cert.pem".to_string()),
+        "open /nonexistent/cert.pem: no such file or directory"
     );
 }
 
 #[test]
 fn key_without_cert_fails() {
     let pki = pki();
-    let o = NsqdOptions {
-        tls_cert: String::new(),
-        ..opts(&pki)
-    };
     assert_eq!(
-        config_error(&o),
-        "failed to build TLS config - open : no such file or directory"
+        config_error_with(&pki, |o| o.tls_cert = String::new()),
+        "open : no such file or directory"
     );
 }
 
 #[test]
 fn cert_file_without_pem_fails() {
     let pki = pki();
-    let o = NsqdOptions {
-        tls_cert: path(&garbage(&pki)),
-        ..opts(&pki)
-    };
     assert_eq!(
-        config_error(&o),
-        "failed to build TLS config - tls: failed to find any PEM data in certificate input"
+        config_error_with(&pki, |o| o.tls_cert = path(&garbage(&pki))),
+        "tls: failed to find any PEM data in certificate input"
     );
 }
 
 #[test]
 fn key_file_without_key_fails() {
     let pki = pki();
-    let o = NsqdOptions {
-        tls_key: path(&garbage(&pki)),
-        ..opts(&pki)
-    };
     assert_eq!(
-        config_error(&o),
-        "failed to build TLS config - tls: failed to find any PEM data in key input"
+        config_error_with(&pki, |o| o.tls_key = path(&garbage(&pki))),
+        "tls: failed to find any PEM data in key input"
     );
-    let o = NsqdOptions {
-        tls_key: path(&pki.server.cert),
-        ..opts(&pki)
-    };
     assert_eq!(
-        config_error(&o),
-        "failed to build TLS config - tls: found a certificate rather than a key in the PEM \
+        config_error_with(&pki, |o| o.tls_key = path(&pki.server.cert)),
+        "tls: found a certificate rather than a key in the PEM \
          for the private key"
     );
 }
@@ -283,34 +297,23 @@ fn key_file_without_key_fails() {
 #[test]
 fn mismatched_key_fails() {
     let pki = pki();
-    let o = NsqdOptions {
-        tls_key: path(&pki.client.key),
-        ..opts(&pki)
-    };
     assert_eq!(
-        config_error(&o),
-        "failed to build TLS config - tls: private key does not match public key"
+        config_error_with(&pki, |o| o.tls_key = path(&pki.client.key)),
+        "tls: private key does not match public key"
     );
 }
 
 #[test]
 fn root_ca_file_errors() {
     let pki = pki();
-    let o = NsqdOptions {
-        tls_root_ca_file: path(&garbage(&pki)),
-        ..opts(&pki)
-    };
     assert_eq!(
-        config_error(&o),
-        "failed to build TLS config - failed to append certificate to pool"
+        config_error_with(&pki, |o| o.tls_root_ca_file = path(&garbage(&pki))),
+        "failed to append certificate to pool"
     );
-    let o = NsqdOptions {
-        tls_root_ca_file: "/nonexistent/ca.pem".to_string(),
-        ..opts(&pki)
-    };
     assert_eq!(
-        config_error(&o),
-        "failed to build TLS config - open /nonexistent/ca.pem: no such file or directory"
+        config_error_with(&pki, |o| o.tls_root_ca_file =
+            "/nonexistent/ca.pem".to_string()),
+        "open /nonexistent/ca.pem: no such file or directory"
     );
     let o = NsqdOptions {
         tls_root_ca_file: path(&pki.ca.cert),
@@ -337,17 +340,11 @@ fn require_verify_without_root_ca_fails() {
 async fn default_offers_tls12_and_tls13() {
     let pki = pki();
     let server = server_config(&opts(&pki));
-    let n = connect(server.clone(), client_config(&pki, TLS12, None, None))
-        .await
-        .unwrap();
+    let n = negotiate(&server, &pki, TLS12, None).await;
     assert_eq!(n.version, "TLS1.2");
-    let n = connect(server.clone(), client_config(&pki, TLS13, None, None))
-        .await
-        .unwrap();
+    let n = negotiate(&server, &pki, TLS13, None).await;
     assert_eq!(n.version, "TLS1.3");
-    let n = connect(server, client_config(&pki, BOTH, None, None))
-        .await
-        .unwrap();
+    let n = negotiate(&server, &pki, BOTH, None).await;
     assert_eq!(n.version, "TLS1.3");
 }
 
@@ -359,9 +356,7 @@ async fn min_version_below_tls13_offers_tls12() {
             tls_min_version: v,
             ..opts(&pki)
         });
-        let n = connect(server, client_config(&pki, TLS12, None, None))
-            .await
-            .unwrap();
+        let n = negotiate(&server, &pki, TLS12, None).await;
         assert_eq!(n.version, "TLS1.2");
     }
 }
@@ -373,14 +368,8 @@ async fn min_version_tls13_refuses_tls12() {
         tls_min_version: TlsVersion::Tls13,
         ..opts(&pki)
     });
-    assert!(
-        connect(server.clone(), client_config(&pki, TLS12, None, None))
-            .await
-            .is_err()
-    );
-    let n = connect(server, client_config(&pki, TLS13, None, None))
-        .await
-        .unwrap();
+    assert!(handshake(&server, &pki, TLS12, None).await.is_err());
+    let n = negotiate(&server, &pki, TLS13, None).await;
     assert_eq!(n.version, "TLS1.3");
 }
 
@@ -391,9 +380,7 @@ async fn stats_names_tls12_ecdhe_rsa_aes128_gcm() {
     let pki = pki();
     let server = server_config(&opts(&pki));
     let suite = rustls::crypto::ring::cipher_suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256;
-    let n = connect(server, client_config(&pki, TLS12, Some(suite), None))
-        .await
-        .unwrap();
+    let n = negotiate(&server, &pki, TLS12, Some(suite)).await;
     assert_eq!(n.version, "TLS1.2");
     assert_eq!(n.cipher, "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256");
     assert_eq!(n.common_name, "");
@@ -404,18 +391,11 @@ async fn stats_names_tls13_are_unknown_numbers() {
     let pki = pki();
     let server = server_config(&opts(&pki));
     let suite = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256;
-    let n = connect(
-        server.clone(),
-        client_config(&pki, TLS13, Some(suite), None),
-    )
-    .await
-    .unwrap();
+    let n = negotiate(&server, &pki, TLS13, Some(suite)).await;
     assert_eq!(n.version, "TLS1.3");
     assert_eq!(n.cipher, "Unknown 4865");
     let suite = rustls::crypto::ring::cipher_suite::TLS13_AES_256_GCM_SHA384;
-    let n = connect(server, client_config(&pki, TLS13, Some(suite), None))
-        .await
-        .unwrap();
+    let n = negotiate(&server, &pki, TLS13, Some(suite)).await;
     assert_eq!(n.cipher, "Unknown 4866");
 }
 
@@ -424,13 +404,9 @@ async fn server_prefers_aes128_like_go() {
     // rustls clients list AES-256 first; the reference's server still picks AES-128.
     let pki = pki();
     let server = server_config(&opts(&pki));
-    let n = connect(server.clone(), client_config(&pki, TLS13, None, None))
-        .await
-        .unwrap();
+    let n = negotiate(&server, &pki, TLS13, None).await;
     assert_eq!(n.cipher, "Unknown 4865");
-    let n = connect(server, client_config(&pki, TLS12, None, None))
-        .await
-        .unwrap();
+    let n = negotiate(&server, &pki, TLS12, None).await;
     assert_eq!(n.cipher, "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256");
 }
 
@@ -449,7 +425,7 @@ fn version_names() {
 async fn no_policy_ignores_client_certs() {
     let pki = pki();
     let server = server_config(&opts(&pki));
-    let n = connect(server, client_config(&pki, BOTH, None, Some(&pki.client)))
+    let n = handshake(&server, &pki, BOTH, Some(&pki.client))
         .await
         .unwrap();
     // Not requested, so not sent.
@@ -464,24 +440,14 @@ async fn require_needs_any_client_cert() {
         ..opts(&pki)
     });
     for versions in [TLS12, TLS13] {
-        assert!(
-            connect(server.clone(), client_config(&pki, versions, None, None))
-                .await
-                .is_err()
-        );
-        let n = connect(
-            server.clone(),
-            client_config(&pki, versions, None, Some(&pki.stranger)),
-        )
-        .await
-        .unwrap();
+        assert!(handshake(&server, &pki, versions, None).await.is_err());
+        let n = handshake(&server, &pki, versions, Some(&pki.stranger))
+            .await
+            .unwrap();
         assert_eq!(n.common_name, "stranger");
-        let n = connect(
-            server.clone(),
-            client_config(&pki, versions, None, Some(&pki.client)),
-        )
-        .await
-        .unwrap();
+        let n = handshake(&server, &pki, versions, Some(&pki.client))
+            .await
+            .unwrap();
         assert_eq!(n.common_name, "client-alice");
     }
 }
@@ -500,12 +466,9 @@ async fn require_still_checks_the_client_holds_the_key() {
         ..pki.stranger.clone()
     };
     for versions in [TLS12, TLS13] {
-        assert!(connect(
-            server.clone(),
-            client_config(&pki, versions, None, Some(&forged))
-        )
-        .await
-        .is_err());
+        assert!(handshake(&server, &pki, versions, Some(&forged))
+            .await
+            .is_err());
     }
 }
 
@@ -518,23 +481,13 @@ async fn require_verify_checks_against_root_ca() {
         ..opts(&pki)
     });
     for versions in [TLS12, TLS13] {
-        assert!(
-            connect(server.clone(), client_config(&pki, versions, None, None))
-                .await
-                .is_err()
-        );
-        assert!(connect(
-            server.clone(),
-            client_config(&pki, versions, None, Some(&pki.stranger))
-        )
-        .await
-        .is_err());
-        let n = connect(
-            server.clone(),
-            client_config(&pki, versions, None, Some(&pki.client)),
-        )
-        .await
-        .unwrap();
+        assert!(handshake(&server, &pki, versions, None).await.is_err());
+        assert!(handshake(&server, &pki, versions, Some(&pki.stranger))
+            .await
+            .is_err());
+        let n = handshake(&server, &pki, versions, Some(&pki.client))
+            .await
+            .unwrap();
         assert_eq!(n.common_name, "client-alice");
     }
 }

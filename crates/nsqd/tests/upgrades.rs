@@ -13,7 +13,7 @@ use common::start_with;
 use nsq_protocol::frame::{take_frame, Frame};
 use nsq_testkit::sized;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 async fn read_frame<S: AsyncRead + Unpin>(s: &mut S, buf: &mut BytesMut) -> Frame {
     loop {
@@ -288,30 +288,7 @@ async fn tls_upgrade_12_and_13_and_min_version() {
 
 /// An auth server answering every request with `body`.
 async fn auth_server(body: &'static str) -> String {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    tokio::spawn(async move {
-        loop {
-            let (mut s, _) = l.accept().await.unwrap();
-            tokio::spawn(async move {
-                let mut req = Vec::new();
-                let mut b = [0u8; 1024];
-                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let n = s.read(&mut b).await.unwrap();
-                    if n == 0 {
-                        return;
-                    }
-                    req.extend_from_slice(&b[..n]);
-                }
-                let resp = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = s.write_all(resp.as_bytes()).await;
-            });
-        }
-    });
-    addr
+    nsq_testkit::FakeHttp::start(200, body).await.addr
 }
 
 #[tokio::test]
