@@ -3,56 +3,19 @@
 //! effect on nsqd, partial answers with an unreachable node, notifications, ACLs, `/config`,
 //! the UI shell, compression, base path and the history API.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use nsq_http::client::{HttpClient, Response};
+use common::{client, dead_addr, raw, send, start_admin, start_nsqd};
+use nsq_integration_tests::{find_channel, find_topic};
 use nsqadmin::AdminHandle;
 use nsqd::NsqdHandle;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-/// A client that shows redirects instead of following them.
-fn client() -> HttpClient {
-    HttpClient::new(&nsq_http::client::ClientOptions {
-        connect_timeout: Duration::from_secs(2),
-        request_timeout: Duration::from_secs(10),
-        user_agent: "nsqadmin-test".to_string(),
-        tls: Default::default(),
-        follow_redirects: false,
-    })
-    .unwrap()
-}
-
-async fn start_nsqd() -> (NsqdHandle, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let args = vec![
-        "nsqd".to_string(),
-        "--tcp-address=127.0.0.1:0".to_string(),
-        "--http-address=127.0.0.1:0".to_string(),
-        "--broadcast-address=127.0.0.1".to_string(),
-        format!("--data-path={}", dir.path().display()),
-    ];
-    let nsqd::options::ParseOutcome::Run(opts) = nsqd::options::parse_args(args).unwrap() else {
-        panic!("not a run")
-    };
-    (nsqd::start(opts).await.unwrap(), dir)
-}
-
-async fn start_admin(args: &[String]) -> AdminHandle {
-    let mut v = vec![
-        "nsqadmin".to_string(),
-        "--http-address=127.0.0.1:0".to_string(),
-    ];
-    v.extend(args.iter().cloned());
-    let nsqadmin::options::ParseOutcome::Run(opts) = nsqadmin::options::parse_args(v).unwrap()
-    else {
-        panic!("not a run")
-    };
-    nsqadmin::start(opts).await.unwrap()
-}
 
 /// Two nsqd and an nsqadmin pointing at both.
 struct Cluster {
@@ -62,7 +25,7 @@ struct Cluster {
 
 impl Cluster {
     async fn start(extra: &[String]) -> Cluster {
-        let nsqds = vec![start_nsqd().await, start_nsqd().await];
+        let nsqds = vec![start_nsqd(&[]).await, start_nsqd(&[]).await];
         let mut args: Vec<String> = nsqds
             .iter()
             .map(|(h, _)| format!("--nsqd-http-address={}", h.http_addr().unwrap()))
@@ -149,31 +112,6 @@ impl Cluster {
     }
 }
 
-async fn raw(url: &str, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
-    client().request(method, url, headers, body).await.unwrap()
-}
-
-async fn send(url: &str, method: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Value) {
-    let r = raw(url, method, headers, body).await;
-    let v = serde_json::from_slice(&r.body)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&r.body).into_owned()));
-    (r.status, v)
-}
-
-fn topic_of<'a>(stats: &'a Value, topic: &str) -> Option<&'a Value> {
-    stats["topics"]
-        .as_array()?
-        .iter()
-        .find(|t| t["topic_name"] == topic)
-}
-
-fn channel_of<'a>(stats: &'a Value, topic: &str, channel: &str) -> Option<&'a Value> {
-    topic_of(stats, topic)?["channels"]
-        .as_array()?
-        .iter()
-        .find(|c| c["channel_name"] == channel)
-}
-
 /// A V2 consumer subscribed to `topic`/`channel` with RDY 0 (it shows up as a client).
 async fn subscribe(nsqd: &NsqdHandle, topic: &str, channel: &str) -> TcpStream {
     let mut s = TcpStream::connect(nsqd.tcp_addr()).await.unwrap();
@@ -188,12 +126,6 @@ async fn subscribe(nsqd: &NsqdHandle, topic: &str, channel: &str) -> TcpStream {
         &buf[..n]
     );
     s
-}
-
-/// A closed local port.
-fn dead_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
 }
 
 // ---- read API -------------------------------------------------------------------------------
@@ -235,7 +167,7 @@ async fn topic_aggregates_match_nsqd_stats() {
     let (st, v) = c.get("/api/topics/t").await;
     assert_eq!(st, 200, "{v}");
     let (s0, s1) = (c.nsqd_stats(0).await, c.nsqd_stats(1).await);
-    let (t0, t1) = (topic_of(&s0, "t").unwrap(), topic_of(&s1, "t").unwrap());
+    let (t0, t1) = (find_topic(&s0, "t").unwrap(), find_topic(&s1, "t").unwrap());
     assert_eq!(v["node"], "*");
     assert_eq!(v["hostname"], "");
     assert_eq!(v["message_count"], json!(8));
@@ -262,7 +194,7 @@ async fn topic_aggregates_match_nsqd_stats() {
         assert_eq!(n["message_count"], mine["message_count"]);
         // Per-node channel entries keep their own numbers.
         for ch in n["channels"].as_array().unwrap() {
-            let real = channel_of(
+            let real = find_channel(
                 if i == 0 { &s0 } else { &s1 },
                 "t",
                 ch["channel_name"].as_str().unwrap(),
@@ -396,7 +328,7 @@ async fn actions_are_reflected_in_nsqd_stats() {
         .await;
     assert_eq!((st, v), (200, json!({"message": ""})));
     for i in 0..2 {
-        assert!(channel_of(&c.nsqd_stats(i).await, "a", "ch").is_some());
+        assert!(find_channel(&c.nsqd_stats(i).await, "a", "ch").is_some());
     }
     c.publish(0, "a", 3).await;
     c.publish(1, "a", 2).await;
@@ -406,7 +338,7 @@ async fn actions_are_reflected_in_nsqd_stats() {
     assert_eq!(st, 200);
     for i in 0..2 {
         assert_eq!(
-            channel_of(&c.nsqd_stats(i).await, "a", "ch").unwrap()["paused"],
+            find_channel(&c.nsqd_stats(i).await, "a", "ch").unwrap()["paused"],
             true
         );
     }
@@ -415,7 +347,7 @@ async fn actions_are_reflected_in_nsqd_stats() {
     c.post("/api/topics/a/ch", json!({"action":"unpause"}))
         .await;
     assert_eq!(
-        channel_of(&c.nsqd_stats(0).await, "a", "ch").unwrap()["paused"],
+        find_channel(&c.nsqd_stats(0).await, "a", "ch").unwrap()["paused"],
         false
     );
 
@@ -423,7 +355,7 @@ async fn actions_are_reflected_in_nsqd_stats() {
     c.post("/api/topics/a", json!({"action":"pause"})).await;
     for i in 0..2 {
         assert_eq!(
-            topic_of(&c.nsqd_stats(i).await, "a").unwrap()["paused"],
+            find_topic(&c.nsqd_stats(i).await, "a").unwrap()["paused"],
             true
         );
     }
@@ -431,32 +363,32 @@ async fn actions_are_reflected_in_nsqd_stats() {
     assert_eq!(v["paused"], true);
     c.post("/api/topics/a", json!({"action":"unpause"})).await;
     assert_eq!(
-        topic_of(&c.nsqd_stats(1).await, "a").unwrap()["paused"],
+        find_topic(&c.nsqd_stats(1).await, "a").unwrap()["paused"],
         false
     );
 
     // Empty the channel.
     assert_eq!(
-        channel_of(&c.nsqd_stats(0).await, "a", "ch").unwrap()["depth"],
+        find_channel(&c.nsqd_stats(0).await, "a", "ch").unwrap()["depth"],
         3
     );
     let (st, _) = c.post("/api/topics/a/ch", json!({"action":"empty"})).await;
     assert_eq!(st, 200);
     for i in 0..2 {
         assert_eq!(
-            channel_of(&c.nsqd_stats(i).await, "a", "ch").unwrap()["depth"],
+            find_channel(&c.nsqd_stats(i).await, "a", "ch").unwrap()["depth"],
             0
         );
     }
     // Empty a topic (messages held at a topic without channels).
     c.publish(0, "held", 4).await;
     assert_eq!(
-        topic_of(&c.nsqd_stats(0).await, "held").unwrap()["depth"],
+        find_topic(&c.nsqd_stats(0).await, "held").unwrap()["depth"],
         4
     );
     c.post("/api/topics/held", json!({"action":"empty"})).await;
     assert_eq!(
-        topic_of(&c.nsqd_stats(0).await, "held").unwrap()["depth"],
+        find_topic(&c.nsqd_stats(0).await, "held").unwrap()["depth"],
         0
     );
 
@@ -464,12 +396,12 @@ async fn actions_are_reflected_in_nsqd_stats() {
     let (st, v) = c.delete("/api/topics/a/ch", b"").await;
     assert_eq!((st, v), (200, json!({"message": ""})));
     for i in 0..2 {
-        assert!(channel_of(&c.nsqd_stats(i).await, "a", "ch").is_none());
+        assert!(find_channel(&c.nsqd_stats(i).await, "a", "ch").is_none());
     }
     let (st, _) = c.delete("/api/topics/a", b"").await;
     assert_eq!(st, 200);
     for i in 0..2 {
-        assert!(topic_of(&c.nsqd_stats(i).await, "a").is_none());
+        assert!(find_topic(&c.nsqd_stats(i).await, "a").is_none());
     }
 
     // Tombstone: deletes the topic on that node only.
@@ -479,8 +411,8 @@ async fn actions_are_reflected_in_nsqd_stats() {
         .delete(&format!("/api/nodes/{}", c.node(0)), br#"{"topic":"tomb"}"#)
         .await;
     assert_eq!((st, v), (200, json!({"message": ""})));
-    assert!(topic_of(&c.nsqd_stats(0).await, "tomb").is_none());
-    assert!(topic_of(&c.nsqd_stats(1).await, "tomb").is_some());
+    assert!(find_topic(&c.nsqd_stats(0).await, "tomb").is_none());
+    assert!(find_topic(&c.nsqd_stats(1).await, "tomb").is_some());
     c.shutdown().await;
 }
 
@@ -575,7 +507,7 @@ async fn router_semantics() {
 
 #[tokio::test]
 async fn unreachable_node_gives_partial_answers() {
-    let (n, _d) = start_nsqd().await;
+    let (n, _d) = start_nsqd(&[]).await;
     let dead = dead_addr();
     let admin = start_admin(&[
         format!("--nsqd-http-address={}", n.http_addr().unwrap()),

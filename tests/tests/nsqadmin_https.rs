@@ -6,6 +6,8 @@
 //! `--http-client-tls-insecure-skip-verify`. Both daemons run in-process; the certificates
 //! come from the test kit's [`Pki`].
 
+mod common;
+
 use std::time::Duration;
 
 use nsq_http::client::HttpClient;
@@ -15,40 +17,24 @@ use nsqd::NsqdHandle;
 use serde_json::Value;
 
 async fn start_tls_nsqd(pki: &Pki, extra: &[String]) -> (NsqdHandle, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
     let mut args = vec![
-        "nsqd".to_string(),
-        "--tcp-address=127.0.0.1:0".to_string(),
-        "--http-address=127.0.0.1:0".to_string(),
-        "--https-address=127.0.0.1:0".to_string(),
-        "--broadcast-address=127.0.0.1".to_string(),
         "--tls-required=true".to_string(),
         format!("--tls-cert={}", pki.server.cert_path()),
         format!("--tls-key={}", pki.server.key_path()),
-        format!("--data-path={}", dir.path().display()),
     ];
-    args.extend(extra.iter().cloned());
-    let nsqd::options::ParseOutcome::Run(opts) = nsqd::options::parse_args(args).unwrap() else {
-        panic!("not a run")
-    };
-    let h = nsqd::start(opts).await.unwrap();
+    args.extend_from_slice(extra);
+    let (h, dir) = common::start_nsqd(&args).await;
     h.nsqd.engine.get_or_create_topic("secure").unwrap();
     (h, dir)
 }
 
 async fn start_admin(nsqd: &NsqdHandle, extra: &[String]) -> AdminHandle {
     let mut args = vec![
-        "nsqadmin".to_string(),
-        "--http-address=127.0.0.1:0".to_string(),
         "--history-interval=0".to_string(),
         format!("--nsqd-http-address={}", nsqd.http_addr().unwrap()),
     ];
-    args.extend(extra.iter().cloned());
-    let nsqadmin::options::ParseOutcome::Run(opts) = nsqadmin::options::parse_args(args).unwrap()
-    else {
-        panic!("not a run")
-    };
-    nsqadmin::start(opts).await.unwrap()
+    args.extend_from_slice(extra);
+    common::start_admin(&args).await
 }
 
 /// `GET /api/topics` of nsqadmin: status and JSON.

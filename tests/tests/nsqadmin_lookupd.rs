@@ -1,29 +1,13 @@
 //! nsqadmin in `--lookupd-http-address` mode: an in-process nsqlookupd with an in-process nsqd
 //! registered to it, and nsqadmin reading the cluster through the lookupd.
 
+mod common;
+
+use common::{client, send};
+
 use std::time::Duration;
 
-use nsq_http::client::HttpClient;
-use serde_json::{json, Value};
-
-/// A client that shows redirects instead of following them.
-fn client() -> HttpClient {
-    HttpClient::new(&nsq_http::client::ClientOptions {
-        connect_timeout: Duration::from_secs(2),
-        request_timeout: Duration::from_secs(10),
-        user_agent: "nsqadmin-test".to_string(),
-        tls: Default::default(),
-        follow_redirects: false,
-    })
-    .unwrap()
-}
-
-async fn send(url: &str, method: &str, body: &[u8]) -> (u16, Value) {
-    let r = client().request(method, url, &[], body).await.unwrap();
-    let v = serde_json::from_slice(&r.body)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&r.body).into_owned()));
-    (r.status, v)
-}
+use serde_json::json;
 
 #[tokio::test]
 async fn lookupd_mode_end_to_end() {
@@ -61,13 +45,13 @@ async fn lookupd_mode_end_to_end() {
         "/channel/create?topic=t&channel=c",
         "/pub?topic=t",
     ] {
-        let (st, _) = send(&format!("http://{node}{p}"), "POST", b"x").await;
+        let (st, _) = send(&format!("http://{node}{p}"), "POST", &[], b"x").await;
         assert_eq!(st, 200, "{p}");
     }
     // Wait for the registration to reach nsqlookupd.
     let mut registered = false;
     for _ in 0..100 {
-        let (st, v) = send(&format!("http://{lhttp}/lookup?topic=t"), "GET", b"").await;
+        let (st, v) = send(&format!("http://{lhttp}/lookup?topic=t"), "GET", &[], b"").await;
         if st == 200 && v["producers"].as_array().is_some_and(|p| !p.is_empty()) {
             registered = true;
             break;
@@ -87,10 +71,10 @@ async fn lookupd_mode_end_to_end() {
     let admin = nsqadmin::start(ao).await.unwrap();
     let base = format!("http://{}", admin.http_addr());
 
-    let (st, v) = send(&format!("{base}/api/topics"), "GET", b"").await;
+    let (st, v) = send(&format!("{base}/api/topics"), "GET", &[], b"").await;
     assert_eq!((st, v), (200, json!({"topics": ["t"], "message": ""})));
 
-    let (st, v) = send(&format!("{base}/api/nodes"), "GET", b"").await;
+    let (st, v) = send(&format!("{base}/api/nodes"), "GET", &[], b"").await;
     assert_eq!(st, 200, "{v}");
     let n = &v["nodes"][0];
     assert_eq!(n["broadcast_address"], "127.0.0.1");
@@ -103,15 +87,15 @@ async fn lookupd_mode_end_to_end() {
         .starts_with(&format!("{lhttp}/127.0.0.1:")));
     assert_eq!(n["topics"], json!([{"topic":"t","tombstoned":false}]));
 
-    let (st, v) = send(&format!("{base}/api/topics/t"), "GET", b"").await;
+    let (st, v) = send(&format!("{base}/api/topics/t"), "GET", &[], b"").await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["message_count"], json!(1));
     assert_eq!(v["nodes"][0]["node"], node);
-    let (st, v) = send(&format!("{base}/api/topics/t/c"), "GET", b"").await;
+    let (st, v) = send(&format!("{base}/api/topics/t/c"), "GET", &[], b"").await;
     assert_eq!((st, v["depth"].clone()), (200, json!(1)));
 
     // Unknown to lookupd: its 404 text.
-    let (st, v) = send(&format!("{base}/api/topics/nope"), "GET", b"").await;
+    let (st, v) = send(&format!("{base}/api/topics/nope"), "GET", &[], b"").await;
     assert_eq!(st, 502);
     assert_eq!(
         v["message"],
@@ -122,31 +106,33 @@ async fn lookupd_mode_end_to_end() {
     let (st, _) = send(
         &format!("{base}/api/topics"),
         "POST",
+        &[],
         br#"{"topic":"fresh","channel":"fc"}"#,
     )
     .await;
     assert_eq!(st, 200);
-    let (st, v) = send(&format!("{base}/api/topics?inactive=true"), "GET", b"").await;
+    let (st, v) = send(&format!("{base}/api/topics?inactive=true"), "GET", &[], b"").await;
     assert_eq!(
         (st, v),
         (200, json!({"topics": {"fresh": ["fc"]}, "message": ""}))
     );
-    let (st, _) = send(&format!("{base}/api/topics/fresh/fc"), "DELETE", b"").await;
+    let (st, _) = send(&format!("{base}/api/topics/fresh/fc"), "DELETE", &[], b"").await;
     assert_eq!(st, 200);
-    let (st, _) = send(&format!("{base}/api/topics/fresh"), "DELETE", b"").await;
+    let (st, _) = send(&format!("{base}/api/topics/fresh"), "DELETE", &[], b"").await;
     assert_eq!(st, 200);
-    let (_, v) = send(&format!("{base}/api/topics"), "GET", b"").await;
+    let (_, v) = send(&format!("{base}/api/topics"), "GET", &[], b"").await;
     assert_eq!(v["topics"], json!(["t"]));
 
     // A channel created through lookupd reaches the producing nsqd.
     let (st, _) = send(
         &format!("{base}/api/topics"),
         "POST",
+        &[],
         br#"{"topic":"t","channel":"c2"}"#,
     )
     .await;
     assert_eq!(st, 200);
-    let (_, stats) = send(&format!("http://{node}/stats?format=json"), "GET", b"").await;
+    let (_, stats) = send(&format!("http://{node}/stats?format=json"), "GET", &[], b"").await;
     let chans: Vec<&str> = stats["topics"][0]["channels"]
         .as_array()
         .unwrap()
@@ -159,13 +145,14 @@ async fn lookupd_mode_end_to_end() {
     let (st, v) = send(
         &format!("{base}/api/nodes/{node}"),
         "DELETE",
+        &[],
         br#"{"topic":"t"}"#,
     )
     .await;
     assert_eq!((st, v), (200, json!({"message": ""})));
-    let (_, stats) = send(&format!("http://{node}/stats?format=json"), "GET", b"").await;
+    let (_, stats) = send(&format!("http://{node}/stats?format=json"), "GET", &[], b"").await;
     assert_eq!(stats["topics"], json!([]));
-    let (_, v) = send(&format!("http://{lhttp}/nodes"), "GET", b"").await;
+    let (_, v) = send(&format!("http://{lhttp}/nodes"), "GET", &[], b"").await;
     let p = &v["producers"][0];
     let idx = p["topics"]
         .as_array()

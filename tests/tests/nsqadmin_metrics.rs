@@ -2,6 +2,8 @@
 //! nsqd and one closed port, and (when promtool is installed, as CI does) a clean
 //! `promtool check metrics`.
 
+mod common;
+
 use std::time::Duration;
 
 use nsq_http::client::HttpClient;
@@ -16,33 +18,14 @@ fn client() -> HttpClient {
 
 #[tokio::test]
 async fn upstream_errors_are_counted_per_upstream() {
-    let dir = tempfile::tempdir().unwrap();
-    let args = vec![
-        "nsqd".to_string(),
-        "--tcp-address=127.0.0.1:0".to_string(),
-        "--http-address=127.0.0.1:0".to_string(),
-        format!("--data-path={}", dir.path().display()),
-    ];
-    let nsqd::options::ParseOutcome::Run(opts) = nsqd::options::parse_args(args).unwrap() else {
-        panic!("not a run")
-    };
-    let nsqd = nsqd::start(opts).await.unwrap();
+    let (nsqd, _dir) = common::start_nsqd(&[]).await;
     let live = nsqd.http_addr().unwrap().to_string();
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    };
-    let v = vec![
-        "nsqadmin".to_string(),
-        "--http-address=127.0.0.1:0".to_string(),
+    let dead = common::dead_addr();
+    let admin = common::start_admin(&[
         format!("--nsqd-http-address={live}"),
         format!("--nsqd-http-address={dead}"),
-    ];
-    let nsqadmin::options::ParseOutcome::Run(opts) = nsqadmin::options::parse_args(v).unwrap()
-    else {
-        panic!("not a run")
-    };
-    let admin = nsqadmin::start(opts).await.unwrap();
+    ])
+    .await;
     let base = format!("http://{}", admin.http_addr());
 
     let r = client()
