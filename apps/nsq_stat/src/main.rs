@@ -166,30 +166,28 @@ impl ChannelStats {
     }
 }
 
+/// The shared HTTP client (nsq-http: Go's error texts, the `403` → HTTPS retry of `GETV1`).
 struct Http {
-    client: reqwest::Client,
+    client: nsq_http::client::HttpClient,
+}
+
+/// Why the stats could not be read; `Display` is the reference's text.
+#[derive(Debug, thiserror::Error)]
+enum StatError {
+    #[error(transparent)]
+    Http(#[from] nsq_http::client::HttpError),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// No nsqd has the topic (clusterinfo's error for an empty producer list).
+    #[error("failed to query any nsqd: ")]
+    NoProducers,
 }
 
 impl Http {
-    async fn get(&self, addr: &str, path: &str) -> Result<Json, String> {
-        let url = format!("http://{addr}{path}");
-        let r = self
-            .client
-            .get(&url)
-            .header("Accept", "application/vnd.nsq; version=1.0")
-            .send()
-            .await
-            .map_err(|e| format!("Get \"{url}\": {e}"))?;
-        let status = r.status();
-        let body = r.bytes().await.map_err(|e| e.to_string())?;
-        if !status.is_success() {
-            return Err(format!(
-                "got response {} {:?}",
-                status,
-                String::from_utf8_lossy(&body)
-            ));
-        }
-        serde_json::from_slice(&body).map_err(|e| e.to_string())
+    /// `GETV1 http://<addr><path>`, decoded.
+    async fn get(&self, addr: &str, path: &str) -> Result<Json, StatError> {
+        let body = self.client.get_v1(&format!("http://{addr}{path}")).await?;
+        Ok(serde_json::from_slice(&body)?)
     }
 }
 
@@ -207,7 +205,7 @@ fn query_escape(s: &str) -> String {
 
 /// The HTTP addresses of the nsqd that have the topic (clusterinfo's
 /// `GetLookupdTopicProducers` / `GetNSQDTopicProducers`).
-async fn producers(http: &Http, o: &Options) -> Result<Vec<String>, String> {
+async fn producers(http: &Http, o: &Options) -> Result<Vec<String>, StatError> {
     let t = query_escape(&o.topic);
     let mut out: Vec<String> = Vec::new();
     if !o.lookupd_http_addresses.is_empty() {
@@ -248,9 +246,9 @@ async fn channel_stats(
     http: &Http,
     o: &Options,
     producers: &[String],
-) -> Result<Option<ChannelStats>, String> {
+) -> Result<Option<ChannelStats>, StatError> {
     if producers.is_empty() {
-        return Err("failed to query any nsqd: ".to_string());
+        return Err(StatError::NoProducers);
     }
     let path = format!(
         "/stats?format=json&topic={}&channel={}&include_clients=false",
@@ -278,12 +276,11 @@ async fn channel_stats(
 
 async fn stat_loop(o: Options) {
     let http = Http {
-        client: reqwest::Client::builder()
-            .connect_timeout(o.connect_timeout)
-            .timeout(o.request_timeout)
-            .user_agent(format!("nsq_stat/{}", nsq_utils::VERSION))
-            .build()
-            .unwrap_or_else(|e| fatal(&e.to_string())),
+        client: nsq_http::client::HttpClient::plain(
+            o.connect_timeout,
+            o.request_timeout,
+            &format!("nsq_stat/{}", nsq_utils::VERSION),
+        ),
     };
     let secs = o.interval.as_secs_f64();
     let mut prev: Option<ChannelStats> = None;
