@@ -196,6 +196,15 @@ pub enum ClusterError {
     },
 }
 
+/// `topic=<t>[&channel=<c>]`, escaped.
+fn topic_query(topic: &str, channel: Option<&str>) -> String {
+    let mut qs = format!("topic={}", query_escape(topic));
+    if let Some(c) = channel {
+        qs.push_str(&format!("&channel={}", query_escape(c)));
+    }
+    qs
+}
+
 /// Errors one a line, as the reference joins them.
 fn lines(errs: &[ClusterError]) -> String {
     errs.iter()
@@ -245,6 +254,36 @@ impl ClusterInfo {
         !self.lookupds.is_empty()
     }
 
+    /// `GET <path>` of every upstream of `kind` (concurrently), gathered by the fan-out rule,
+    /// and the names `names` takes from each answer as one sorted list without repeats.
+    async fn union_of<R>(
+        &self,
+        kind: Kind,
+        path: String,
+        names: fn(R) -> Vec<String>,
+        warn: &mut Vec<String>,
+    ) -> Result<Vec<String>, ClusterError>
+    where
+        R: for<'de> Deserialize<'de> + Send + 'static,
+    {
+        let addrs = match kind {
+            Kind::Lookupd => self.lookupds.clone(),
+            Kind::Nsqd => self.nsqds.clone(),
+        };
+        let c = self.client.clone();
+        let rs = fan_out(addrs, move |a| {
+            get_json::<R>(c.clone(), format!("http://{a}{path}"))
+        })
+        .await;
+        let mut all: Vec<String> = gather(kind, rs, warn)?
+            .into_iter()
+            .flat_map(names)
+            .collect();
+        all.sort();
+        all.dedup();
+        Ok(all)
+    }
+
     // ---- lookupd fetches ----
 
     pub async fn lookupd_topics(
@@ -256,18 +295,8 @@ impl ClusterInfo {
             #[serde(default)]
             topics: Vec<String>,
         }
-        let c = self.client.clone();
-        let rs = fan_out(self.lookupds.clone(), move |a| {
-            get_json::<R>(c.clone(), format!("http://{a}/topics"))
-        })
-        .await;
-        let mut all: Vec<String> = gather(Kind::Lookupd, rs, warn)?
-            .into_iter()
-            .flat_map(|r| r.topics)
-            .collect();
-        all.sort();
-        all.dedup();
-        Ok(all)
+        self.union_of(Kind::Lookupd, "/topics".into(), |r: R| r.topics, warn)
+            .await
     }
 
     pub async fn lookupd_topic_channels(
@@ -280,19 +309,9 @@ impl ClusterInfo {
             #[serde(default)]
             channels: Vec<String>,
         }
-        let c = self.client.clone();
-        let q = query_escape(topic);
-        let rs = fan_out(self.lookupds.clone(), move |a| {
-            get_json::<R>(c.clone(), format!("http://{a}/channels?topic={q}"))
-        })
-        .await;
-        let mut all: Vec<String> = gather(Kind::Lookupd, rs, warn)?
-            .into_iter()
-            .flat_map(|r| r.channels)
-            .collect();
-        all.sort();
-        all.dedup();
-        Ok(all)
+        let path = format!("/channels?topic={}", query_escape(topic));
+        self.union_of(Kind::Lookupd, path, |r: R| r.channels, warn)
+            .await
     }
 
     pub async fn lookupd_producers(
@@ -380,19 +399,12 @@ impl ClusterInfo {
     // ---- nsqd fetches ----
 
     pub async fn nsqd_topics(&self, warn: &mut Vec<String>) -> Result<Vec<String>, ClusterError> {
-        let c = self.client.clone();
-        let rs = fan_out(self.nsqds.clone(), move |a| {
-            get_json::<RawStats>(c.clone(), format!("http://{a}/stats?format=json"))
-        })
-        .await;
-        let mut all: Vec<String> = gather(Kind::Nsqd, rs, warn)?
-            .into_iter()
-            .flat_map(|r| r.topics.unwrap_or_default())
-            .map(|t| t.topic_name)
-            .collect();
-        all.sort();
-        all.dedup();
-        Ok(all)
+        let names = |r: RawStats| {
+            let topics = r.topics.unwrap_or_default();
+            topics.into_iter().map(|t| t.topic_name).collect()
+        };
+        self.union_of(Kind::Nsqd, "/stats?format=json".into(), names, warn)
+            .await
     }
 
     /// `/info` of the nsqd at `addr`, as a producer (topics filled by the caller).
@@ -630,13 +642,7 @@ impl ClusterInfo {
         topic: &str,
         warn: &mut Vec<String>,
     ) -> Result<(), ClusterError> {
-        let ps = self.topic_producers(topic, warn).await?;
-        let qs = format!("topic={}", query_escape(topic));
-        self.post_all(&self.lookupds, "topic/delete", &qs, warn)
-            .await;
-        self.post_all(&Self::producer_addrs(&ps), "topic/delete", &qs, warn)
-            .await;
-        Ok(())
+        self.delete(topic, None, warn).await
     }
 
     /// `DeleteChannel`.
@@ -646,15 +652,25 @@ impl ClusterInfo {
         channel: &str,
         warn: &mut Vec<String>,
     ) -> Result<(), ClusterError> {
+        self.delete(topic, Some(channel), warn).await
+    }
+
+    /// A topic or channel deletion: on every lookupd, then on every producer of the topic.
+    async fn delete(
+        &self,
+        topic: &str,
+        channel: Option<&str>,
+        warn: &mut Vec<String>,
+    ) -> Result<(), ClusterError> {
         let ps = self.topic_producers(topic, warn).await?;
-        let qs = format!(
-            "topic={}&channel={}",
-            query_escape(topic),
-            query_escape(channel)
-        );
-        self.post_all(&self.lookupds, "channel/delete", &qs, warn)
-            .await;
-        self.post_all(&Self::producer_addrs(&ps), "channel/delete", &qs, warn)
+        let uri = if channel.is_some() {
+            "channel/delete"
+        } else {
+            "topic/delete"
+        };
+        let qs = topic_query(topic, channel);
+        self.post_all(&self.lookupds, uri, &qs, warn).await;
+        self.post_all(&Self::producer_addrs(&ps), uri, &qs, warn)
             .await;
         Ok(())
     }
@@ -668,10 +684,7 @@ impl ClusterInfo {
         warn: &mut Vec<String>,
     ) -> Result<(), ClusterError> {
         let ps = self.topic_producers(topic, warn).await?;
-        let mut qs = format!("topic={}", query_escape(topic));
-        if let Some(c) = channel {
-            qs.push_str(&format!("&channel={}", query_escape(c)));
-        }
+        let qs = topic_query(topic, channel);
         self.post_all(&Self::producer_addrs(&ps), uri, &qs, warn)
             .await;
         Ok(())
