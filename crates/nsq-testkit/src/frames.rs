@@ -129,6 +129,12 @@ impl FrameConn {
         out
     }
 
+    /// Sends `b` (one or more commands) and expects the response `OK`.
+    pub async fn send_ok(&mut self, b: &[u8]) {
+        self.send(b).await;
+        self.expect_response(b"OK").await;
+    }
+
     /// The next frame is a response with exactly `data`.
     pub async fn expect_response(&mut self, data: &[u8]) {
         self.expect_frame(0, data).await;

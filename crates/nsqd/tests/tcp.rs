@@ -156,10 +156,8 @@ async fn identify_feature_negotiation_json() {
     ))
     .await;
     c.expect_response(br#"{"max_rdy_count":2500,"version":"1.3.0","max_msg_timeout":900000,"msg_timeout":60000,"tls_v1":false,"deflate":false,"deflate_level":6,"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,"output_buffer_size":16384,"output_buffer_timeout":250}"#).await;
-    c.send(&sized("IDENTIFY\n", br#"{}"#)).await;
-    c.expect_response(b"OK").await;
-    c.send(b"SUB t c\n").await;
-    c.expect_response(b"OK").await;
+    c.send_ok(&sized("IDENTIFY\n", br#"{}"#)).await;
+    c.send_ok(b"SUB t c\n").await;
     c.send(&sized("IDENTIFY\n", br#"{}"#)).await;
     c.expect_fatal("E_INVALID cannot IDENTIFY in current state")
         .await;
@@ -171,11 +169,9 @@ async fn rdy_window_fin_req_touch() {
     let (h, _d) = start().await;
     let mut p = v2(&h).await;
     let mut sub = v2(&h).await;
-    sub.send(b"SUB t c\n").await;
-    sub.expect_response(b"OK").await;
+    sub.send_ok(b"SUB t c\n").await;
     for i in 0..5 {
-        p.send(&pub_cmd("t", format!("m{i}").as_bytes())).await;
-        p.expect_response(b"OK").await;
+        p.send_ok(&pub_cmd("t", format!("m{i}").as_bytes())).await;
     }
     sub.send(b"RDY 3\n").await;
     let m1 = sub.message().await;
@@ -227,8 +223,7 @@ async fn rdy_window_fin_req_touch() {
 
     // Another connection cannot FIN it.
     let mut other = v2(&h).await;
-    other.send(b"SUB t c\n").await;
-    other.expect_response(b"OK").await;
+    other.send_ok(b"SUB t c\n").await;
     for (cmd, args) in [("FIN", ""), ("REQ", " 0"), ("TOUCH", "")] {
         other
             .send(format!("{cmd} {}{args}\n", m5.id).as_bytes())
@@ -254,13 +249,11 @@ async fn rdy_window_fin_req_touch() {
 async fn cls_then_closing_state_rules() {
     let (h, _d) = start().await;
     let mut c = v2(&h).await;
-    c.send(b"SUB t c\nCLS\n").await;
-    c.expect_response(b"OK").await;
+    c.send_ok(b"SUB t c\nCLS\n").await;
     c.expect_response(b"CLOSE_WAIT").await;
     // RDY is silently ignored in CLOSING, PUB still works.
     c.send(b"RDY 10\n").await;
-    c.send(&pub_cmd("t", b"x")).await;
-    c.expect_response(b"OK").await;
+    c.send_ok(&pub_cmd("t", b"x")).await;
     c.send(b"CLS\n").await;
     c.expect_fatal("E_INVALID cannot CLS in current state")
         .await;
@@ -274,15 +267,12 @@ async fn mpub_parses_by_count_and_dpub_defers() {
     // Declared total 100 but only 14 real bytes, followed by a PUB: two OKs.
     let mut b = b"MPUB t\n\x00\x00\x00\x64\x00\x00\x00\x01\x00\x00\x00\x06hello1".to_vec();
     b.extend(pub_cmd("t", b"after"));
-    c.send(&b).await;
-    c.expect_response(b"OK").await;
+    c.send_ok(&b).await;
     c.expect_response(b"OK").await;
     assert_eq!(h.nsqd.engine.get_topic("t").unwrap().depth(), 2);
     let mut sub = v2(&h).await;
-    sub.send(b"SUB d c\n").await;
-    sub.expect_response(b"OK").await;
-    c.send(&sized("DPUB d 60000\n", b"later")).await;
-    c.expect_response(b"OK").await;
+    sub.send_ok(b"SUB d c\n").await;
+    c.send_ok(&sized("DPUB d 60000\n", b"later")).await;
     let ch = h
         .nsqd
         .engine
@@ -298,8 +288,7 @@ async fn mpub_parses_by_count_and_dpub_defers() {
 async fn sub_consumer_limit() {
     let (h, _d) = start_with(&["--max-channel-consumers=1"]).await;
     let mut a = v2(&h).await;
-    a.send(b"SUB t c\n").await;
-    a.expect_response(b"OK").await;
+    a.send_ok(b"SUB t c\n").await;
     let mut b = v2(&h).await;
     b.send(b"SUB t c\n").await;
     b.expect_fatal("E_SUB_FAILED SUB failed consumers for t:c exceeds limit of 1")
@@ -311,9 +300,8 @@ async fn sub_consumer_limit() {
 async fn heartbeat_then_close_when_silent() {
     let (h, _d) = start().await;
     let mut c = v2(&h).await;
-    c.send(&sized("IDENTIFY\n", br#"{"heartbeat_interval":1000}"#))
+    c.send_ok(&sized("IDENTIFY\n", br#"{"heartbeat_interval":1000}"#))
         .await;
-    c.expect_response(b"OK").await;
     let start = std::time::Instant::now();
     // The first frame after ~1 s is a heartbeat.
     let f = c.any_frame().await.expect("a heartbeat");
@@ -329,13 +317,10 @@ async fn msg_timeout_requeues() {
     let (h, _d) = start().await;
     let mut p = v2(&h).await;
     let mut c = v2(&h).await;
-    c.send(&sized("IDENTIFY\n", br#"{"msg_timeout":1000}"#))
+    c.send_ok(&sized("IDENTIFY\n", br#"{"msg_timeout":1000}"#))
         .await;
-    c.expect_response(b"OK").await;
-    c.send(b"SUB t c\nRDY 1\n").await;
-    c.expect_response(b"OK").await;
-    p.send(&pub_cmd("t", b"x")).await;
-    p.expect_response(b"OK").await;
+    c.send_ok(b"SUB t c\nRDY 1\n").await;
+    p.send_ok(&pub_cmd("t", b"x")).await;
     let m = c.message().await;
     assert_eq!(m.attempts, 1);
     let again = c.message().await;
@@ -355,14 +340,12 @@ async fn msg_timeout_requeues() {
 async fn fatal_error_does_not_disturb_other_clients() {
     let (h, _d) = start().await;
     let mut sub = v2(&h).await;
-    sub.send(b"SUB t c\nRDY 100\n").await;
-    sub.expect_response(b"OK").await;
+    sub.send_ok(b"SUB t c\nRDY 100\n").await;
     let mut bad = v2(&h).await;
     bad.send(b"\xff\xfe garbage\n").await;
     assert_eq!(bad.frame().await.unwrap().frame_type, 1);
     let mut p = v2(&h).await;
-    p.send(&pub_cmd("t", b"still")).await;
-    p.expect_response(b"OK").await;
+    p.send_ok(&pub_cmd("t", b"still")).await;
     assert_eq!(&sub.message().await.body[..], b"still");
     h.shutdown().await;
 }
@@ -374,9 +357,8 @@ async fn fatal_error_does_not_disturb_other_clients() {
 async fn trickled_body_hits_the_command_read_deadline() {
     let (h, _d) = start().await;
     let mut c = v2(&h).await;
-    c.send(&sized("IDENTIFY\n", br#"{"heartbeat_interval":1000}"#))
+    c.send_ok(&sized("IDENTIFY\n", br#"{"heartbeat_interval":1000}"#))
         .await;
-    c.expect_response(b"OK").await;
     let start = std::time::Instant::now();
     let mut head = b"PUB t\n".to_vec();
     head.extend_from_slice(&10u32.to_be_bytes());
