@@ -16,7 +16,7 @@ use super::{Ctx, Endpoint, Reply};
 use crate::admin::Admin;
 use crate::cluster::Producer;
 use crate::notify::AdminAction;
-use crate::stats::{ChannelStats, TopicStats};
+use crate::stats::{ClusterStats, TopicStats};
 use nsq_go::url::{escape_path, Query};
 
 pub(super) async fn handle(
@@ -130,50 +130,47 @@ async fn topics(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
     }))
 }
 
-async fn topic(admin: &Arc<Admin>, topic: &str) -> ApiResult {
+/// The stats of `topic` (and `channel`) from every producer of the topic.
+async fn topic_stats(
+    admin: &Arc<Admin>,
+    topic: &str,
+    channel: Option<&str>,
+    warn: &mut Vec<String>,
+) -> Result<ClusterStats, Reply> {
     let ci = admin.cluster();
-    let mut warn = Vec::new();
-    let producers = ci
-        .topic_producers(topic, &mut warn)
+    let producers = ci.topic_producers(topic, warn).await.map_err(upstream)?;
+    ci.stats(&producers, Some(topic), channel, channel.is_some(), warn)
         .await
-        .map_err(upstream)?;
-    let stats = ci
-        .stats(&producers, Some(topic), None, false, &mut warn)
-        .await
-        .map_err(upstream)?;
+        .map_err(upstream)
+}
+
+/// A JSON reply: `data`'s fields, then `message` (the warnings, `maybeWarnMsg`).
+fn with_message<T: Serialize>(data: T, warn: &[String]) -> Reply {
     #[derive(Serialize)]
-    struct R {
+    struct R<T> {
         #[serde(flatten)]
-        stats: TopicStats,
+        data: T,
         message: String,
     }
-    Ok(Reply::json(&R {
-        stats: TopicStats::aggregate(topic, &stats.topics),
-        message: warn_msg(&warn),
-    }))
+    Reply::json(&R {
+        data,
+        message: warn_msg(warn),
+    })
+}
+
+async fn topic(admin: &Arc<Admin>, topic: &str) -> ApiResult {
+    let mut warn = Vec::new();
+    let stats = topic_stats(admin, topic, None, &mut warn).await?;
+    Ok(with_message(
+        TopicStats::aggregate(topic, &stats.topics),
+        &warn,
+    ))
 }
 
 async fn channel(admin: &Arc<Admin>, topic: &str, channel: &str) -> ApiResult {
-    let ci = admin.cluster();
     let mut warn = Vec::new();
-    let producers = ci
-        .topic_producers(topic, &mut warn)
-        .await
-        .map_err(upstream)?;
-    let stats = ci
-        .stats(&producers, Some(topic), Some(channel), true, &mut warn)
-        .await
-        .map_err(upstream)?;
-    #[derive(Serialize)]
-    struct R<'a> {
-        #[serde(flatten)]
-        stats: Option<&'a ChannelStats>,
-        message: String,
-    }
-    Ok(Reply::json(&R {
-        stats: stats.channel(channel),
-        message: warn_msg(&warn),
-    }))
+    let stats = topic_stats(admin, topic, Some(channel), &mut warn).await?;
+    Ok(with_message(stats.channel(channel), &warn))
 }
 
 async fn nodes(admin: &Arc<Admin>) -> ApiResult {
