@@ -7,6 +7,7 @@
 //! into one buffer and writes it with one syscall.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +38,10 @@ const TAKE_CHUNK: usize = 512;
 const READ_BUF_MIN: usize = 4 * 1024;
 /// Read buffers grow to this when a read leaves less than 4 KiB free.
 const READ_BUF_MAX: usize = 64 * 1024;
+/// The longest a refill is held back for a saturated client (see `Client::refill_batch`).
+const HOLD_MAX: Duration = Duration::from_millis(1);
+/// A timer deadline that is never reached in practice (disabled timers).
+const FAR: Duration = Duration::from_secs(86_400 * 365);
 
 /// Serves one accepted TCP connection to the end.
 pub(crate) async fn serve(nsqd: Arc<Nsqd>, mut stream: TcpStream, peer: SocketAddr) {
@@ -172,6 +177,10 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
     // (nsqd/protocol_v2.go, IOLoop: SetReadDeadline once per command, before its line; the
     // body is read under the same deadline).
     let mut deadline: Option<Instant> = None;
+    let read_timer = tokio::time::sleep_until(Instant::now());
+    tokio::pin!(read_timer);
+    // When `read_timer` fires (None: never armed).
+    let mut timer_at: Option<Instant> = None;
     let mut started = false;
     loop {
         let mut completed = !started;
@@ -217,9 +226,10 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                     }
                 }
                 Ok(None) => {
-                    // FIN/REQ freed window space quietly; one wake-up for the whole batch.
+                    // FIN/REQ freed window space quietly; at most one wake-up for the whole
+                    // batch, and none while the writer holds a refill back for more.
                     if std::mem::take(&mut freed) {
-                        client.wake.notify_one();
+                        client.window_freed();
                     }
                     break;
                 }
@@ -252,7 +262,16 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 .heartbeat
                 .map(|h| Instant::now() + h * 2);
         }
-        let read = async {
+        // The timer is armed lazily: it may fire before the current deadline (set when an
+        // earlier command completed), and is then moved on to it, so a busy connection
+        // re-arms it once per deadline period instead of once per read.
+        if let Some(d) = deadline {
+            if timer_at.is_none_or(|t| t > d) {
+                read_timer.as_mut().reset(d);
+                timer_at = Some(d);
+            }
+        }
+        loop {
             let fill = async {
                 if lazy {
                     if let ReadSide::Tcp(r) = &rd {
@@ -264,19 +283,23 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 }
                 rd.read_buf(&mut buf).await
             };
-            match deadline {
-                Some(d) => tokio::time::timeout_at(d, fill).await.ok(),
-                None => Some(fill.await),
+            tokio::select! {
+                r = fill => match r {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => break,
+                },
+                _ = &mut read_timer, if deadline.is_some() => {
+                    let d = deadline.expect("guarded");
+                    if Instant::now() >= d {
+                        // Read deadline passed: close without an error frame.
+                        client.close_now();
+                        return;
+                    }
+                    read_timer.as_mut().reset(d);
+                    timer_at = Some(d);
+                }
+                _ = closed.wait_for(|c| *c) => return,
             }
-        };
-        tokio::select! {
-            r = read => match r {
-                // Read deadline passed: close without an error frame.
-                None => { client.close_now(); return; }
-                Some(Ok(0)) | Some(Err(_)) => return,
-                Some(Ok(_)) => {}
-            },
-            _ = closed.wait_for(|c| *c) => return,
         }
     }
 }
@@ -604,12 +627,22 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
     let mut out = BytesMut::new();
     let mut msgs: Vec<Message> = Vec::new();
     let mut hb_every = client.settings.lock().heartbeat;
-    let mut hb_next = hb_every.map(|h| Instant::now() + h);
+    // One heartbeat timer for the connection's life, moved on when it fires (a fixed ticker,
+    // as nsqd/protocol_v2.go, messagePump), not re-created at every wake-up.
+    let hb_timer = tokio::time::sleep_until(Instant::now() + hb_every.unwrap_or(FAR));
+    tokio::pin!(hb_timer);
+    // A held-back refill (see `Client::refill_batch`): the timer bounding the hold is armed,
+    // and whether it fired (then the next refill goes out whatever its size).
+    let hold_timer = tokio::time::sleep_until(Instant::now());
+    tokio::pin!(hold_timer);
+    let mut hold_armed = false;
+    let mut hold_expired = false;
     loop {
         let chan = client.channel.get().cloned();
-        let mut chan_wait = chan.as_ref().map(|c| Box::pin(c.notified()));
-        if let Some(w) = chan_wait.as_mut() {
-            w.as_mut().enable();
+        let chan_wait = chan.as_ref().map(|c| c.notified());
+        tokio::pin!(chan_wait);
+        if let Some(w) = chan_wait.as_mut().as_pin_mut() {
+            w.enable();
         }
 
         // Responses the reader queued, in order.
@@ -629,36 +662,68 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
         // Messages, as many as the RDY window allows.
         let mut full = false;
         if let (Some(ch), false) = (&chan, closing) {
-            let (msg_timeout, sample_rate) = {
+            let (msg_timeout, sample_rate, hold_for) = {
                 let s = client.settings.lock();
-                (s.msg_timeout, s.sample_rate)
+                // A client that asked for unbuffered output (output_buffer_size or
+                // output_buffer_timeout -1 in IDENTIFY) is never held back; otherwise a hold
+                // lasts at most HOLD_MAX (far below NSQ's timed flush, which is 250 ms by
+                // default: nsqd/protocol_v2.go, messagePump, outputBufferTicker).
+                let hold = (s.output_buffer_size > 1 && !s.output_buffer_timeout.is_zero())
+                    .then(|| s.output_buffer_timeout.min(HOLD_MAX));
+                (s.msg_timeout, s.sample_rate, hold)
             };
-            loop {
-                let window = client.window();
-                if window == 0 {
-                    break;
+            let window = client.window();
+            let batch = client.refill_batch();
+            let hold = match hold_for {
+                // The client has nearly RDY messages in flight and no responses are going
+                // out anyway: wait for more free slots (or the hold timer) before writing.
+                Some(bound) if window > 0 && window < batch && !hold_expired && out.is_empty() => {
+                    if !hold_armed {
+                        client.holding.store(true, Ordering::Release);
+                        hold_timer.as_mut().reset(Instant::now() + bound);
+                        hold_armed = true;
+                    }
+                    true
                 }
-                if out.len() >= FLUSH_BYTES {
-                    full = true;
-                    break;
+                _ => false,
+            };
+            if !hold {
+                if hold_armed || client.holding.load(Ordering::Relaxed) {
+                    client.holding.store(false, Ordering::Release);
+                    hold_armed = false;
+                }
+                let mut sent = 0;
+                loop {
+                    let window = client.window();
+                    if window == 0 {
+                        break;
+                    }
+                    if out.len() >= FLUSH_BYTES {
+                        full = true;
+                        break;
+                    }
+                    msgs.clear();
+                    let n = ch.take(
+                        client.id,
+                        window.min(TAKE_CHUNK),
+                        msg_timeout,
+                        sample_rate,
+                        &mut msgs,
+                    );
+                    if n == 0 {
+                        break;
+                    }
+                    sent += n;
+                    client.delivered(n);
+                    for m in &msgs {
+                        frame::put_message(&mut out, m.timestamp, m.attempts, &m.id, &m.body);
+                    }
                 }
                 msgs.clear();
-                let n = ch.take(
-                    client.id,
-                    window.min(TAKE_CHUNK),
-                    msg_timeout,
-                    sample_rate,
-                    &mut msgs,
-                );
-                if n == 0 {
-                    break;
-                }
-                client.delivered(n);
-                for m in &msgs {
-                    frame::put_message(&mut out, m.timestamp, m.attempts, &m.id, &m.body);
+                if sent > 0 {
+                    hold_expired = false;
                 }
             }
-            msgs.clear();
         }
 
         if !out.is_empty() {
@@ -711,17 +776,13 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
         let hb_now = client.settings.lock().heartbeat;
         if hb_now != hb_every {
             hb_every = hb_now;
-            hb_next = hb_every.map(|h| Instant::now() + h);
-        }
-        let eligible = client.window() > 0;
-        let hb_sleep = async {
-            match hb_next {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => std::future::pending().await,
+            if let Some(h) = hb_every {
+                hb_timer.as_mut().reset(Instant::now() + h);
             }
-        };
+        }
+        let eligible = client.window() > 0 && !hold_armed;
         let chan_ready = async {
-            match (chan_wait.as_mut(), eligible) {
+            match (chan_wait.as_mut().as_pin_mut(), eligible) {
                 (Some(w), true) => w.await,
                 _ => std::future::pending().await,
             }
@@ -729,9 +790,15 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
         tokio::select! {
             _ = client.wake.notified() => {}
             _ = chan_ready => {}
-            _ = hb_sleep => {
+            _ = &mut hold_timer, if hold_armed => {
+                hold_armed = false;
+                hold_expired = true;
+            }
+            _ = &mut hb_timer, if hb_every.is_some() => {
                 frame::put_response(&mut out, frame::HEARTBEAT);
-                hb_next = hb_every.map(|h| Instant::now() + h);
+                let h = hb_every.expect("guarded");
+                let next = hb_timer.deadline() + h;
+                hb_timer.as_mut().reset(next.max(Instant::now()));
             }
         }
     }
