@@ -26,7 +26,7 @@ case $TOOL in
   perf) perf record -g -p $P -o /tmp/perf.data -- sleep $SECS >/dev/null 2>&1 & SP=$!; sleep 0.3;;
   syscalls) perf stat -x, -o $D/pstat.out -e raw_syscalls:sys_enter,syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex,syscalls:sys_enter_writev -p $P & SP=$!; sleep 0.3;;
 esac
-R=$($T/bench_reader $A --runfor=${SECS}s --fin-mode=$MODE 2>/dev/null | grep RESULT)
+R=$($T/bench_reader $A --runfor=${SECS}s --fin-mode=$MODE ${READER_ARGS:-} 2>/dev/null | grep RESULT)
 t1=$(ticks)
 case $TOOL in
   strace) kill -INT $SP; wait $SP; cat $D/strace.out | head -20;;

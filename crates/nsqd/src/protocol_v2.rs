@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use nsq_core::{FinishError, Message, SubscribeError};
+use nsq_core::{FinishError, SubscribeError};
 use nsq_protocol::command::{
     clamp_req_timeout, Command, CommandKind, DecodeError, DecodeHooks, Decoder, Verdict,
 };
@@ -622,10 +622,9 @@ async fn sub(
 }
 
 async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
-    // Both grow on first use (an idle connection never sends a frame before its first
-    // heartbeat) and are then reused.
+    // Grows on first use (an idle connection never sends a frame before its first
+    // heartbeat) and is then reused.
     let mut out = BytesMut::new();
-    let mut msgs: Vec<Message> = Vec::new();
     let mut hb_every = client.settings.lock().heartbeat;
     // One heartbeat timer for the connection's life, moved on when it fires (a fixed ticker,
     // as nsqd/protocol_v2.go, messagePump), not re-created at every wake-up.
@@ -702,24 +701,23 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
                         full = true;
                         break;
                     }
-                    msgs.clear();
-                    let n = ch.take(
+                    // Frames are encoded straight into `out` under the channel lock (a
+                    // copy of each body; no clone of the message).
+                    let n = ch.take_with(
                         client.id,
                         window.min(TAKE_CHUNK),
                         msg_timeout,
                         sample_rate,
-                        &mut msgs,
+                        &mut |m| {
+                            frame::put_message(&mut out, m.timestamp, m.attempts, &m.id, &m.body)
+                        },
                     );
                     if n == 0 {
                         break;
                     }
                     sent += n;
                     client.delivered(n);
-                    for m in &msgs {
-                        frame::put_message(&mut out, m.timestamp, m.attempts, &m.id, &m.body);
-                    }
                 }
-                msgs.clear();
                 if sent > 0 {
                     hold_expired = false;
                 }
