@@ -8,6 +8,7 @@
 # `strace -c -f -p` for the drain; with `perf` it writes /tmp/perf.data (perf record -g);
 # with `syscalls` it counts the daemon's syscalls with perf's tracepoints (far less intrusive
 # than strace, which stops the daemon at every syscall and so batches its work for it).
+# READER_ARGS adds bench_reader flags (e.g. --handler-us=10 for a go-nsq-paced consumer).
 # Build the tools first: cargo build --release -p nsq-bench.
 NSQD=$1; TOOL=${2:-none}; MODE=${3:-go}; SECS=${4:-5}
 T=$(cd "$(dirname "$0")/.." && pwd)/target/release

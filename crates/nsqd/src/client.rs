@@ -79,10 +79,6 @@ pub struct Client {
     close_after_flush: AtomicBool,
     /// Wakes the writer: responses queued, RDY / in-flight changed, settings changed, close.
     pub wake: Notify,
-    /// The writer is holding a refill back (see `protocol_v2::write_loop`) until the RDY
-    /// window reaches [`Client::refill_batch`] or its short hold timer fires; meanwhile the
-    /// reader does not wake it for FINs that leave the window below that.
-    pub(crate) holding: AtomicBool,
     /// Flips to true when the connection must end now; the reader selects on it.
     closed_tx: watch::Sender<bool>,
     /// An IDENTIFY upgrade in progress: the writer hands its write side over (after flushing
@@ -122,7 +118,6 @@ impl Client {
             out: Mutex::new(BytesMut::new()),
             close_after_flush: AtomicBool::new(false),
             wake: Notify::new(),
-            holding: AtomicBool::new(false),
             closed_tx: watch::channel(false).0,
             handover: Mutex::new(None),
             auth: Mutex::new(None),
@@ -201,32 +196,13 @@ impl Client {
         }
     }
 
-    /// The window a refill waits for while the client is saturated (nearly RDY messages in
-    /// flight): with a large RDY (>= 32), min(16, RDY/4), else 0 (never held back). A client
-    /// with RDY 2500 and 2490 in flight is busy with its messages; sending it the next ones
-    /// 16 at a time instead of one per FIN costs it nothing and saves a write (and its wake-ups)
-    /// per message on both sides. A client with few messages in flight is never held back.
-    pub fn refill_batch(&self) -> usize {
-        let rdy = self.ready_count();
-        if rdy >= 32 {
-            (rdy as usize / 4).min(16)
-        } else {
-            0
-        }
-    }
-
-    /// After FINs/REQs freed window space: wakes the writer unless it is holding a refill
-    /// back and the window is still below the batch it waits for.
+    /// After FINs/REQs freed window space: wakes the writer if it can send now.
     pub fn window_freed(&self) {
-        let w = self.window();
-        if w == 0 {
-            // Nothing can be sent; whatever opens the window (RDY, FIN, timeout) wakes it.
-            return;
+        // With the window still 0 nothing can be sent; whatever opens it (RDY, FIN,
+        // timeout, empty) wakes the writer then.
+        if self.window() > 0 {
+            self.wake.notify_one();
         }
-        if self.holding.load(Ordering::Acquire) && w < self.refill_batch() {
-            return;
-        }
-        self.wake.notify_one();
     }
 
     /// Queues a frame for the writer and wakes it.

@@ -7,7 +7,6 @@
 //! into one buffer and writes it with one syscall.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,8 +37,6 @@ const TAKE_CHUNK: usize = 512;
 const READ_BUF_MIN: usize = 4 * 1024;
 /// Read buffers grow to this when a read leaves less than 4 KiB free.
 const READ_BUF_MAX: usize = 64 * 1024;
-/// The longest a refill is held back for a saturated client (see `Client::refill_batch`).
-const HOLD_MAX: Duration = Duration::from_millis(1);
 /// A timer deadline that is never reached in practice (disabled timers).
 const FAR: Duration = Duration::from_secs(86_400 * 365);
 
@@ -227,7 +224,7 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 }
                 Ok(None) => {
                     // FIN/REQ freed window space quietly; at most one wake-up for the whole
-                    // batch, and none while the writer holds a refill back for more.
+                    // batch.
                     if std::mem::take(&mut freed) {
                         client.window_freed();
                     }
@@ -630,12 +627,6 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
     // as nsqd/protocol_v2.go, messagePump), not re-created at every wake-up.
     let hb_timer = tokio::time::sleep_until(Instant::now() + hb_every.unwrap_or(FAR));
     tokio::pin!(hb_timer);
-    // A held-back refill (see `Client::refill_batch`): the timer bounding the hold is armed,
-    // and whether it fired (then the next refill goes out whatever its size).
-    let hold_timer = tokio::time::sleep_until(Instant::now());
-    tokio::pin!(hold_timer);
-    let mut hold_armed = false;
-    let mut hold_expired = false;
     loop {
         let chan = client.channel.get().cloned();
         let chan_wait = chan.as_ref().map(|c| c.notified());
@@ -661,66 +652,32 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
         // Messages, as many as the RDY window allows.
         let mut full = false;
         if let (Some(ch), false) = (&chan, closing) {
-            let (msg_timeout, sample_rate, hold_for) = {
+            let (msg_timeout, sample_rate) = {
                 let s = client.settings.lock();
-                // A client that asked for unbuffered output (output_buffer_size or
-                // output_buffer_timeout -1 in IDENTIFY) is never held back; otherwise a hold
-                // lasts at most HOLD_MAX (far below NSQ's timed flush, which is 250 ms by
-                // default: nsqd/protocol_v2.go, messagePump, outputBufferTicker).
-                let hold = (s.output_buffer_size > 1 && !s.output_buffer_timeout.is_zero())
-                    .then(|| s.output_buffer_timeout.min(HOLD_MAX));
-                (s.msg_timeout, s.sample_rate, hold)
+                (s.msg_timeout, s.sample_rate)
             };
-            let window = client.window();
-            let batch = client.refill_batch();
-            let hold = match hold_for {
-                // The client has nearly RDY messages in flight and no responses are going
-                // out anyway: wait for more free slots (or the hold timer) before writing.
-                Some(bound) if window > 0 && window < batch && !hold_expired && out.is_empty() => {
-                    if !hold_armed {
-                        client.holding.store(true, Ordering::Release);
-                        hold_timer.as_mut().reset(Instant::now() + bound);
-                        hold_armed = true;
-                    }
-                    true
+            loop {
+                let window = client.window();
+                if window == 0 {
+                    break;
                 }
-                _ => false,
-            };
-            if !hold {
-                if hold_armed || client.holding.load(Ordering::Relaxed) {
-                    client.holding.store(false, Ordering::Release);
-                    hold_armed = false;
+                if out.len() >= FLUSH_BYTES {
+                    full = true;
+                    break;
                 }
-                let mut sent = 0;
-                loop {
-                    let window = client.window();
-                    if window == 0 {
-                        break;
-                    }
-                    if out.len() >= FLUSH_BYTES {
-                        full = true;
-                        break;
-                    }
-                    // Frames are encoded straight into `out` under the channel lock (a
-                    // copy of each body; no clone of the message).
-                    let n = ch.take_with(
-                        client.id,
-                        window.min(TAKE_CHUNK),
-                        msg_timeout,
-                        sample_rate,
-                        &mut |m| {
-                            frame::put_message(&mut out, m.timestamp, m.attempts, &m.id, &m.body)
-                        },
-                    );
-                    if n == 0 {
-                        break;
-                    }
-                    sent += n;
-                    client.delivered(n);
+                // Frames are encoded straight into `out` under the channel lock (a
+                // copy of each body; no clone of the message).
+                let n = ch.take_with(
+                    client.id,
+                    window.min(TAKE_CHUNK),
+                    msg_timeout,
+                    sample_rate,
+                    &mut |m| frame::put_message(&mut out, m.timestamp, m.attempts, &m.id, &m.body),
+                );
+                if n == 0 {
+                    break;
                 }
-                if sent > 0 {
-                    hold_expired = false;
-                }
+                client.delivered(n);
             }
         }
 
@@ -778,7 +735,7 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
                 hb_timer.as_mut().reset(Instant::now() + h);
             }
         }
-        let eligible = client.window() > 0 && !hold_armed;
+        let eligible = client.window() > 0;
         let chan_ready = async {
             match (chan_wait.as_mut().as_pin_mut(), eligible) {
                 (Some(w), true) => w.await,
@@ -788,10 +745,6 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
         tokio::select! {
             _ = client.wake.notified() => {}
             _ = chan_ready => {}
-            _ = &mut hold_timer, if hold_armed => {
-                hold_armed = false;
-                hold_expired = true;
-            }
             _ = &mut hb_timer, if hb_every.is_some() => {
                 frame::put_response(&mut out, frame::HEARTBEAT);
                 let h = hb_every.expect("guarded");

@@ -530,10 +530,10 @@ async fn trickled_body_hits_the_command_read_deadline() {
     h.shutdown().await;
 }
 
-/// A saturated client (RDY 64, so refills wait for 16 free slots for at most a millisecond)
-/// that FINs one message per write still gets every message: a hold never stalls delivery,
-/// whether the FINs free 1 slot (the hold timer sends it) or 16 at once; and with unbuffered
-/// output requested in IDENTIFY nothing is held at all.
+/// A saturated client (RDY 64, all in flight) that FINs one message per write, as go-nsq
+/// does, gets every message exactly once: each freed slot is refilled, also when a FIN frees
+/// just one (the writer is woken only when the window opens), with or without unbuffered
+/// output requested in IDENTIFY.
 #[tokio::test]
 async fn saturated_client_gets_every_message_one_fin_per_write() {
     for identify in [None, Some(r#"{"output_buffer_timeout":-1}"#)] {
