@@ -37,6 +37,8 @@ const TAKE_CHUNK: usize = 512;
 const READ_BUF_MIN: usize = 4 * 1024;
 /// Read buffers grow to this when a read leaves less than 4 KiB free.
 const READ_BUF_MAX: usize = 64 * 1024;
+/// `FIN <16-byte id>\n`.
+const FIN_LEN: usize = 21;
 /// How often a saturated consumer's socket is read while parked (see `read_loop`).
 const PARK_POLL: Duration = Duration::from_millis(1);
 /// A timer deadline that is never reached in practice (disabled timers).
@@ -187,6 +189,8 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
     tokio::pin!(read_timer);
     // When `read_timer` fires (None: never armed).
     let mut timer_at: Option<Instant> = None;
+    // Bytes the last read brought (see `park` below).
+    let mut last_read = 0usize;
     let mut started = false;
     loop {
         let mut completed = !started;
@@ -283,7 +287,12 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
         // worth at a time instead of waking the daemon one by one; the refill they free then
         // goes out in one write. Other commands on such a connection wait up to ~2 ms more. A
         // period without any bytes ends parking (the client went quiet: wait normally).
-        let park = matches!(rd, ReadSide::Tcp(_)) && client.saturated();
+        // A client that FINed a quarter of its RDY within one such period is fast enough to
+        // run its window dry before the next one: it is read as usual (its FINs batch up
+        // anyway while the daemon works), so parking never caps its throughput.
+        let park = matches!(rd, ReadSide::Tcp(_))
+            && client.saturated()
+            && last_read < (client.ready_count().max(0) as usize / 4) * FIN_LEN;
         loop {
             let fill = async {
                 if park {
@@ -308,7 +317,10 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
             tokio::select! {
                 r = fill => match r {
                     Ok(0) | Err(_) => return,
-                    Ok(_) => break,
+                    Ok(n) => {
+                        last_read = n;
+                        break;
+                    }
                 },
                 _ = &mut read_timer, if deadline.is_some() => {
                     let d = deadline.expect("guarded");
