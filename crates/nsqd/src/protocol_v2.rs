@@ -39,6 +39,8 @@ const READ_BUF_MIN: usize = 4 * 1024;
 const READ_BUF_MAX: usize = 64 * 1024;
 /// `FIN <16-byte id>\n`.
 const FIN_LEN: usize = 21;
+/// Reads without parking after a parked read found a fast client (see `read_loop`).
+const UNPARKED_READS: u32 = 256;
 /// How often a saturated consumer's socket is read while parked (see `read_loop`).
 const PARK_POLL: Duration = Duration::from_millis(1);
 /// A timer deadline that is never reached in practice (disabled timers).
@@ -189,8 +191,11 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
     tokio::pin!(read_timer);
     // When `read_timer` fires (None: never armed).
     let mut timer_at: Option<Instant> = None;
-    // Bytes the last read brought (see `park` below).
+    // Bytes the last read brought, whether it was a parked one, and how many reads to go
+    // before parking is allowed again (see `park` below).
     let mut last_read = 0usize;
+    let mut parked_last = false;
+    let mut no_park = 0u32;
     let mut started = false;
     loop {
         let mut completed = !started;
@@ -288,11 +293,15 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
         // goes out in one write. Other commands on such a connection wait up to ~2 ms more. A
         // period without any bytes ends parking (the client went quiet: wait normally).
         // A client that FINed a quarter of its RDY within one such period is fast enough to
-        // run its window dry before the next one: it is read as usual (its FINs batch up
-        // anyway while the daemon works), so parking never caps its throughput.
-        let park = matches!(rd, ReadSide::Tcp(_))
-            && client.saturated()
-            && last_read < (client.ready_count().max(0) as usize / 4) * FIN_LEN;
+        // run its window dry before the next one: it is read as usual for the next
+        // UNPARKED_READS reads (its FINs batch up anyway while the daemon works), so parking
+        // never caps its throughput.
+        if parked_last && last_read >= (client.ready_count().max(0) as usize / 4) * FIN_LEN {
+            no_park = UNPARKED_READS;
+        }
+        let park = matches!(rd, ReadSide::Tcp(_)) && no_park == 0 && client.saturated();
+        no_park = no_park.saturating_sub(1);
+        parked_last = park;
         loop {
             let fill = async {
                 if park {
