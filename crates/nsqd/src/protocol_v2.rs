@@ -5,6 +5,11 @@
 //! The writer batches: every wake-up it takes as many messages as the RDY window allows (up to
 //! a flush threshold) from the channel under one lock, encodes them with any queued responses
 //! into one buffer and writes it with one syscall.
+//!
+//! The reader batches too: a consumer with most of a large RDY window in flight has its socket
+//! parked out of the reactor and read once a millisecond (`read_loop`), so clients that write
+//! one FIN per syscall (go-nsq) cost the daemon one wake-up per millisecond, not one per
+//! message. bench/README.md ("Parked reads") has the measurements.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
