@@ -590,3 +590,50 @@ async fn saturated_client_gets_every_message_one_fin_per_write() {
         assert_eq!(seen, want, "identify {identify:?}");
     }
 }
+
+/// Commands other than FIN on a saturated (parked) connection are still answered, and a
+/// failed FIN still gets its error; closing such a connection is still noticed.
+#[tokio::test]
+async fn saturated_connection_still_answers_other_commands() {
+    let (h, _d) = start().await;
+    let mut p = Conn::open(&h).await;
+    let mut body = 100u32.to_be_bytes().to_vec();
+    for i in 0..100 {
+        let m = format!("m{i:03}");
+        body.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        body.extend_from_slice(m.as_bytes());
+    }
+    p.send(&sized("MPUB t\n", &body)).await;
+    p.expect_response(b"OK").await;
+
+    let mut sub = Conn::open(&h).await;
+    sub.send(b"SUB t c\nRDY 64\n").await;
+    sub.expect_response(b"OK").await;
+    let mut got = Vec::new();
+    for _ in 0..64 {
+        got.push(sub.message().await);
+    }
+    // Saturated: 64 of RDY 64 in flight. A PUB, a TOUCH and a bad FIN are all answered.
+    sub.send(&pub_cmd("other", b"x")).await;
+    sub.expect_response(b"OK").await;
+    sub.send(format!("TOUCH {}\nFIN 0000000000000000\n", got[0].id).as_bytes())
+        .await;
+    sub.expect_error("E_FIN_FAILED FIN 0000000000000000 failed ID not in flight")
+        .await;
+    let ch = h
+        .nsqd
+        .engine
+        .get_topic("t")
+        .unwrap()
+        .get_channel("c")
+        .unwrap();
+    assert_eq!(ch.stats().in_flight_count, 64);
+    assert_eq!(ch.stats().consumers.len(), 1);
+    // Closing while saturated (the reader parked) is noticed: the consumer goes away.
+    drop(sub);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ch.stats().consumers.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "close not noticed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
