@@ -5,7 +5,10 @@
 # channel with MSGS (default 3,000,000) 200-byte messages, then runs bench_reader
 # --fin-mode MODE (default go) for SECS (default 5) and prints its RESULT line with the
 # daemon's CPU (utime+stime from /proc) per consumed message. With `strace` it also prints
-# `strace -c -f -p` for the drain; with `perf` it writes /tmp/perf.data (perf record -g).
+# `strace -c -f -p` for the drain; with `perf` it writes /tmp/perf.data (perf record -g);
+# with `syscalls` it counts the daemon's syscalls with perf's tracepoints (far less intrusive
+# than strace, which stops the daemon at every syscall and so batches its work for it).
+# READER_ARGS adds bench_reader flags (e.g. --handler-us=10 for a go-nsq-paced consumer).
 # Build the tools first: cargo build --release -p nsq-bench.
 NSQD=$1; TOOL=${2:-none}; MODE=${3:-go}; SECS=${4:-5}
 T=$(cd "$(dirname "$0")/.." && pwd)/target/release
@@ -22,11 +25,16 @@ t0=$(ticks)
 case $TOOL in
   strace) strace -c -f -p $P -o $D/strace.out & SP=$!; sleep 0.3;;
   perf) perf record -g -p $P -o /tmp/perf.data -- sleep $SECS >/dev/null 2>&1 & SP=$!; sleep 0.3;;
+  syscalls) perf stat -x, -o $D/pstat.out -e raw_syscalls:sys_enter,syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex,syscalls:sys_enter_writev -p $P & SP=$!; sleep 0.3;;
 esac
-R=$($T/bench_reader $A --runfor=${SECS}s --fin-mode=$MODE 2>/dev/null | grep RESULT)
+R=$($T/bench_reader $A --runfor=${SECS}s --fin-mode=$MODE ${READER_ARGS:-} 2>/dev/null | grep RESULT)
 t1=$(ticks)
-case $TOOL in strace) kill -INT $SP; wait $SP; cat $D/strace.out | head -20;; perf) wait $SP;; esac
+case $TOOL in
+  strace) kill -INT $SP; wait $SP; cat $D/strace.out | head -20;;
+  perf) wait $SP;;
+  syscalls) kill -INT $SP; wait $SP; SYSC=$(awk -F, '/sys_enter/ {n=$3; sub(/.*:sys_enter_?/, "", n); if (n == "") n = "total"; printf "%s=%s ", n, $1}' $D/pstat.out);;
+esac
 kill $P; wait $P 2>/dev/null
 msgs=$(echo $R | sed 's/.*msgs=\([0-9]*\).*/\1/')
-echo "$R cpu_s=$(awk -v t=$((t1-t0)) 'BEGIN{print t/100}') us_per_msg=$(awk -v t=$((t1-t0)) -v n=$msgs 'BEGIN{printf "%.3f", t/100*1e6/n}')"
+echo "$R cpu_s=$(awk -v t=$((t1-t0)) 'BEGIN{print t/100}') us_per_msg=$(awk -v t=$((t1-t0)) -v n=$msgs 'BEGIN{printf "%.3f", t/100*1e6/n}') ${SYSC:-}"
 rm -rf $D

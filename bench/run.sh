@@ -8,6 +8,8 @@
 #   publish-pub   bench_writer 8 connections, one synchronous PUB each (go-nsq Publish)
 #   drain-go      bench_reader --fin-mode go (one write per FIN, like go-nsq), 1 connection,
 #                 RDY 2500, draining the backlog for RUNFOR s
+#   drain-gopace  drain-go with --handler-us HANDLER_US (10): ~10 us of client work per
+#                 message before its FIN, the pace of a real go-nsq consumer
 #   drain-nsq     bench_reader --fin-mode nsq (NSQ's bench_reader flushing), one per core
 #   drain-batch   bench_reader --fin-mode batch --drain: the rest of the backlog, until empty
 #   both-go       publish-mpub and drain-go together for RUNFOR s
@@ -23,7 +25,7 @@
 # and hwm VmHWM (peak so far) from /proc/PID/status.
 #
 # Environment: NSQD (binary, if not given as $1), RUNFOR (s, default 3), SIZE (200),
-# BATCH_SIZE (200), DRAIN_MAX (Go duration bounding drain-batch, 300s), RATE (20000),
+# BATCH_SIZE (200), HANDLER_US (10), DRAIN_MAX (Go duration bounding drain-batch, 300s), RATE (20000),
 # LAT_SECS (10), FANOUT_MSGS (100000), IDLE_TOPICS (2000), IDLE_SECS (10),
 # MODES (space-separated subset of: setups latency fanout idle; default all).
 set -euo pipefail
@@ -48,6 +50,7 @@ NSQD_BIN=$(cd "$(dirname "$NSQD_BIN")" && pwd)/$(basename "$NSQD_BIN")
 RUNFOR=${RUNFOR:-3}
 SIZE=${SIZE:-200}
 BATCH_SIZE=${BATCH_SIZE:-200}
+HANDLER_US=${HANDLER_US:-10}
 DRAIN_MAX=${DRAIN_MAX:-300s}
 RATE=${RATE:-20000}
 LAT_SECS=${LAT_SECS:-10}
@@ -259,6 +262,7 @@ run_setup() { # setup-name [nsqd flags...]
     phase publish-mpub "$name" "${NPROC}w" pub "$w" ""
     phase publish-pub "$name" 8w pub "$t --mode=pub --connections=8 --runfor=${RUNFOR}s" ""
     phase drain-go "$name" 1r sub "" "$t $c --fin-mode=go --runfor=${RUNFOR}s"
+    phase drain-gopace "$name" 1r sub "" "$t $c --fin-mode=go --handler-us=$HANDLER_US --runfor=${RUNFOR}s"
     phase drain-nsq "$name" "${NPROC}r" sub "" "$t $c --fin-mode=nsq --runfor=${RUNFOR}s"
     phase drain-batch "$name" "${NPROC}r" sub "" "$t $c --fin-mode=batch --drain --runfor=$DRAIN_MAX"
     phase both-go "$name" "${NPROC}w/1r" pub "$w" "$t $c --fin-mode=go --runfor=${RUNFOR}s"

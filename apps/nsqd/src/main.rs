@@ -13,9 +13,27 @@ use nsq_http::daemon::{run, FatalFlagStyle, RunOptions, Workers};
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
+    raise_nofile_limit();
     run::<nsqd::NsqdHandle>(RunOptions {
         fatal_flag_style: FatalFlagStyle::Plain,
         workers: Workers::AllButOneCore,
         start_error_prefix: "",
     })
+}
+
+/// Raises the soft open-files limit to the hard one, as every Go program does at start-up (Go
+/// 1.19+, os/rlimit.go) — so NSQ does — and nsqd needs: each TCP connection holds two
+/// descriptors (nsqd/src/transport.rs). Best effort: on failure the limit stays as it was.
+fn raise_nofile_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current != lim.maximum {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: lim.maximum,
+                maximum: lim.maximum,
+            },
+        );
+    }
 }

@@ -101,6 +101,11 @@ struct Args {
     /// the span from the first to the last message
     #[arg(long)]
     drain: bool,
+    /// go mode: busy-wait this many microseconds before each FIN write, modelling the
+    /// per-message work of a real consumer (go-nsq's handler goroutines and its channel
+    /// hand-offs spread the FINs out; the daemon then wakes for nearly every one)
+    #[arg(long, default_value_t = 0)]
+    handler_us: u64,
 }
 
 /// Progress shared by all connections. Times are nanoseconds since `Shared::base`.
@@ -206,6 +211,7 @@ async fn run(args: Args) -> Result<(), String> {
                 mode: args.fin_mode,
                 rdy: args.rdy,
                 latency: args.latency,
+                handler: Duration::from_micros(args.handler_us),
             };
             tokio::spawn(async move {
                 let r = consume(stream, rbuf, &rdy, &shared, stop, conf).await;
@@ -307,6 +313,7 @@ struct Conf {
     mode: FinMode,
     rdy: u64,
     latency: bool,
+    handler: Duration,
 }
 
 /// What the go-mode writer task writes.
@@ -316,9 +323,19 @@ enum Out {
 }
 
 /// go-nsq's connection write loop: one write (and so one syscall) per command.
-async fn go_writer(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Out>) {
+async fn go_writer(
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Out>,
+    handler: Duration,
+) {
     let mut cmd = Vec::with_capacity(wire::FIN_LEN);
     while let Some(o) = rx.recv().await {
+        if !handler.is_zero() && matches!(o, Out::Fin(_)) {
+            let t = Instant::now();
+            while t.elapsed() < handler {
+                std::hint::spin_loop();
+            }
+        }
         cmd.clear();
         match o {
             Out::Fin(id) => wire::put_fin(&mut cmd, &id),
@@ -350,7 +367,7 @@ async fn consume(
     // go mode: FINs go to a writer task; the other modes write from this task.
     let (go_tx, mut wr) = if conf.mode == FinMode::Go {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(go_writer(wr, rx));
+        tokio::spawn(go_writer(wr, rx, conf.handler));
         (Some(tx), None)
     } else {
         (None, Some(wr))

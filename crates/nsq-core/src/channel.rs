@@ -603,6 +603,23 @@ impl Channel {
         sample_rate: i32,
         out: &mut Vec<Message>,
     ) -> usize {
+        self.take_with(client_id, max, msg_timeout, sample_rate, &mut |m| {
+            out.push(m.clone())
+        })
+    }
+
+    /// [`Channel::take`] handing each taken message to `emit` (under the channel lock: it
+    /// must be cheap, e.g. encoding the frame into the connection's output buffer) instead of
+    /// cloning it into a vector: a delivery then moves the message into flight without a
+    /// reference-count round trip on its body.
+    pub fn take_with(
+        &self,
+        client_id: u64,
+        max: usize,
+        msg_timeout: Duration,
+        sample_rate: i32,
+        emit: &mut dyn FnMut(&Message),
+    ) -> usize {
         if max == 0 || self.is_paused() || self.is_exiting() {
             return 0;
         }
@@ -627,10 +644,11 @@ impl Channel {
                 continue;
             }
             msg.attempts = msg.attempts.wrapping_add(1);
+            emit(&msg);
             // A duplicate ID keeps the first entry and delivery proceeds, as the reference.
             if st
                 .in_flight
-                .insert(msg.clone(), pos, client_id, now, msg_timeout)
+                .insert(msg, pos, client_id, now, msg_timeout)
                 .is_err()
             {
                 if let Some(p) = pos {
@@ -638,7 +656,6 @@ impl Channel {
                     settled = true;
                 }
             }
-            out.push(msg);
             n += 1;
         }
         if settled {
@@ -676,14 +693,14 @@ impl Channel {
                 continue;
             }
             m.attempts = m.attempts.wrapping_add(1);
+            emit(&m);
             if st
                 .in_flight
-                .insert(m.clone(), Some(pos), client_id, now, msg_timeout)
+                .insert(m, Some(pos), client_id, now, msg_timeout)
                 .is_err()
             {
                 st.reads.settle(pos);
             }
-            out.push(m);
             n += 1;
         }
         self.publish_watermark(&mut st);

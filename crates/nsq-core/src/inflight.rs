@@ -2,13 +2,17 @@
 //! requeued or timed out (the reference's `inFlightMessages` map plus `inFlightPQ`, see
 //! nsqd/channel.go, `pushInFlightMessage` / `popInFlightMessage` / `processInFlightQueue`).
 //!
-//! A map from message ID to its entry, and a min-heap of `(deadline, id)` for the timeout scan.
-//! Heap entries are invalidated lazily: FIN and TOUCH leave stale ones behind, recognised by a
-//! deadline that no longer matches the map, and the heap is rebuilt when they pile up. The type
-//! owns no lock; the channel keeps it under its own mutex.
+//! A map from message ID to its entry, and the `(deadline, id)` timeout order for the scan:
+//! a FIFO for deadlines that arrive in order (the common case — a connection's messages all
+//! get its one msg_timeout, so they time out in delivery order: an O(1) push, no heap) and a
+//! min-heap for the rest (a shorter timeout after a longer one, TOUCH). Both are invalidated
+//! lazily: FIN and TOUCH leave stale entries behind, recognised by a deadline that no longer
+//! matches the map; stale entries at the FIFO's front are dropped as they pile up (FINs
+//! mostly arrive in delivery order), and both are rebuilt only when stale ones dominate. The
+//! type owns no lock; the channel keeps it under its own mutex.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use nsq_protocol::MessageId;
@@ -55,7 +59,10 @@ pub struct InFlightEntry {
 #[derive(Debug, Default)]
 pub struct InFlightQueue {
     entries: FxHashMap<MessageId, InFlightEntry>,
-    /// Min-heap of (deadline, id), lazily invalidated (see the module comment).
+    /// (deadline, id) in non-decreasing deadline order, lazily invalidated (see the module
+    /// comment).
+    fifo: VecDeque<(Instant, MessageId)>,
+    /// Min-heap of the (deadline, id) that arrived out of order, lazily invalidated.
     by_deadline: BinaryHeap<Reverse<(Instant, MessageId)>>,
 }
 
@@ -94,7 +101,8 @@ impl InFlightQueue {
                     delivered_at: now,
                     deadline,
                 });
-                self.by_deadline.push(Reverse((deadline, id)));
+                self.push_deadline(deadline, id);
+                self.compact();
                 Ok(())
             }
         }
@@ -106,14 +114,12 @@ impl InFlightQueue {
         client_id: u64,
         id: &MessageId,
     ) -> Result<InFlightEntry, FinishError> {
-        match self.entries.get(id) {
-            None => return Err(FinishError::NotInFlight),
-            Some(f) if f.client_id != client_id => return Err(FinishError::NotOwner),
-            Some(_) => {}
+        use std::collections::hash_map::Entry;
+        match self.entries.entry(*id) {
+            Entry::Vacant(_) => Err(FinishError::NotInFlight),
+            Entry::Occupied(e) if e.get().client_id != client_id => Err(FinishError::NotOwner),
+            Entry::Occupied(e) => Ok(e.remove()),
         }
-        let f = self.entries.remove(id).expect("checked above");
-        self.compact();
-        Ok(f)
     }
 
     /// TOUCH: the deadline becomes `now + timeout`, capped at delivery + `max_timeout`.
@@ -132,28 +138,50 @@ impl InFlightQueue {
         };
         let deadline = (now + timeout).min(f.delivered_at + max_timeout);
         f.deadline = deadline;
-        self.by_deadline.push(Reverse((deadline, *id)));
+        self.push_deadline(deadline, *id);
         self.compact();
         Ok(())
     }
 
     /// Removes and returns one entry whose deadline is `<= now` (earliest first), if any.
     pub fn pop_expired(&mut self, now: Instant) -> Option<InFlightEntry> {
-        while let Some(Reverse((deadline, id))) = self.by_deadline.peek().copied() {
-            if deadline > now {
-                return None;
-            }
-            self.by_deadline.pop();
+        loop {
+            let f = self.fifo.front().copied();
+            let h = self.by_deadline.peek().map(|r| r.0);
+            let (deadline, id) = match (f, h) {
+                (Some(f), Some(h)) if h < f => {
+                    if h.0 > now {
+                        return None;
+                    }
+                    self.by_deadline.pop();
+                    h
+                }
+                (Some(f), _) => {
+                    if f.0 > now {
+                        return None;
+                    }
+                    self.fifo.pop_front();
+                    f
+                }
+                (None, Some(h)) => {
+                    if h.0 > now {
+                        return None;
+                    }
+                    self.by_deadline.pop();
+                    h
+                }
+                (None, None) => return None,
+            };
             if matches!(self.entries.get(&id), Some(f) if f.deadline == deadline) {
                 return self.entries.remove(&id);
             }
         }
-        None
     }
 
     /// Removes every entry (shutdown, empty), in no particular order.
     pub fn drain(&mut self) -> impl Iterator<Item = InFlightEntry> + '_ {
         self.by_deadline.clear();
+        self.fifo.clear();
         self.entries.drain().map(|(_, f)| f)
     }
 
@@ -167,14 +195,41 @@ impl InFlightQueue {
         self.entries.values()
     }
 
+    fn push_deadline(&mut self, deadline: Instant, id: MessageId) {
+        if self.fifo.back().is_none_or(|b| b.0 <= deadline) {
+            self.fifo.push_back((deadline, id));
+        } else {
+            self.by_deadline.push(Reverse((deadline, id)));
+        }
+    }
+
+    fn is_live(&self, deadline: Instant, id: &MessageId) -> bool {
+        matches!(self.entries.get(id), Some(f) if f.deadline == deadline)
+    }
+
+    /// Called on every insert and TOUCH, so the timeout order holds O(live) entries.
     fn compact(&mut self) {
-        if self.by_deadline.len() > 2 * self.entries.len() + 1024 {
-            let live: Vec<_> = self
-                .entries
-                .iter()
-                .map(|(id, f)| Reverse((f.deadline, *id)))
+        let limit = 2 * self.entries.len() + 1024;
+        if self.fifo.len() + self.by_deadline.len() <= limit {
+            return;
+        }
+        // Cheap first: FINs mostly come in delivery order, so the stale entries are in front.
+        while let Some(&(d, id)) = self.fifo.front() {
+            if self.is_live(d, &id) {
+                break;
+            }
+            self.fifo.pop_front();
+        }
+        if self.fifo.len() + self.by_deadline.len() > limit {
+            let entries = &self.entries;
+            let live =
+                |d: Instant, id: &MessageId| matches!(entries.get(id), Some(f) if f.deadline == d);
+            self.fifo.retain(|(d, id)| live(*d, id));
+            let heap = std::mem::take(&mut self.by_deadline).into_vec();
+            self.by_deadline = heap
+                .into_iter()
+                .filter(|Reverse((d, id))| live(*d, id))
                 .collect();
-            self.by_deadline = BinaryHeap::from(live);
         }
     }
 }
@@ -268,8 +323,53 @@ mod tests {
             )
             .unwrap();
         }
-        assert!(q.by_deadline.len() <= 2 * q.len() + 1025);
+        assert!(q.fifo.len() + q.by_deadline.len() <= 2 * q.len() + 1025);
         assert_eq!(q.drain().count(), 1);
-        assert!(q.is_empty() && q.by_deadline.is_empty());
+        assert!(q.is_empty() && q.by_deadline.is_empty() && q.fifo.is_empty());
+    }
+
+    #[test]
+    fn shorter_timeout_after_longer_still_expires_first() {
+        let t0 = Instant::now();
+        let mut q = InFlightQueue::new();
+        q.insert(msg(1), None, 1, t0, 10 * S).unwrap();
+        q.insert(msg(2), None, 2, t0, S).unwrap();
+        q.insert(msg(3), None, 1, t0, 10 * S).unwrap();
+        q.insert(msg(4), None, 2, t0, 2 * S).unwrap();
+        assert!(q.pop_expired(t0).is_none());
+        assert_eq!(q.pop_expired(t0 + 3 * S).unwrap().msg.id, msg(2).id);
+        assert_eq!(q.pop_expired(t0 + 3 * S).unwrap().msg.id, msg(4).id);
+        assert!(q.pop_expired(t0 + 3 * S).is_none());
+        let mut rest: Vec<_> = std::iter::from_fn(|| q.pop_expired(t0 + 10 * S))
+            .map(|f| f.msg.id)
+            .collect();
+        rest.sort();
+        assert_eq!(rest, vec![msg(1).id, msg(3).id]);
+    }
+
+    #[test]
+    fn finished_in_order_keeps_the_timeout_order_small() {
+        let t0 = Instant::now();
+        let mut q = InFlightQueue::new();
+        let id = |i: u32| {
+            let mut b = [b'0'; 16];
+            b[12..].copy_from_slice(&i.to_be_bytes());
+            MessageId(b)
+        };
+        for i in 0..100_000u32 {
+            let m = Message::new(id(i), Bytes::from_static(b"x"));
+            q.insert(m, None, 1, t0 + Duration::from_micros(i.into()), S)
+                .unwrap();
+            if i >= 100 {
+                q.remove_owned(1, &id(i - 100)).unwrap();
+            }
+        }
+        assert_eq!(q.len(), 100);
+        assert!(q.fifo.len() + q.by_deadline.len() <= 2 * 100 + 1025);
+        // The 100 live ones expire, in order; nothing stale comes back.
+        let got: Vec<_> = std::iter::from_fn(|| q.pop_expired(t0 + 10 * S))
+            .map(|f| f.msg.id)
+            .collect();
+        assert_eq!(got, (99_900..100_000).map(id).collect::<Vec<_>>());
     }
 }

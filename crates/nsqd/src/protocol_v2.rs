@@ -5,13 +5,18 @@
 //! The writer batches: every wake-up it takes as many messages as the RDY window allows (up to
 //! a flush threshold) from the channel under one lock, encodes them with any queued responses
 //! into one buffer and writes it with one syscall.
+//!
+//! The reader batches too: a consumer with most of a large RDY window in flight has its socket
+//! parked out of the reactor and read once a millisecond (`read_loop`), so clients that write
+//! one FIN per syscall (go-nsq) cost the daemon one wake-up per millisecond, not one per
+//! message. bench/README.md ("Parked reads") has the measurements.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use nsq_core::{FinishError, Message, SubscribeError};
+use nsq_core::{FinishError, SubscribeError};
 use nsq_protocol::command::{
     clamp_req_timeout, Command, CommandKind, DecodeError, DecodeHooks, Decoder, Verdict,
 };
@@ -37,6 +42,14 @@ const TAKE_CHUNK: usize = 512;
 const READ_BUF_MIN: usize = 4 * 1024;
 /// Read buffers grow to this when a read leaves less than 4 KiB free.
 const READ_BUF_MAX: usize = 64 * 1024;
+/// `FIN <16-byte id>\n`.
+const FIN_LEN: usize = 21;
+/// Reads without parking after a parked read found a fast client (see `read_loop`).
+const UNPARKED_READS: u32 = 256;
+/// How often a saturated consumer's socket is read while parked (see `read_loop`).
+const PARK_POLL: Duration = Duration::from_millis(1);
+/// A timer deadline that is never reached in practice (disabled timers).
+const FAR: Duration = Duration::from_secs(86_400 * 365);
 
 /// Serves one accepted TCP connection to the end.
 pub(crate) async fn serve(nsqd: Arc<Nsqd>, mut stream: TcpStream, peer: SocketAddr) {
@@ -53,9 +66,16 @@ pub(crate) async fn serve(nsqd: Arc<Nsqd>, mut stream: TcpStream, peer: SocketAd
         return;
     }
     let client = nsqd.new_client(peer);
-    let (rd, wr) = stream.into_split();
-    let writer = tokio::spawn(write_loop(client.clone(), WriteSide::Tcp(wr)));
-    read_loop(&nsqd, &client, ReadSide::Tcp(rd)).await;
+    let (rd, wr) = match transport::split(stream) {
+        Ok(halves) => halves,
+        Err(e) => {
+            tracing::error!("client({peer}): failed to set up the connection - {e}");
+            nsqd.remove_client(client.id);
+            return;
+        }
+    };
+    let writer = tokio::spawn(write_loop(client.clone(), wr));
+    read_loop(&nsqd, &client, rd).await;
     client.close_after_flush();
     let _ = writer.await;
     if let Some(ch) = client.channel.get() {
@@ -172,6 +192,15 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
     // (nsqd/protocol_v2.go, IOLoop: SetReadDeadline once per command, before its line; the
     // body is read under the same deadline).
     let mut deadline: Option<Instant> = None;
+    let read_timer = tokio::time::sleep_until(Instant::now());
+    tokio::pin!(read_timer);
+    // When `read_timer` fires (None: never armed).
+    let mut timer_at: Option<Instant> = None;
+    // Bytes the last read brought, whether it was a parked one, and how many reads to go
+    // before parking is allowed again (see `park` below).
+    let mut last_read = 0usize;
+    let mut parked_last = false;
+    let mut no_park = 0u32;
     let mut started = false;
     loop {
         let mut completed = !started;
@@ -217,9 +246,10 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                     }
                 }
                 Ok(None) => {
-                    // FIN/REQ freed window space quietly; one wake-up for the whole batch.
+                    // FIN/REQ freed window space quietly; at most one wake-up for the whole
+                    // batch.
                     if std::mem::take(&mut freed) {
-                        client.wake.notify_one();
+                        client.window_freed();
                     }
                     break;
                 }
@@ -252,10 +282,44 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 .heartbeat
                 .map(|h| Instant::now() + h * 2);
         }
-        let read = async {
+        // The timer is armed lazily: it may fire before the current deadline (set when an
+        // earlier command completed), and is then moved on to it, so a busy connection
+        // re-arms it once per deadline period instead of once per read.
+        if let Some(d) = deadline {
+            if timer_at.is_none_or(|t| t > d) {
+                read_timer.as_mut().reset(d);
+                timer_at = Some(d);
+            }
+        }
+        // A saturated consumer (most of a large RDY in flight: it has plenty to work on) is
+        // read on a timer with its socket parked out of the reactor, so its FINs — one TCP
+        // segment each from go-nsq, which flushes every FIN — are collected a millisecond's
+        // worth at a time instead of waking the daemon one by one; the refill they free then
+        // goes out in one write. Other commands on such a connection wait up to ~2 ms more. A
+        // period without any bytes ends parking (the client went quiet: wait normally).
+        // A client that FINed a quarter of its RDY within one such period is fast enough to
+        // run its window dry before the next one: it is read as usual for the next
+        // UNPARKED_READS reads (its FINs batch up anyway while the daemon works), so parking
+        // never caps its throughput.
+        if parked_last && last_read >= (client.ready_count().max(0) as usize / 4) * FIN_LEN {
+            no_park = UNPARKED_READS;
+        }
+        let park = matches!(rd, ReadSide::Tcp(_)) && no_park == 0 && client.saturated();
+        no_park = no_park.saturating_sub(1);
+        parked_last = park;
+        loop {
             let fill = async {
+                if park {
+                    if let ReadSide::Tcp(r) = &mut rd {
+                        r.park();
+                        tokio::time::sleep(PARK_POLL).await;
+                        if let Some(n) = r.read_parked(&mut buf)? {
+                            return Ok(n);
+                        }
+                    }
+                }
                 if lazy {
-                    if let ReadSide::Tcp(r) = &rd {
+                    if let ReadSide::Tcp(r) = &mut rd {
                         r.readable().await?;
                     }
                     buf.reserve(buf_size);
@@ -264,19 +328,26 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 }
                 rd.read_buf(&mut buf).await
             };
-            match deadline {
-                Some(d) => tokio::time::timeout_at(d, fill).await.ok(),
-                None => Some(fill.await),
+            tokio::select! {
+                r = fill => match r {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        last_read = n;
+                        break;
+                    }
+                },
+                _ = &mut read_timer, if deadline.is_some() => {
+                    let d = deadline.expect("guarded");
+                    if Instant::now() >= d {
+                        // Read deadline passed: close without an error frame.
+                        client.close_now();
+                        return;
+                    }
+                    read_timer.as_mut().reset(d);
+                    timer_at = Some(d);
+                }
+                _ = closed.wait_for(|c| *c) => return,
             }
-        };
-        tokio::select! {
-            r = read => match r {
-                // Read deadline passed: close without an error frame.
-                None => { client.close_now(); return; }
-                Some(Ok(0)) | Some(Err(_)) => return,
-                Some(Ok(_)) => {}
-            },
-            _ = closed.wait_for(|c| *c) => return,
         }
     }
 }
@@ -599,17 +670,20 @@ async fn sub(
 }
 
 async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
-    // Both grow on first use (an idle connection never sends a frame before its first
-    // heartbeat) and are then reused.
+    // Grows on first use (an idle connection never sends a frame before its first
+    // heartbeat) and is then reused.
     let mut out = BytesMut::new();
-    let mut msgs: Vec<Message> = Vec::new();
     let mut hb_every = client.settings.lock().heartbeat;
-    let mut hb_next = hb_every.map(|h| Instant::now() + h);
+    // One heartbeat timer for the connection's life, moved on when it fires (a fixed ticker,
+    // as nsqd/protocol_v2.go, messagePump), not re-created at every wake-up.
+    let hb_timer = tokio::time::sleep_until(Instant::now() + hb_every.unwrap_or(FAR));
+    tokio::pin!(hb_timer);
     loop {
         let chan = client.channel.get().cloned();
-        let mut chan_wait = chan.as_ref().map(|c| Box::pin(c.notified()));
-        if let Some(w) = chan_wait.as_mut() {
-            w.as_mut().enable();
+        let chan_wait = chan.as_ref().map(|c| c.notified());
+        tokio::pin!(chan_wait);
+        if let Some(w) = chan_wait.as_mut().as_pin_mut() {
+            w.enable();
         }
 
         // Responses the reader queued, in order.
@@ -642,23 +716,20 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
                     full = true;
                     break;
                 }
-                msgs.clear();
-                let n = ch.take(
+                // Frames are encoded straight into `out` under the channel lock (a
+                // copy of each body; no clone of the message).
+                let n = ch.take_with(
                     client.id,
                     window.min(TAKE_CHUNK),
                     msg_timeout,
                     sample_rate,
-                    &mut msgs,
+                    &mut |m| frame::put_message(&mut out, m.timestamp, m.attempts, &m.id, &m.body),
                 );
                 if n == 0 {
                     break;
                 }
                 client.delivered(n);
-                for m in &msgs {
-                    frame::put_message(&mut out, m.timestamp, m.attempts, &m.id, &m.body);
-                }
             }
-            msgs.clear();
         }
 
         if !out.is_empty() {
@@ -711,17 +782,13 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
         let hb_now = client.settings.lock().heartbeat;
         if hb_now != hb_every {
             hb_every = hb_now;
-            hb_next = hb_every.map(|h| Instant::now() + h);
+            if let Some(h) = hb_every {
+                hb_timer.as_mut().reset(Instant::now() + h);
+            }
         }
         let eligible = client.window() > 0;
-        let hb_sleep = async {
-            match hb_next {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => std::future::pending().await,
-            }
-        };
         let chan_ready = async {
-            match (chan_wait.as_mut(), eligible) {
+            match (chan_wait.as_mut().as_pin_mut(), eligible) {
                 (Some(w), true) => w.await,
                 _ => std::future::pending().await,
             }
@@ -729,9 +796,11 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
         tokio::select! {
             _ = client.wake.notified() => {}
             _ = chan_ready => {}
-            _ = hb_sleep => {
+            _ = &mut hb_timer, if hb_every.is_some() => {
                 frame::put_response(&mut out, frame::HEARTBEAT);
-                hb_next = hb_every.map(|h| Instant::now() + h);
+                let h = hb_every.expect("guarded");
+                let next = hb_timer.deadline() + h;
+                hb_timer.as_mut().reset(next.max(Instant::now()));
             }
         }
     }

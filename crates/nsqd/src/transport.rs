@@ -1,8 +1,16 @@
 //! A connection's byte streams and the IDENTIFY upgrades between them: plain TCP halves at
 //! first, then (as negotiated) TLS, and snappy or deflate on top — each confirmed by one extra
 //! `OK` frame sent through the new layer (nsqd/client_v2.go, `UpgradeTLS`, `UpgradeDeflate`, `UpgradeSnappy`).
+//!
+//! The plain TCP halves are two descriptors of the one socket ([`FdReader`], [`FdWriter`]),
+//! registered with the reactor separately: the writer for writability only, the reader for
+//! readability — and the reader can *park* (leave the reactor), so that bytes arriving while a
+//! saturated consumer's FINs are collected on a timer wake nobody (see
+//! `protocol_v2::read_loop`). A single tokio `TcpStream` is registered for both directions, so
+//! every FIN segment would wake the daemon.
 
-use std::io;
+use std::io::{self, Read, Write};
+use std::net::Shutdown;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -11,8 +19,9 @@ use std::time::Duration;
 use bytes::BytesMut;
 use nsq_protocol::frame;
 use nsq_protocol::identify::Negotiated;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
+use tokio::net::TcpStream;
 
 use crate::client::Client;
 use crate::compress::{DeflateReader, DeflateWriter, SnappyReader, SnappyWriter};
@@ -22,13 +31,13 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The read side of a connection: the plain TCP half until an upgrade wraps it.
 pub(crate) enum ReadSide {
-    Tcp(OwnedReadHalf),
+    Tcp(FdReader),
     Boxed(Box<dyn AsyncRead + Unpin + Send>),
 }
 
 /// The write side of a connection, owned by the writer task except during an upgrade.
 pub(crate) enum WriteSide {
-    Tcp(OwnedWriteHalf),
+    Tcp(FdWriter),
     Boxed(Box<dyn AsyncWrite + Unpin + Send>),
 }
 
@@ -72,6 +81,189 @@ impl AsyncWrite for WriteSide {
     }
 }
 
+/// Smallest and largest reads (the buffer space zeroed before each read grows after full
+/// reads and shrinks after short ones, so FIN-sized reads do not clear 64 KiB each time).
+const CHUNK_MIN: usize = 4 * 1024;
+const CHUNK_MAX: usize = 64 * 1024;
+
+/// Registers a socket descriptor this process owns for the given readiness.
+// `AsyncFd::with_interest` is deprecated since tokio 1.54 because a `T` that does not own its
+// descriptor (a bare `RawFd`) could be closed while registered; here `T` is the owning
+// `std::net::TcpStream`, moved into the `AsyncFd`, so that cannot happen (and the workspace
+// forbids the `unsafe` successor).
+#[allow(deprecated)]
+fn register(
+    s: std::net::TcpStream,
+    interest: Interest,
+) -> io::Result<AsyncFd<std::net::TcpStream>> {
+    AsyncFd::with_interest(s, interest)
+}
+
+/// Splits an accepted stream into the two halves (see the module comment).
+pub(crate) fn split(stream: TcpStream) -> io::Result<(ReadSide, WriteSide)> {
+    let s = stream.into_std()?;
+    let w = s.try_clone()?;
+    Ok((
+        ReadSide::Tcp(FdReader {
+            fd: Some(register(s, Interest::READABLE)?),
+            parked: None,
+            chunk: CHUNK_MIN,
+        }),
+        WriteSide::Tcp(FdWriter {
+            fd: register(w, Interest::WRITABLE)?,
+            shutdown_on_drop: true,
+        }),
+    ))
+}
+
+/// The read half of a plain TCP connection.
+pub(crate) struct FdReader {
+    /// Registered for readability (`None` while parked).
+    fd: Option<AsyncFd<std::net::TcpStream>>,
+    /// The socket while parked: not registered, so arriving bytes wake nobody.
+    parked: Option<std::net::TcpStream>,
+    /// Bytes to zero-initialize and read at most next time.
+    chunk: usize,
+}
+
+impl FdReader {
+    fn unpark(&mut self) -> io::Result<()> {
+        if let Some(s) = self.parked.take() {
+            self.fd = Some(register(s, Interest::READABLE)?);
+        }
+        Ok(())
+    }
+
+    /// Leaves the reactor until the next [`FdReader::readable`] or read through `AsyncRead`.
+    pub(crate) fn park(&mut self) {
+        if let Some(f) = self.fd.take() {
+            self.parked = Some(f.into_inner());
+        }
+    }
+
+    /// Waits until bytes (or EOF) can be read, re-registering a parked socket.
+    pub(crate) async fn readable(&mut self) -> io::Result<()> {
+        self.unpark()?;
+        let fd = self.fd.as_ref().expect("unparked");
+        // Dropping the guard keeps the readiness for the read that follows.
+        fd.readable().await.map(|_| ())
+    }
+
+    /// A non-blocking read on a parked socket: `None` when nothing is there.
+    pub(crate) fn read_parked(&mut self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+        let s = match (&self.parked, &self.fd) {
+            (Some(s), _) => s,
+            (None, Some(f)) => f.get_ref(),
+            (None, None) => unreachable!("a reader always holds its socket"),
+        };
+        let old = buf.len();
+        buf.resize(old + self.chunk, 0);
+        let r = (&*s).read(&mut buf[old..]);
+        let n = *r.as_ref().unwrap_or(&0);
+        buf.truncate(old + n);
+        match r {
+            Ok(n) => {
+                self.chunk = next_chunk(self.chunk, n);
+                Ok(Some(n))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The socket as one tokio stream again (TLS upgrade), registered for both directions.
+    fn into_stream(mut self) -> io::Result<TcpStream> {
+        let s = match (self.parked.take(), self.fd.take()) {
+            (Some(s), _) => s,
+            (None, Some(f)) => f.into_inner(),
+            (None, None) => unreachable!("a reader always holds its socket"),
+        };
+        TcpStream::from_std(s)
+    }
+}
+
+fn next_chunk(chunk: usize, got: usize) -> usize {
+    if got == chunk {
+        (chunk * 2).min(CHUNK_MAX)
+    } else {
+        (got * 2).clamp(CHUNK_MIN, CHUNK_MAX)
+    }
+}
+
+impl AsyncRead for FdReader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.unpark()?;
+        let fd = this.fd.as_ref().expect("unparked");
+        loop {
+            let mut guard = std::task::ready!(fd.poll_read_ready(cx))?;
+            let want = this.chunk.min(buf.remaining());
+            let dst = buf.initialize_unfilled_to(want);
+            match guard.try_io(|inner| {
+                let mut s: &std::net::TcpStream = inner.get_ref();
+                s.read(dst)
+            }) {
+                Ok(Ok(n)) => {
+                    buf.advance(n);
+                    this.chunk = next_chunk(this.chunk, n);
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+/// The write half of a plain TCP connection (registered for writability only).
+pub(crate) struct FdWriter {
+    fd: AsyncFd<std::net::TcpStream>,
+    /// False once the socket is handed on (TLS upgrade): dropping this descriptor then must
+    /// not shut the connection's write direction down.
+    shutdown_on_drop: bool,
+}
+
+impl AsyncWrite for FdWriter {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let mut guard = std::task::ready!(self.fd.poll_write_ready(cx))?;
+            match guard.try_io(|inner| {
+                let mut s: &std::net::TcpStream = inner.get_ref();
+                s.write(buf)
+            }) {
+                Ok(r) => return Poll::Ready(r),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.fd.get_ref().shutdown(Shutdown::Write))
+    }
+}
+
+impl Drop for FdWriter {
+    fn drop(&mut self) {
+        // As tokio's write half does on drop: the peer sees EOF even while the read half
+        // (the other descriptor) is still open.
+        if self.shutdown_on_drop {
+            let _ = self.fd.get_ref().shutdown(Shutdown::Write);
+        }
+    }
+}
+
 async fn send_ok(wr: &mut WriteSide) -> io::Result<()> {
     let mut b = BytesMut::new();
     frame::put_response(&mut b, frame::OK);
@@ -86,8 +278,6 @@ pub(crate) enum UpgradeError {
     NoTlsConfig,
     #[error("TLS requested on an already upgraded connection")]
     AlreadyUpgraded,
-    #[error(transparent)]
-    Reunite(#[from] tokio::net::tcp::ReuniteError),
     #[error("TLS handshake timeout")]
     HandshakeTimeout,
     /// The handshake failed, or writing the `OK` did.
@@ -109,7 +299,10 @@ pub(crate) async fn upgrade(
         let (ReadSide::Tcp(r), WriteSide::Tcp(w)) = (rd, wr) else {
             return Err(UpgradeError::AlreadyUpgraded);
         };
-        let stream = r.reunite(w)?;
+        let mut w = w;
+        w.shutdown_on_drop = false;
+        drop(w);
+        let stream = r.into_stream()?;
         let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
         let tls_stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
             .await
