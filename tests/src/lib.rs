@@ -8,6 +8,7 @@
 //! first, or set `NSQD_BIN` / `NSQLOOKUPD_BIN` to a binary.
 
 pub mod certs;
+pub mod nsq_to_file;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};

@@ -69,6 +69,18 @@ pub enum ParseOutcome<O> {
     Help,
 }
 
+/// What [`FlagSet::parse_all`] found on a command line without `-h`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parsed<O> {
+    /// The options (config file applied unless `-version` was given).
+    pub opts: O,
+    /// `-version` was given (and true).
+    pub version: bool,
+    /// Go's `FlagSet.Args()`: what follows the flags (after a `--`, or from the first
+    /// argument that is not a flag).
+    pub args: Vec<String>,
+}
+
 /// A flag type of its own (Go's `flag.Value`): log levels, TLS versions, …
 pub trait Value {
     /// Go's `IsBoolFlag`: `-name` alone sets it, and it never consumes the next argument.
@@ -154,9 +166,26 @@ impl<O: Clone> FlagSet<O> {
     pub fn parse<I: IntoIterator<Item = String>>(
         &self,
         args: I,
-        mut opts: O,
+        opts: O,
     ) -> Result<ParseOutcome<O>, FlagError> {
+        Ok(match self.parse_all(args, opts)? {
+            None => ParseOutcome::Help,
+            Some(p) if p.version => ParseOutcome::Version,
+            Some(p) => ParseOutcome::Run(p.opts),
+        })
+    }
+
+    /// Like [`FlagSet::parse`], for programs that look at more than the outcome (nsq's
+    /// apps/nsq_to_file/nsq_to_file.go, `main`: `fs.Args()` is refused, and `-log-level` is
+    /// checked before `-version` is honoured): the options as parsed even when `-version` was
+    /// given, and the arguments after the flags. `None` is `-h`.
+    pub fn parse_all<I: IntoIterator<Item = String>>(
+        &self,
+        args: I,
+        mut opts: O,
+    ) -> Result<Option<Parsed<O>>, FlagError> {
         let args: Vec<String> = args.into_iter().skip(1).collect();
+        let mut rest: &[String] = &[];
         let mut explicit: HashSet<&'static str> = HashSet::new();
         let mut version = false;
 
@@ -165,12 +194,14 @@ impl<O: Clone> FlagSet<O> {
         while i < args.len() {
             let s = args[i].as_str();
             if s.len() < 2 || !s.starts_with('-') {
-                break; // first non-flag argument: stop, ignore the rest
+                rest = &args[i..];
+                break; // first non-flag argument: stop, the rest are arguments
             }
             let mut minuses = 1;
             if s.as_bytes()[1] == b'-' {
                 minuses = 2;
                 if s.len() == 2 {
+                    rest = &args[i + 1..];
                     break; // "--" terminates the flags
                 }
             }
@@ -197,7 +228,7 @@ impl<O: Clone> FlagSet<O> {
             }
             let Some(flag) = self.flags.iter().find(|f| f.name == name) else {
                 if name == "help" || name == "h" {
-                    return Ok(ParseOutcome::Help);
+                    return Ok(None);
                 }
                 return Err(FlagError::Usage(format!(
                     "flag provided but not defined: -{name}"
@@ -229,8 +260,13 @@ impl<O: Clone> FlagSet<O> {
             explicit.insert(flag.name);
         }
 
+        let rest = rest.to_vec();
         if version {
-            return Ok(ParseOutcome::Version);
+            return Ok(Some(Parsed {
+                opts,
+                version,
+                args: rest,
+            }));
         }
         let config = self
             .flags
@@ -244,7 +280,11 @@ impl<O: Clone> FlagSet<O> {
             let table = load_config_file(&path)?;
             self.apply_config(&mut opts, &table, &explicit)?;
         }
-        Ok(ParseOutcome::Run(opts))
+        Ok(Some(Parsed {
+            opts,
+            version,
+            args: rest,
+        }))
     }
 
     /// The checks of [`FlagSet::config_checks`], then go-options' `Resolve` for every key
@@ -670,6 +710,25 @@ mod tests {
             ParseOutcome::Run(o) => o,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn parse_all_keeps_arguments_and_options_with_version() {
+        let all = |a: &[&str]| {
+            let mut v = vec!["demo".to_string()];
+            v.extend(a.iter().map(|s| s.to_string()));
+            SET.parse_all(v, defaults()).unwrap()
+        };
+        let p = all(&["-count=1", "x", "-on"]).unwrap();
+        assert_eq!((p.opts.count, p.version), (1, false));
+        assert_eq!(p.args, ["x", "-on"]);
+        let p = all(&["-on", "--", "-count=1"]).unwrap();
+        assert!(p.opts.on);
+        assert_eq!(p.args, ["-count=1"]);
+        let p = all(&["-version", "-count=2"]).unwrap();
+        assert_eq!((p.opts.count, p.version), (2, true));
+        assert!(p.args.is_empty());
+        assert_eq!(all(&["-h"]), None);
     }
 
     #[test]
