@@ -26,7 +26,7 @@ d=json.load(sys.stdin)
 t=[t for t in d.get('topics',[]) if t['topic_name']=='tofile']
 c=[c for c in t[0]['channels'] if c['channel_name']=='nsq_to_file'] if t else []
 print((c[0]['message_count']-c[0]['depth']-c[0]['in_flight_count']) if c else 0)"; }
-ticks() { s=$(cat /proc/$1/stat); s=${s##*) }; set -- $s; echo $((${12}+${13})); }
+ticks() { s=$(cat /proc/$1/stat); s=${s##*) }; set -- $s; echo "${12} ${13}"; }
 t0=$(date +%s.%N)
 $TOOL --topic=tofile --nsqd-tcp-address=127.0.0.1:$PORT --output-dir=$OUT "$@" 2>$D/tool.log &
 TP=$!
@@ -37,10 +37,10 @@ while true; do
   sleep 0.05
 done
 t1=$(date +%s.%N)
-cpu=$(ticks $TP)
+read cu cs <<<"$(ticks $TP)"; cpu=$((cu+cs))
 kill -TERM $TP; wait $TP; rc=$?
 bytes=$(du -sb $OUT | cut -f1)
 kill $NP; wait $NP 2>/dev/null
-awk -v t0=$t0 -v t1=$t1 -v n=$MSGS -v c=$cpu -v b=$bytes -v rc=$rc 'BEGIN{
-  s=t1-t0; printf "msgs=%d secs=%.2f msgs_per_s=%.0f cpu_s=%.2f cpu_us_per_msg=%.2f bytes_on_disk=%d exit=%d\n", n, s, n/s, c/100, c/100*1e6/n, b, rc}'
+awk -v t0=$t0 -v t1=$t1 -v n=$MSGS -v c=$cpu -v cu=$cu -v cs=$cs -v b=$bytes -v rc=$rc 'BEGIN{
+  s=t1-t0; printf "msgs=%d secs=%.2f msgs_per_s=%.0f cpu_s=%.2f (user %.2f sys %.2f) cpu_us_per_msg=%.2f bytes_on_disk=%d exit=%d\n", n, s, n/s, c/100, cu/100, cs/100, c/100*1e6/n, b, rc}'
 rm -rf $D $OUT
