@@ -249,6 +249,51 @@ fn interval_rotation_keeps_every_message_in_order() {
     assert_eq!(all, lines(&want));
 }
 
+#[test]
+fn new_datetime_bucket_opens_a_new_file() {
+    let nsqd = Nsqd::start(&[]);
+    let out = tempfile::tempdir().unwrap();
+    let addr = nsqd.tcp_addr.to_string();
+    let first = bodies("s", 0..5);
+    let second = bodies("t", 0..5);
+    publish(&nsqd, "clock", &first);
+    let mut tool = Running::start(&[
+        "--topic=clock",
+        "--nsqd-tcp-address",
+        &addr,
+        "--output-dir",
+        out.path().to_str().unwrap(),
+        "--filename-format=<TOPIC>.<DATETIME>.log",
+        "--datetime-format=%Y%m%d%H%M%S",
+        "--skip-empty-files",
+        "--sync-interval=200ms",
+    ]);
+    wait_all_finished(&nsqd, &tool, "clock", "nsq_to_file", 5);
+    std::thread::sleep(Duration::from_millis(1100));
+    publish(&nsqd, "clock", &second);
+    wait_all_finished(&nsqd, &tool, "clock", "nsq_to_file", 10);
+    sigterm_and_expect_0(&mut tool);
+
+    // One file per second that saw messages (no empty ones), in time order.
+    let got = files(out.path());
+    assert!(got.len() >= 2, "{:?}", names(out.path()));
+    for (name, content) in &got {
+        let stamp = name
+            .strip_prefix("clock.")
+            .and_then(|r| r.strip_suffix(".log"))
+            .unwrap_or_else(|| panic!("{name}"));
+        assert!(
+            stamp.len() == 14 && stamp.bytes().all(|b| b.is_ascii_digit()),
+            "{name}"
+        );
+        assert!(!content.is_empty(), "{name} is empty");
+    }
+    let all: Vec<u8> = got.iter().flat_map(|(_, c)| c.clone()).collect();
+    let mut want = first.clone();
+    want.extend(second.iter().cloned());
+    assert_eq!(all, lines(&want));
+}
+
 /// The members of a multi-member gzip file, each decompressed.
 fn gzip_members(data: &[u8]) -> Vec<Vec<u8>> {
     let mut rest = data;
