@@ -625,7 +625,7 @@ fn validation_messages_and_exit_codes() {
         "-nsqd-tcp-address value",
         "-output-dir string",
         "-rotate-interval duration",
-        "-rotate-size int",
+        "-rotate-size rotate-size",
         "-skip-empty-files",
         "-sync-interval duration",
         "-topic value",

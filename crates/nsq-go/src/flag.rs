@@ -351,10 +351,13 @@ impl<O: Clone> FlagSet<O> {
 /// One entry of `PrintDefaults`.
 fn usage_line(name: &str, slot: &Slot<'_>, usage: &str) -> String {
     let mut b = format!("  -{name}");
-    let type_name = slot.type_name();
+    let (type_name, usage) = match unquote_usage(usage) {
+        Some((n, u)) => (n, u),
+        None => (slot.type_name().to_string(), usage.to_string()),
+    };
     if !type_name.is_empty() {
         b.push(' ');
-        b.push_str(type_name);
+        b.push_str(&type_name);
     }
     if b.len() <= 4 {
         b.push('\t');
@@ -367,6 +370,16 @@ fn usage_line(name: &str, slot: &Slot<'_>, usage: &str) -> String {
     }
     b.push('\n');
     b
+}
+
+/// Go's `UnquoteUsage`: a name in back quotes in the usage text (`` `bytes` ``) is the
+/// argument name shown instead of the type, and the quotes are dropped from the text.
+fn unquote_usage(usage: &str) -> Option<(String, String)> {
+    let start = usage.find('`')?;
+    let len = usage[start + 1..].find('`')?;
+    let name = &usage[start + 1..start + 1 + len];
+    let text = format!("{}{}{}", &usage[..start], name, &usage[start + 2 + len..]);
+    Some((name.to_string(), text))
 }
 
 /// A flag value that did not parse.
@@ -710,6 +723,21 @@ mod tests {
             ParseOutcome::Run(o) => o,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn usage_names_the_argument_in_back_quotes() {
+        let line = usage_line(
+            "rotate-size",
+            &Slot::Int(&mut 0),
+            "rotate at `rotate-size` bytes",
+        );
+        assert_eq!(
+            line,
+            "  -rotate-size rotate-size\n    \trotate at rotate-size bytes\n"
+        );
+        let line = usage_line("n", &Slot::Int(&mut 0), "no quotes");
+        assert_eq!(line, "  -n int\n    \tno quotes\n");
     }
 
     #[test]
