@@ -10,7 +10,7 @@
 # the SIGTERM) and CPU per message, and the bytes on disk.
 # Build first: cargo build --release -p nsq_to_file-bin -p nsqd-bin -p nsq-bench.
 T=$(cd "$(dirname "$0")/.." && pwd)/target/release
-TOOL=${1:-$T/nsq_to_file}; NSQD=${2:-$T/nsqd}; shift 2 2>/dev/null
+TOOL=${1:-$T/nsq_to_file}; NSQD=${2:-$T/nsqd}; shift $(( $# < 2 ? $# : 2 ))
 MSGS=${MSGS:-1000000}; SIZE=${SIZE:-200}
 D=$(mktemp -d); OUT=$(mktemp -d "${OUT_BASE:-/tmp}/ntf-bench.XXXXXX")
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
