@@ -15,6 +15,7 @@ pub use nsq_testkit::{
     consume_all, curl, describe, eventually, find_channel, find_topic, have_program, http_get,
     http_post, http_request, int, wait_until, HttpResponse, ReadError, V2Conn,
 };
+pub mod nsq_to_file;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;

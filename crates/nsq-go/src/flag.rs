@@ -90,6 +90,18 @@ enum CoerceError {
     Value(ValueError),
 }
 
+/// What [`FlagSet::parse_all`] found on a command line without `-h`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parsed<O> {
+    /// The options (config file applied unless `-version` was given).
+    pub opts: O,
+    /// `-version` was given (and true).
+    pub version: bool,
+    /// Go's `FlagSet.Args()`: what follows the flags (after a `--`, or from the first
+    /// argument that is not a flag).
+    pub args: Vec<String>,
+}
+
 /// A flag type of its own (Go's `flag.Value`): log levels, TLS versions, …
 pub trait Value {
     /// Go's `IsBoolFlag`: `-name` alone sets it, and it never consumes the next argument.
@@ -190,9 +202,26 @@ impl<O: Clone> FlagSet<O> {
     pub fn parse<I: IntoIterator<Item = String>>(
         &self,
         args: I,
-        mut opts: O,
+        opts: O,
     ) -> Result<ParseOutcome<O>, FlagError> {
+        Ok(match self.parse_all(args, opts)? {
+            None => ParseOutcome::Help,
+            Some(p) if p.version => ParseOutcome::Version,
+            Some(p) => ParseOutcome::Run(p.opts),
+        })
+    }
+
+    /// Like [`FlagSet::parse`], for programs that look at more than the outcome (nsq's
+    /// apps/nsq_to_file/nsq_to_file.go, `main`: `fs.Args()` is refused, and `-log-level` is
+    /// checked before `-version` is honoured): the options as parsed even when `-version` was
+    /// given, and the arguments after the flags. `None` is `-h`.
+    pub fn parse_all<I: IntoIterator<Item = String>>(
+        &self,
+        args: I,
+        mut opts: O,
+    ) -> Result<Option<Parsed<O>>, FlagError> {
         let args: Vec<String> = args.into_iter().skip(1).collect();
+        let mut rest: &[String] = &[];
         let mut explicit: HashSet<&'static str> = HashSet::new();
         let mut version = false;
 
@@ -201,12 +230,14 @@ impl<O: Clone> FlagSet<O> {
         while i < args.len() {
             let s = args[i].as_str();
             if s.len() < 2 || !s.starts_with('-') {
-                break; // first non-flag argument: stop, ignore the rest
+                rest = &args[i..];
+                break; // first non-flag argument: stop, the rest are arguments
             }
             let mut minuses = 1;
             if s.as_bytes()[1] == b'-' {
                 minuses = 2;
                 if s.len() == 2 {
+                    rest = &args[i + 1..];
                     break; // "--" terminates the flags
                 }
             }
@@ -233,7 +264,7 @@ impl<O: Clone> FlagSet<O> {
             }
             let Some(flag) = self.flags.iter().find(|f| f.name == name) else {
                 if name == "help" || name == "h" {
-                    return Ok(ParseOutcome::Help);
+                    return Ok(None);
                 }
                 return Err(FlagError::Usage(format!(
                     "flag provided but not defined: -{name}"
@@ -265,8 +296,13 @@ impl<O: Clone> FlagSet<O> {
             explicit.insert(flag.name);
         }
 
+        let rest = rest.to_vec();
         if version {
-            return Ok(ParseOutcome::Version);
+            return Ok(Some(Parsed {
+                opts,
+                version,
+                args: rest,
+            }));
         }
         let config = self
             .flags
@@ -280,7 +316,11 @@ impl<O: Clone> FlagSet<O> {
             let table = load_config_file(&path)?;
             self.apply_config(&mut opts, &table, &explicit)?;
         }
-        Ok(ParseOutcome::Run(opts))
+        Ok(Some(Parsed {
+            opts,
+            version,
+            args: rest,
+        }))
     }
 
     /// The checks of [`FlagSet::config_checks`], then go-options' `Resolve` for every key
@@ -347,10 +387,13 @@ impl<O: Clone> FlagSet<O> {
 /// One entry of `PrintDefaults`.
 fn usage_line(name: &str, slot: &Slot<'_>, usage: &str) -> String {
     let mut b = format!("  -{name}");
-    let type_name = slot.type_name();
+    let (type_name, usage) = match unquote_usage(usage) {
+        Some((n, u)) => (n, u),
+        None => (slot.type_name().to_string(), usage.to_string()),
+    };
     if !type_name.is_empty() {
         b.push(' ');
-        b.push_str(type_name);
+        b.push_str(&type_name);
     }
     if b.len() <= 4 {
         b.push('\t');
@@ -363,6 +406,16 @@ fn usage_line(name: &str, slot: &Slot<'_>, usage: &str) -> String {
     }
     b.push('\n');
     b
+}
+
+/// Go's `UnquoteUsage`: a name in back quotes in the usage text (`` `bytes` ``) is the
+/// argument name shown instead of the type, and the quotes are dropped from the text.
+fn unquote_usage(usage: &str) -> Option<(String, String)> {
+    let start = usage.find('`')?;
+    let len = usage[start + 1..].find('`')?;
+    let name = &usage[start + 1..start + 1 + len];
+    let text = format!("{}{}{}", &usage[..start], name, &usage[start + 2 + len..]);
+    Some((name.to_string(), text))
 }
 
 /// A flag value that did not parse.
@@ -687,6 +740,40 @@ mod tests {
             ParseOutcome::Run(o) => o,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn usage_names_the_argument_in_back_quotes() {
+        let line = usage_line(
+            "rotate-size",
+            &Slot::Int(&mut 0),
+            "rotate at `rotate-size` bytes",
+        );
+        assert_eq!(
+            line,
+            "  -rotate-size rotate-size\n    \trotate at rotate-size bytes\n"
+        );
+        let line = usage_line("n", &Slot::Int(&mut 0), "no quotes");
+        assert_eq!(line, "  -n int\n    \tno quotes\n");
+    }
+
+    #[test]
+    fn parse_all_keeps_arguments_and_options_with_version() {
+        let all = |a: &[&str]| {
+            let mut v = vec!["demo".to_string()];
+            v.extend(a.iter().map(|s| s.to_string()));
+            SET.parse_all(v, defaults()).unwrap()
+        };
+        let p = all(&["-count=1", "x", "-on"]).unwrap();
+        assert_eq!((p.opts.count, p.version), (1, false));
+        assert_eq!(p.args, ["x", "-on"]);
+        let p = all(&["-on", "--", "-count=1"]).unwrap();
+        assert!(p.opts.on);
+        assert_eq!(p.args, ["-count=1"]);
+        let p = all(&["-version", "-count=2"]).unwrap();
+        assert_eq!((p.opts.count, p.version), (2, true));
+        assert!(p.args.is_empty());
+        assert_eq!(all(&["-h"]), None);
     }
 
     #[test]
