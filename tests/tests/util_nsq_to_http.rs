@@ -829,3 +829,31 @@ fn validation_messages_and_exit_codes() {
         assert!(err.contains(flag), "{flag}: {err}");
     }
 }
+
+#[test]
+fn sigterm_lets_requests_in_flight_finish() {
+    let nsqd = Nsqd::start(&[]);
+    // Every answer takes a second: SIGTERM arrives while both requests are waiting for one.
+    let sink = Sink::start(|_| Reply::Late(Duration::from_secs(1), 200));
+    let bodies = numbered("late", 2);
+    publish_all(&nsqd, "late", &bodies);
+    let nsqd_addr = nsqd.tcp_addr.to_string();
+    let url = sink.url("/late");
+    let tool = Tool::start(&[
+        "--topic=late",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &url,
+        "-n",
+        "2",
+    ]);
+    sink.wait("both requests", |r| r.len() == 2);
+    let (status, err) = tool.sigterm();
+    assert_eq!(status.code(), Some(0), "{err}");
+    // Both answers were awaited and the messages finished, not requeued.
+    let ch = wait_drained(&nsqd, "late", "nsq_to_http", 2);
+    assert_eq!(int(&ch, "requeue_count"), 0, "{ch}");
+    assert_eq!(int(&ch, "timeout_count"), 0, "{ch}");
+    assert_eq!(sink.requests().len(), 2);
+}

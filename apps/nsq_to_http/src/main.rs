@@ -89,7 +89,10 @@ impl Default for Options {
     }
 }
 
-/// The flags of nsq_to_http.go (plus the built-in `-version`).
+/// The flags of nsq_to_http.go (plus the built-in `-version`). The deprecated `--round-robin`,
+/// `--http-timeout`, `--http-timeout-ms`, `--max-backoff-duration`, `--throttle-fraction` and
+/// `--reader-opt` were removed in 1.0.0-compat (nsq's ChangeLog.md, #367), so v1.3 rejects
+/// them as undefined flags, and so does this.
 static FLAGS: FlagSet<Options> = FlagSet {
     program: "nsq_to_http",
     flags: flags![Options;
