@@ -471,6 +471,54 @@ fn round_robin_alternates_and_other_modes_fan_out() {
     assert_eq!(got_c, bodies);
     assert_eq!(got_d, bodies);
     assert_eq!(fan.sigterm().0.code(), Some(0));
+
+    // epsilon-greedy: one destination per message, every message once.
+    let (e, f) = (Sink::ok(), Sink::ok());
+    let (ue, uf) = (e.url("/e"), f.url("/f"));
+    publish_all(&nsqd, "greedy", &bodies);
+    let greedy = Tool::start(&[
+        "--topic=greedy",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &ue,
+        "--post",
+        &uf,
+        "--mode=epsilon-greedy",
+    ]);
+    wait_drained(&nsqd, "greedy", "nsq_to_http", 6);
+    let mut got = e.delivered_bodies();
+    got.extend(f.delivered_bodies());
+    got.sort();
+    assert_eq!(got, bodies);
+    assert_eq!(greedy.sigterm().0.code(), Some(0));
+}
+
+#[test]
+fn discovers_nsqd_via_lookupd() {
+    let lookupd = nsq_integration_tests::Nsqlookupd::start(&[]);
+    let reg = format!("--lookupd-tcp-address={}", lookupd.tcp_addr);
+    let nsqd = Nsqd::start(&["--broadcast-address=127.0.0.1", &reg]);
+    let bodies = numbered("found", 3);
+    publish_all(&nsqd, "found", &bodies);
+    let deadline = Instant::now() + TIMEOUT;
+    while lookupd.get("/lookup?topic=found").status != 200 {
+        assert!(Instant::now() < deadline, "no registration");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let sink = Sink::ok();
+    let (lh, url) = (lookupd.http_addr.to_string(), sink.url("/found"));
+    let tool = Tool::start(&[
+        "--topic=found",
+        "--lookupd-http-address",
+        &lh,
+        "--post",
+        &url,
+        "-n=1",
+    ]);
+    wait_drained(&nsqd, "found", "nsq_to_http", 3);
+    assert_eq!(sink.delivered_bodies(), bodies);
+    assert_eq!(tool.sigterm().0.code(), Some(0));
 }
 
 #[test]
@@ -557,10 +605,10 @@ fn failing_answers_and_dropped_connections_are_retried_until_all_arrive() {
 #[test]
 fn request_timeout_requeues_the_message() {
     let nsqd = Nsqd::start(&[]);
-    // The first request is answered after 3 s, long after the client's 300 ms.
+    // The first request is answered after 6 s, long after the client's 1 s.
     let sink = Sink::start(|n| {
         if n == 0 {
-            Reply::Late(Duration::from_secs(3), 200)
+            Reply::Late(Duration::from_secs(6), 200)
         } else {
             Reply::Status(200)
         }
@@ -575,7 +623,7 @@ fn request_timeout_requeues_the_message() {
         &nsqd_addr,
         "--post",
         &url,
-        "--http-client-request-timeout=300ms",
+        "--http-client-request-timeout=1s",
         "--http-client-connect-timeout=1s",
         "-n",
         "1",
@@ -583,15 +631,18 @@ fn request_timeout_requeues_the_message() {
     args.extend(QUICK_RETRY);
     let tool = Tool::start(&args);
     let ch = wait_drained(&nsqd, "slow", "nsq_to_http", 3);
-    assert_eq!(int(&ch, "requeue_count"), 1, "{ch}");
+    // (More than one requeue only if the loaded machine made a prompt answer take 1 s too.)
+    assert!(int(&ch, "requeue_count") >= 1, "{ch}");
     let reqs = sink.requests();
-    assert_eq!(reqs.len(), 4, "{reqs:#?}");
-    // The timed-out body came again.
-    assert_eq!(
-        reqs.iter().filter(|r| r.body == reqs[0].body).count(),
-        2,
-        "{reqs:#?}"
+    let first = &reqs[0].body;
+    assert!(
+        reqs[1..].iter().any(|r| &r.body == first && r.delivered()),
+        "the timed-out message was not sent again: {reqs:#?}"
     );
+    let mut got = sink.delivered_bodies();
+    got.sort();
+    got.dedup();
+    assert_eq!(got, bodies);
     assert_eq!(tool.sigterm().0.code(), Some(0));
 }
 
