@@ -908,3 +908,52 @@ fn sigterm_lets_requests_in_flight_finish() {
     assert_eq!(int(&ch, "timeout_count"), 0, "{ch}");
     assert_eq!(sink.requests().len(), 2);
 }
+
+#[test]
+fn connect_timeout_requeues_the_message() {
+    // A listener that never accepts: once its accept queue is full the kernel drops new SYNs,
+    // so a connect hangs until the client's connect timeout.
+    // A backlog of 1 so that a couple of connections fill it.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let listener = rt.block_on(async {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        s.listen(1).unwrap().into_std().unwrap()
+    });
+    let addr = listener.local_addr().unwrap();
+    let mut held = Vec::new();
+    loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+            Ok(s) => held.push(s),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break,
+            Err(e) => panic!("connect {addr}: {e}"),
+        }
+        assert!(held.len() < 10_000, "the accept queue never filled");
+    }
+    let nsqd = Nsqd::start(&[]);
+    publish_all(&nsqd, "unreachable", &numbered("u", 1));
+    let nsqd_addr = nsqd.tcp_addr.to_string();
+    let url = format!("http://{addr}/never");
+    let mut args = vec![
+        "--topic=unreachable",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &url,
+        "--http-client-connect-timeout=300ms",
+        // Far beyond the wait below: only the connect timeout can fail the request in time
+        // (with the connect timeout at 5m too, nothing is requeued within the minute).
+        "--http-client-request-timeout=5m",
+    ];
+    args.extend(QUICK_RETRY);
+    let tool = Tool::start(&args);
+    nsqd.wait_stats("requeues after connect timeouts", TIMEOUT, |s| {
+        nsq_integration_tests::find_channel(s, "unreachable", "nsq_to_http")
+            .is_some_and(|c| int(c, "requeue_count") >= 2)
+    });
+    assert_eq!(tool.sigterm().0.code(), Some(0));
+    drop(held);
+}
