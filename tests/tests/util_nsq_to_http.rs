@@ -823,6 +823,13 @@ fn validation_messages_and_exit_codes() {
         );
     }
 
+    // What go-nsq refuses when the consumer is set up.
+    fatal(
+        &with(&["--post", "http://h/", "--max-in-flight", "-1"]),
+        "invalid MaxInFlight ! -1 < 0",
+    );
+    fatal(&with(&["--post", "http://h/", "-n", "0"]), "no handlers");
+
     let usage_error = |args: &[&str], first: &str| {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -180,9 +180,11 @@ async fn run(opts: Options, headers: Vec<(String, String)>) {
         (Method::Post, opts.post.clone())
     };
     let mut cfg = opts.consumer_opt.0.clone();
-    // The tool overwrites these two after applying --consumer-opt, as the reference does.
+    // The tool overwrites these two after applying --consumer-opt, as the reference does;
+    // go-nsq's `NewConsumer` then refuses a negative one (config.go, `Validate`).
     cfg.user_agent = nsq_utils::user_agent("nsq_to_http");
-    cfg.max_in_flight = usize::try_from(opts.max_in_flight.max(0)).unwrap_or(0);
+    cfg.max_in_flight = usize::try_from(opts.max_in_flight)
+        .unwrap_or_else(|_| fatal(&format!("invalid MaxInFlight ! {} < 0", opts.max_in_flight)));
     let consumer = Consumer::new(opts.topic.clone(), opts.channel.clone(), cfg)
         .unwrap_or_else(|e| fatal(&e.to_string()));
 
@@ -197,6 +199,13 @@ async fn run(opts: Options, headers: Vec<(String, String)>) {
         connect_timeout: opts.connect_timeout,
         request_timeout: opts.request_timeout,
     }));
+
+    // `AddConcurrentHandlers(handler, n)` starts no handler for n < 1, and go-nsq's
+    // `ConnectToNSQD` / `ConnectToNSQLookupd` then fail with "no handlers".
+    let concurrency = usize::try_from(opts.publishers)
+        .ok()
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| fatal("no handlers"));
 
     for addr in &opts.nsqd_tcp_addresses {
         if let Err(e) = consumer.connect_to_nsqd(addr.clone()).await {
@@ -219,6 +228,5 @@ async fn run(opts: Options, headers: Vec<(String, String)>) {
         let (f, body) = (forwarder.clone(), m.body().clone());
         async move { f.forward(&body).await }
     };
-    let concurrency = usize::try_from(opts.publishers.max(1)).unwrap_or(1);
     consumer.run(handler, concurrency).await;
 }
