@@ -964,3 +964,29 @@ fn connect_timeout_requeues_the_message() {
     assert_eq!(tool.sigterm().0.code(), Some(0));
     drop(held);
 }
+
+#[test]
+fn a_message_that_always_fails_is_given_up_after_max_attempts() {
+    let nsqd = Nsqd::start(&[]);
+    let sink = Sink::start(|_| Reply::Status(503));
+    publish_all(&nsqd, "doomed", &numbered("d", 1));
+    let nsqd_addr = nsqd.tcp_addr.to_string();
+    let url = sink.url("/doomed");
+    let mut args = vec![
+        "--topic=doomed",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &url,
+    ];
+    args.extend(QUICK_RETRY);
+    // The later option wins over QUICK_RETRY's max_attempts,0.
+    args.extend(["--consumer-opt", "max_attempts,3"]);
+    let tool = Tool::start(&args);
+    // Attempts 1..3 are sent and requeued; the 4th delivery is finished unsent (go-nsq's
+    // "attempted 4 times, giving up").
+    let ch = wait_drained(&nsqd, "doomed", "nsq_to_http", 1);
+    assert_eq!(int(&ch, "requeue_count"), 3, "{ch}");
+    assert_eq!(sink.requests().len(), 3);
+    assert_eq!(tool.sigterm().0.code(), Some(0));
+}
