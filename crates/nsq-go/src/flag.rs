@@ -118,6 +118,12 @@ pub trait Value {
 
     /// The value as `GET /config/<key>` shows it.
     fn to_json(&self) -> serde_json::Value;
+
+    /// The type word of the usage line (Go's `UnquoteUsage`): `value` for a `flag.Value`;
+    /// a stand-in for a built-in Go type returns that type's word (`float` for `Float64`).
+    fn type_name(&self) -> &'static str {
+        "value"
+    }
 }
 
 /// A mutable view of the field one flag sets, typed by how it is parsed.
@@ -453,7 +459,7 @@ impl Slot<'_> {
             Slot::Dur(_) => "duration",
             Slot::StrList(_) | Slot::FloatList(_) => "value",
             Slot::Custom(c) if c.is_bool_flag() => "",
-            Slot::Custom(_) => "value",
+            Slot::Custom(c) => c.type_name(),
         }
     }
 

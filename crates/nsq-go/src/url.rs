@@ -128,8 +128,13 @@ fn unescape_checked(s: &str, plus_is_space: bool) -> Result<Vec<u8>, QueryError>
 
 /// Go's `url.QueryEscape`: unreserved bytes stay, space becomes `+`, the rest `%XX`.
 pub fn query_escape(s: &str) -> String {
+    query_escape_bytes(s.as_bytes())
+}
+
+/// [`query_escape`] of any bytes, as Go's `QueryEscape(string(body))` of a message body.
+pub fn query_escape_bytes(s: &[u8]) -> String {
     let mut out = String::with_capacity(s.len());
-    for &c in s.as_bytes() {
+    for &c in s {
         match c {
             b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
                 out.push(c as char)

@@ -1,0 +1,992 @@
+//! `nsq_to_http` against the real nsqd and HTTP servers started here on 127.0.0.1:0 that
+//! record every request: POST bodies and headers (`Content-Type`, `--header`s, the user
+//! agents), GET with the query-escaped body in place of `%s` (and only 200 counts),
+//! round-robin over two servers, fan-out to both, hostpool skipping a dead destination,
+//! failing answers and dropped connections retried until every message arrived (each FINed
+//! once, one requeue per failure), the request timeout, the `--status-every` lines, SIGTERM
+//! (exit 0), and the command-line validation of nsq's apps/nsq_to_http/nsq_to_http.go.
+//!
+//! Build first: `cargo build -p nsqd-bin -p nsq_to_http-bin` (or set NSQD_BIN /
+//! NSQ_TO_HTTP_BIN).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nsq_integration_tests::{assert_go_log_line, int, run_tool, util_bin, Nsqd, Value};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn nsq_to_http_bin() -> PathBuf {
+    util_bin("NSQ_TO_HTTP_BIN", "nsq_to_http", "nsq_to_http-bin")
+}
+
+/// Fast retries, so a requeued message comes back in milliseconds instead of go-nsq's 90 s,
+/// and no message is ever given up.
+const QUICK_RETRY: [&str; 8] = [
+    "--consumer-opt",
+    "default_requeue_delay,10ms",
+    "--consumer-opt",
+    "backoff_multiplier,10ms",
+    "--consumer-opt",
+    "max_backoff_duration,50ms",
+    "--consumer-opt",
+    "max_attempts,0",
+];
+
+// ---------------------------------------------------------------------------------------------
+// the recording HTTP server
+
+/// How the server answers one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reply {
+    Status(u16),
+    /// Read the request, then close the connection without an answer.
+    Close,
+    /// Answer with this status after a pause.
+    Late(Duration, u16),
+}
+
+/// One request as the server read it, and what it answered (`None`: connection closed).
+#[derive(Debug, Clone)]
+struct Request {
+    method: String,
+    target: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    reply: Reply,
+}
+
+impl Request {
+    /// Every value of a header (name case-insensitive).
+    fn header_values(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        let v = self.header_values(name);
+        assert!(
+            v.len() <= 1,
+            "{name} sent {} times: {:?}",
+            v.len(),
+            self.headers
+        );
+        v.first().copied()
+    }
+
+    fn delivered(&self) -> bool {
+        self.reply == Reply::Status(200)
+    }
+}
+
+type Policy = dyn Fn(usize) -> Reply + Send + Sync;
+
+/// An HTTP/1.1 server (keep-alive, `Content-Length` bodies) answering per `policy(n)` for the
+/// n-th request (from 0) and recording every request.
+struct Sink {
+    addr: SocketAddr,
+    log: Arc<Mutex<Vec<Request>>>,
+}
+
+impl Sink {
+    fn ok() -> Sink {
+        Sink::start(|_| Reply::Status(200))
+    }
+
+    fn start(policy: impl Fn(usize) -> Reply + Send + Sync + 'static) -> Sink {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let policy: Arc<Policy> = Arc::new(policy);
+        let counter = Arc::new(AtomicUsize::new(0));
+        let l = log.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let (log, policy, counter) = (l.clone(), policy.clone(), counter.clone());
+                thread::spawn(move || serve(stream, &log, &*policy, &counter));
+            }
+        });
+        Sink { addr, log }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn requests(&self) -> Vec<Request> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits until `pred` holds for the requests so far; panics with them on timeout.
+    fn wait(&self, what: &str, pred: impl Fn(&[Request]) -> bool) -> Vec<Request> {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let r = self.requests();
+            if pred(&r) {
+                return r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; requests: {r:#?}"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The bodies of the requests answered 200, in arrival order.
+    fn delivered_bodies(&self) -> Vec<Vec<u8>> {
+        self.requests()
+            .into_iter()
+            .filter(Request::delivered)
+            .map(|r| r.body)
+            .collect()
+    }
+}
+
+fn serve(stream: TcpStream, log: &Mutex<Vec<Request>>, policy: &Policy, counter: &AtomicUsize) {
+    let mut out = stream.try_clone().unwrap();
+    let mut rd = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        if rd.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut parts = line.trim_end().splitn(3, ' ');
+        let method = parts.next().unwrap_or_default().to_string();
+        let target = parts.next().unwrap_or_default().to_string();
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            if rd.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            let h = h.trim_end_matches(['\r', '\n']);
+            if h.is_empty() {
+                break;
+            }
+            let (k, v) = h.split_once(':').expect("header line");
+            headers.push((k.to_string(), v.trim().to_string()));
+        }
+        let len: usize = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+            .map_or(0, |(_, v)| v.parse().unwrap());
+        let mut body = vec![0; len];
+        if rd.read_exact(&mut body).is_err() {
+            return;
+        }
+        let reply = policy(counter.fetch_add(1, Ordering::SeqCst));
+        log.lock().unwrap().push(Request {
+            method,
+            target,
+            headers,
+            body,
+            reply,
+        });
+        let status = match reply {
+            Reply::Close => {
+                let _ = out.shutdown(Shutdown::Both);
+                return;
+            }
+            Reply::Status(s) => s,
+            Reply::Late(pause, s) => {
+                thread::sleep(pause);
+                s
+            }
+        };
+        let answer = format!("HTTP/1.1 {status} X\r\nContent-Length: 4\r\n\r\nbody");
+        if out.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// the tool
+
+/// A running nsq_to_http; stderr is collected; killed on drop.
+struct Tool {
+    child: Child,
+    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Tool {
+    fn start(args: &[&str]) -> Tool {
+        let mut child = Command::new(nsq_to_http_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let mut pipe = child.stderr.take().unwrap();
+        let s = stderr.clone();
+        thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                s.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        Tool { child, stderr }
+    }
+
+    /// SIGTERM, then the exit status and everything written to stderr.
+    fn sigterm(mut self) -> (ExitStatus, String) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let deadline = Instant::now() + TIMEOUT;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "nsq_to_http ignored SIGTERM");
+            thread::sleep(Duration::from_millis(20));
+        };
+        // The stderr reader ends with the pipe.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Arc::strong_count(&self.stderr) > 1 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        let err = String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned();
+        (status, err)
+    }
+}
+
+impl Drop for Tool {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn publish_all(nsqd: &Nsqd, topic: &str, bodies: &[Vec<u8>]) {
+    let mut c = nsqd.connect();
+    for b in bodies {
+        c.publish(topic, b);
+    }
+}
+
+fn numbered(prefix: &str, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| format!("{prefix}{i}").into_bytes())
+        .collect()
+}
+
+/// Waits until the channel has every one of `count` messages finished: none left in the
+/// queue, in flight or deferred. Returns the channel's stats.
+fn wait_drained(nsqd: &Nsqd, topic: &str, channel: &str, count: i64) -> Value {
+    let stats = nsqd.wait_stats("every message finished", TIMEOUT, |s| {
+        nsq_integration_tests::find_channel(s, topic, channel).is_some_and(|c| {
+            int(c, "message_count") >= count
+                && int(c, "depth") == 0
+                && int(c, "in_flight_count") == 0
+                && int(c, "deferred_count") == 0
+        })
+    });
+    nsq_integration_tests::find_channel(&stats, topic, channel)
+        .unwrap()
+        .clone()
+}
+
+// ---------------------------------------------------------------------------------------------
+// tests
+
+#[test]
+fn post_sends_body_content_type_headers_and_user_agents() {
+    let nsqd = Nsqd::start(&[]);
+    let sink = Sink::ok();
+    let bodies: Vec<Vec<u8>> = vec![
+        b"one".to_vec(),
+        b"bin\x00\xff\x01".to_vec(),
+        b"with space & more".to_vec(),
+    ];
+    publish_all(&nsqd, "posted", &bodies);
+    let nsqd_addr = nsqd.tcp_addr.to_string();
+    let url = sink.url("/in?src=nsq");
+    let tool = Tool::start(&[
+        "--topic=posted",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &url,
+        "--content-type",
+        "text/plain; charset=utf-8",
+        "--header",
+        "X-Custom: v1",
+        "--header",
+        "  X-Trim :  spaced value  ",
+        "--header",
+        "X-Url: http://a:1/b",
+        "-n",
+        "1",
+        "--max-in-flight",
+        "7",
+        "--consumer-opt",
+        "max_in_flight,999",
+    ]);
+    let reqs = sink.wait("3 POSTs", |r| r.len() >= 3);
+    assert_eq!(reqs.len(), 3);
+    for (r, body) in reqs.iter().zip(&bodies) {
+        assert_eq!(r.method, "POST");
+        assert_eq!(r.target, "/in?src=nsq");
+        assert_eq!(&r.body, body);
+        assert_eq!(r.header("Content-Type"), Some("text/plain; charset=utf-8"));
+        assert_eq!(r.header("User-Agent"), Some("nsq_to_http v1.3.0"));
+        assert_eq!(r.header("X-Custom"), Some("v1"));
+        assert_eq!(r.header("X-Trim"), Some("spaced value"));
+        assert_eq!(r.header("X-Url"), Some("http://a:1/b"));
+        let len = body.len().to_string();
+        assert_eq!(r.header("Content-Length"), Some(len.as_str()));
+    }
+    let ch = wait_drained(&nsqd, "posted", "nsq_to_http", 3);
+    assert_eq!(int(&ch, "requeue_count"), 0);
+    let client = &ch["clients"][0];
+    assert_eq!(client["user_agent"], "nsq_to_http/1.3.0 go-nsq/1.1.0");
+    // --max-in-flight is the RDY; --consumer-opt cannot change it.
+    assert_eq!(client["ready_count"], 7);
+    let (status, err) = tool.sigterm();
+    assert_eq!(status.code(), Some(0), "{err}");
+}
+
+#[test]
+fn get_substitutes_the_query_escaped_body_and_only_200_counts() {
+    let nsqd = Nsqd::start(&[]);
+    // The first GET is answered 201: a success for POST, a failure for GET.
+    let sink = Sink::start(|n| Reply::Status(if n == 0 { 201 } else { 200 }));
+    let bodies: Vec<Vec<u8>> = vec!["a b&c=d/é?".as_bytes().to_vec(), b"plain".to_vec()];
+    publish_all(&nsqd, "got", &bodies);
+    let nsqd_addr = nsqd.tcp_addr.to_string();
+    let template = sink.url("/g/x?d=%s&t=1");
+    let mut args = vec![
+        "--topic=got",
+        "--channel=getter",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--get",
+        &template,
+        "--header",
+        "User-Agent: custom/2",
+        "-n=1",
+    ];
+    args.extend(QUICK_RETRY);
+    let tool = Tool::start(&args);
+    let reqs = sink.wait("both messages answered 200", |r| {
+        r.iter().filter(|r| r.delivered()).count() >= 2
+    });
+    let first = "/g/x?d=a+b%26c%3Dd%2F%C3%A9%3F&t=1";
+    assert_eq!(reqs[0].target, first, "the 201 one");
+    let mut delivered: Vec<&str> = reqs
+        .iter()
+        .filter(|r| r.delivered())
+        .map(|r| r.target.as_str())
+        .collect();
+    delivered.sort_unstable();
+    assert_eq!(delivered, [first, "/g/x?d=plain&t=1"]);
+    for r in &reqs {
+        assert_eq!(r.method, "GET");
+        assert!(r.body.is_empty());
+        assert_eq!(r.header("Content-Type"), None);
+        // A --header replaces the default User-Agent.
+        assert_eq!(r.header("User-Agent"), Some("custom/2"));
+    }
+    let ch = wait_drained(&nsqd, "got", "getter", 2);
+    assert_eq!(int(&ch, "requeue_count"), 1, "{ch}");
+    let (status, err) = tool.sigterm();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert_eq!(sink.requests().len(), 3);
+}
+
+#[test]
+fn round_robin_alternates_and_other_modes_fan_out() {
+    let nsqd = Nsqd::start(&[]);
+    let (a, b) = (Sink::ok(), Sink::ok());
+    let bodies = numbered("m", 6);
+    publish_all(&nsqd, "spread", &bodies);
+    let nsqd_addr = nsqd.tcp_addr.to_string();
+    let (ua, ub) = (a.url("/a"), b.url("/b"));
+    let rr = Tool::start(&[
+        "--topic=spread",
+        "--channel=rr",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &ua,
+        "--post",
+        &ub,
+        "--mode",
+        "round-robin",
+        "-n",
+        "1",
+    ]);
+    wait_drained(&nsqd, "spread", "rr", 6);
+    // The counter is incremented before use: the first message goes to the second address.
+    let (got_a, got_b) = (a.delivered_bodies(), b.delivered_bodies());
+    assert_eq!(
+        got_b,
+        [bodies[0].clone(), bodies[2].clone(), bodies[4].clone()]
+    );
+    assert_eq!(
+        got_a,
+        [bodies[1].clone(), bodies[3].clone(), bodies[5].clone()]
+    );
+    assert_eq!(rr.sigterm().0.code(), Some(0));
+
+    // Any mode other than round-robin/hostpool/epsilon-greedy sends to every address.
+    let (c, d) = (Sink::ok(), Sink::ok());
+    let (uc, ud) = (c.url("/c"), d.url("/d"));
+    publish_all(&nsqd, "both", &bodies);
+    let fan = Tool::start(&[
+        "--topic=both",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &uc,
+        "--post",
+        &ud,
+        "--mode=multicast",
+    ]);
+    wait_drained(&nsqd, "both", "nsq_to_http", 6);
+    let mut got_c = c.delivered_bodies();
+    let mut got_d = d.delivered_bodies();
+    got_c.sort();
+    got_d.sort();
+    assert_eq!(got_c, bodies);
+    assert_eq!(got_d, bodies);
+    assert_eq!(fan.sigterm().0.code(), Some(0));
+
+    // epsilon-greedy: one destination per message, every message once.
+    let (e, f) = (Sink::ok(), Sink::ok());
+    let (ue, uf) = (e.url("/e"), f.url("/f"));
+    publish_all(&nsqd, "greedy", &bodies);
+    let greedy = Tool::start(&[
+        "--topic=greedy",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &ue,
+        "--post",
+        &uf,
+        "--mode=epsilon-greedy",
+    ]);
+    wait_drained(&nsqd, "greedy", "nsq_to_http", 6);
+    let mut got = e.delivered_bodies();
+    got.extend(f.delivered_bodies());
+    got.sort();
+    assert_eq!(got, bodies);
+    assert_eq!(greedy.sigterm().0.code(), Some(0));
+}
+
+#[test]
+fn discovers_nsqd_via_lookupd() {
+    let lookupd = nsq_integration_tests::Nsqlookupd::start(&[]);
+    let reg = format!("--lookupd-tcp-address={}", lookupd.tcp_addr);
+    let nsqd = Nsqd::start(&["--broadcast-address=127.0.0.1", &reg]);
+    let bodies = numbered("found", 3);
+    publish_all(&nsqd, "found", &bodies);
+    let deadline = Instant::now() + TIMEOUT;
+    while lookupd.get("/lookup?topic=found").status != 200 {
+        assert!(Instant::now() < deadline, "no registration");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let sink = Sink::ok();
+    let (lh, url) = (lookupd.http_addr.to_string(), sink.url("/found"));
+    let tool = Tool::start(&[
+        "--topic=found",
+        "--lookupd-http-address",
+        &lh,
+        "--post",
+        &url,
+        "-n=1",
+    ]);
+    wait_drained(&nsqd, "found", "nsq_to_http", 3);
+    assert_eq!(sink.delivered_bodies(), bodies);
+    assert_eq!(tool.sigterm().0.code(), Some(0));
+}
+
+#[test]
+fn hostpool_leaves_a_dead_destination_and_requeues_its_message() {
+    let nsqd = Nsqd::start(&[]);
+    let dead = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/dead", l.local_addr().unwrap())
+    };
+    let live = Sink::ok();
+    let bodies = numbered("h", 8);
+    publish_all(&nsqd, "pool", &bodies);
+    let nsqd_addr = nsqd.tcp_addr.to_string();
+    let live_url = live.url("/live");
+    let mut args = vec![
+        "--topic=pool",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        // The default mode is hostpool; the dead address comes first, so it is tried.
+        "--post",
+        &dead,
+        "--post",
+        &live_url,
+        "-n",
+        "1",
+    ];
+    args.extend(QUICK_RETRY);
+    let tool = Tool::start(&args);
+    let ch = wait_drained(&nsqd, "pool", "nsq_to_http", 8);
+    // Once marked dead the address is left alone for 30 s: one failure, one requeue.
+    assert_eq!(int(&ch, "requeue_count"), 1, "{ch}");
+    let mut got = live.delivered_bodies();
+    got.sort();
+    assert_eq!(got, bodies);
+    assert_eq!(tool.sigterm().0.code(), Some(0));
+}
+
+#[test]
+fn failing_answers_and_dropped_connections_are_retried_until_all_arrive() {
+    let nsqd = Nsqd::start(&[]);
+    // Every third request fails with 500 (and one with 404), the 5th and 11th lose their
+    // connection without an answer; the rest succeed.
+    let sink = Sink::start(|n| match n {
+        4 | 10 => Reply::Close,
+        7 => Reply::Status(404),
+        n if n % 3 == 2 => Reply::Status(500),
+        _ => Reply::Status(200),
+    });
+    let bodies = numbered("retry-", 40);
+    publish_all(&nsqd, "flaky", &bodies);
+    let nsqd_addr = nsqd.tcp_addr.to_string();
+    let url = sink.url("/flaky");
+    let mut args = vec![
+        "--topic=flaky",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &url,
+        "-n",
+        "4",
+    ];
+    args.extend(QUICK_RETRY);
+    let tool = Tool::start(&args);
+    let ch = wait_drained(&nsqd, "flaky", "nsq_to_http", 40);
+    let reqs = sink.requests();
+    let failures = reqs.iter().filter(|r| !r.delivered()).count();
+    assert!(
+        failures >= 14,
+        "{failures} failures in {} requests",
+        reqs.len()
+    );
+    // Every failure was requeued once, and every message arrived exactly once.
+    assert_eq!(int(&ch, "requeue_count"), failures as i64, "{ch}");
+    let mut counts: BTreeMap<Vec<u8>, usize> = BTreeMap::new();
+    for b in sink.delivered_bodies() {
+        *counts.entry(b).or_default() += 1;
+    }
+    assert_eq!(counts.len(), 40, "{counts:?}");
+    assert!(counts.values().all(|&c| c == 1), "{counts:?}");
+    assert!(counts.keys().all(|k| bodies.contains(k)));
+    assert_eq!(tool.sigterm().0.code(), Some(0));
+}
+
+#[test]
+fn request_timeout_requeues_the_message() {
+    let nsqd = Nsqd::start(&[]);
+    // The first request is answered after 6 s, long after the client's 1 s.
+    let sink = Sink::start(|n| {
+        if n == 0 {
+            Reply::Late(Duration::from_secs(6), 200)
+        } else {
+            Reply::Status(200)
+        }
+    });
+    let bodies = numbered("slow", 3);
+    publish_all(&nsqd, "slow", &bodies);
+    let nsqd_addr = nsqd.tcp_addr.to_string();
+    let url = sink.url("/slow");
+    let mut args = vec![
+        "--topic=slow",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &url,
+        "--http-client-request-timeout=1s",
+        "--http-client-connect-timeout=1s",
+        "-n",
+        "1",
+    ];
+    args.extend(QUICK_RETRY);
+    let tool = Tool::start(&args);
+    let ch = wait_drained(&nsqd, "slow", "nsq_to_http", 3);
+    // (More than one requeue only if the loaded machine made a prompt answer take 1 s too.)
+    assert!(int(&ch, "requeue_count") >= 1, "{ch}");
+    let reqs = sink.requests();
+    let first = &reqs[0].body;
+    assert!(
+        reqs[1..].iter().any(|r| &r.body == first && r.delivered()),
+        "the timed-out message was not sent again: {reqs:#?}"
+    );
+    let mut got = sink.delivered_bodies();
+    got.sort();
+    got.dedup();
+    assert_eq!(got, bodies);
+    assert_eq!(tool.sigterm().0.code(), Some(0));
+}
+
+/// `<prefix> finished <n> - 99th: <x>ms - 95th: <x>ms - avg: <x>ms`, `x` with two decimals.
+fn is_status_line(msg: &str, prefix: &str, n: usize) -> bool {
+    let Some(rest) = msg.strip_prefix(&format!("{prefix} finished {n} - 99th: ")) else {
+        return false;
+    };
+    let ms = |s: &str| {
+        s.split_once('.').is_some_and(|(i, f)| {
+            !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()) && f.len() == 2
+        })
+    };
+    let Some((p99, rest)) = rest.split_once("ms - 95th: ") else {
+        return false;
+    };
+    let Some((p95, rest)) = rest.split_once("ms - avg: ") else {
+        return false;
+    };
+    let Some(avg) = rest.strip_suffix("ms") else {
+        return false;
+    };
+    ms(p99) && ms(p95) && ms(avg)
+}
+
+#[test]
+fn status_every_lines_per_address_and_aggregate() {
+    let nsqd = Nsqd::start(&[]);
+    let (a, b) = (Sink::ok(), Sink::ok());
+    publish_all(&nsqd, "timed", &numbered("t", 6));
+    let nsqd_addr = nsqd.tcp_addr.to_string();
+    let (ua, ub) = (a.url("/a"), b.url("/b"));
+    let tool = Tool::start(&[
+        "--topic=timed",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &ua,
+        "--post",
+        &ub,
+        "--mode=round-robin",
+        "--status-every=2",
+        "-n=1",
+    ]);
+    wait_drained(&nsqd, "timed", "nsq_to_http", 6);
+    let (status, err) = tool.sigterm();
+    assert_eq!(status.code(), Some(0), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    for l in &lines {
+        assert_go_log_line(format!("{l}\n").as_bytes(), &l[20.min(l.len())..]);
+    }
+    let msgs: Vec<&str> = lines.iter().map(|l| &l[20..]).collect();
+    let warning =
+        "Warning: use more than 100 status values for accurate percentiles (configured with 2)";
+    // One series per address, then the aggregate, each warning once when created.
+    assert_eq!(msgs[..3], [warning; 3], "{err}");
+    let rest = &msgs[3..];
+    // Six requests, alternating b, a, …: each series logs when its ring of 2 wraps
+    // (the 3rd sample, then the 5th): [b] and [a] once, the aggregate twice.
+    let pa = format!("[{ua}]:");
+    let pb = format!("[{ub}]:");
+    let count = |p: &str| rest.iter().filter(|m| is_status_line(m, p, 2)).count();
+    assert_eq!(count("[aggregate]:"), 2, "{err}");
+    assert_eq!(count(&pa), 1, "{err}");
+    assert_eq!(count(&pb), 1, "{err}");
+    assert_eq!(rest.len(), 4, "{err}");
+}
+
+#[test]
+fn single_address_logs_only_the_aggregate_and_zero_disables() {
+    let nsqd = Nsqd::start(&[]);
+    let sink = Sink::ok();
+    publish_all(&nsqd, "one", &numbered("o", 3));
+    let nsqd_addr = nsqd.tcp_addr.to_string();
+    let url = sink.url("/");
+    let tool = Tool::start(&[
+        "--topic=one",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &url,
+        "--status-every=2",
+    ]);
+    wait_drained(&nsqd, "one", "nsq_to_http", 3);
+    let (status, err) = tool.sigterm();
+    assert_eq!(status.code(), Some(0), "{err}");
+    let msgs: Vec<&str> = err.lines().map(|l| &l[20..]).collect();
+    assert_eq!(msgs.len(), 2, "{err}");
+    assert_eq!(
+        msgs[0],
+        "Warning: use more than 100 status values for accurate percentiles (configured with 2)"
+    );
+    assert!(is_status_line(msgs[1], "[aggregate]:", 2), "{err}");
+
+    publish_all(&nsqd, "quiet", &numbered("q", 3));
+    let tool = Tool::start(&[
+        "--topic=quiet",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &url,
+        "--status-every=0",
+    ]);
+    wait_drained(&nsqd, "quiet", "nsq_to_http", 3);
+    let (status, err) = tool.sigterm();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(err, "");
+}
+
+#[test]
+fn validation_messages_and_exit_codes() {
+    let bin = nsq_to_http_bin();
+    let run = |args: &[&str]| run_tool(&bin, args, b"", TIMEOUT);
+    let fatal = |args: &[&str], msg: &str| {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_go_log_line(&out.stderr, msg);
+    };
+    let nsqd = ["--nsqd-tcp-address", "127.0.0.1:4150"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut v = vec!["--topic", "t", "--nsqd-tcp-address", "127.0.0.1:4150"];
+        v.extend_from_slice(extra);
+        v
+    };
+
+    // The --header check comes first, whatever else is missing.
+    for h in ["novalue", "X-A:", ": v", "X-A=1"] {
+        fatal(
+            &["--header", h],
+            "--header value format should be 'key=value'",
+        );
+    }
+    fatal(&nsqd, "--topic and --channel are required");
+    fatal(
+        &["--topic", "t", "--channel", ""],
+        "--topic and --channel are required",
+    );
+    fatal(
+        &with(&["--content-type", "text/plain", "--get", "http://h/?d=%s"]),
+        "--content-type only used with --post",
+    );
+    fatal(
+        &with(&["--content-type", "", "--post", "http://h/"]),
+        "--content-type requires a value when used",
+    );
+    fatal(
+        &["--topic", "t", "--post", "http://h/"],
+        "--nsqd-tcp-address or --lookupd-http-address required",
+    );
+    fatal(
+        &[
+            "--topic",
+            "t",
+            "--post",
+            "http://h/",
+            "--nsqd-tcp-address",
+            "127.0.0.1:4150",
+            "--lookupd-http-address",
+            "127.0.0.1:4161",
+        ],
+        "use --nsqd-tcp-address or --lookupd-http-address not both",
+    );
+    fatal(&with(&[]), "--get or --post required");
+    fatal(
+        &with(&["--get", "http://h/?d=%s", "--post", "http://h/"]),
+        "use --get or --post not both",
+    );
+    for get in ["http://h/", "http://h/%s?d=%s"] {
+        fatal(
+            &with(&["--get", "http://h/?d=%s", "--get", get]),
+            "invalid GET address - must be a printf string",
+        );
+    }
+    for s in ["1.5", "-0.1"] {
+        fatal(
+            &with(&["--post", "http://h/", "--sample", s]),
+            "ERROR: --sample must be between 0.0 and 1.0",
+        );
+    }
+
+    // What go-nsq refuses when the consumer is set up.
+    fatal(
+        &with(&["--post", "http://h/", "--max-in-flight", "-1"]),
+        "invalid MaxInFlight ! -1 < 0",
+    );
+    fatal(&with(&["--post", "http://h/", "-n", "0"]), "no handlers");
+
+    let usage_error = |args: &[&str], first: &str| {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with(&format!("{first}\nUsage of nsq_to_http:\n")),
+            "{err}"
+        );
+    };
+    usage_error(
+        &["--sample", "half"],
+        "invalid value \"half\" for flag -sample: parse error",
+    );
+    usage_error(
+        &["--consumer-opt", "bogus,1"],
+        "invalid value \"bogus,1\" for flag -consumer-opt: invalid option bogus",
+    );
+    usage_error(
+        &["--http-client-request-timeout", "5"],
+        "invalid value \"5\" for flag -http-client-request-timeout: parse error",
+    );
+    // v1.3 no longer has the deprecated --round-robin (use --mode=round-robin).
+    usage_error(
+        &["--round-robin"],
+        "flag provided but not defined: -round-robin",
+    );
+
+    let out = run(&["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.stdout, b"nsq_to_http v1.3.0\n");
+
+    let out = run(&["-h"]);
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for flag in [
+        "-channel string\n    \tnsq channel (default \"nsq_to_http\")",
+        "-consumer-opt value",
+        "-content-type string\n    \tthe Content-Type used for POST requests (default \"application/octet-stream\")",
+        "-get value",
+        "-header value",
+        "-http-client-connect-timeout duration\n    \ttimeout for HTTP connect (default 2s)",
+        "-http-client-request-timeout duration\n    \ttimeout for HTTP request (default 20s)",
+        "-lookupd-http-address value",
+        "-max-in-flight int\n    \tmax number of messages to allow in flight (default 200)",
+        "-mode string",
+        "(default \"hostpool\")",
+        "-n int\n    \tnumber of concurrent publishers (default 100)",
+        "-nsqd-tcp-address value",
+        "-post value",
+        "-sample float\n    \t% of messages to publish (float b/w 0 -> 1) (default 1)",
+        "-status-every int",
+        "-topic string",
+        "-version",
+    ] {
+        assert!(err.contains(flag), "{flag}: {err}");
+    }
+}
+
+#[test]
+fn sigterm_lets_requests_in_flight_finish() {
+    let nsqd = Nsqd::start(&[]);
+    // Every answer takes a second: SIGTERM arrives while both requests are waiting for one.
+    let sink = Sink::start(|_| Reply::Late(Duration::from_secs(1), 200));
+    let bodies = numbered("late", 2);
+    publish_all(&nsqd, "late", &bodies);
+    let nsqd_addr = nsqd.tcp_addr.to_string();
+    let url = sink.url("/late");
+    let tool = Tool::start(&[
+        "--topic=late",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &url,
+        "-n",
+        "2",
+    ]);
+    sink.wait("both requests", |r| r.len() == 2);
+    let (status, err) = tool.sigterm();
+    assert_eq!(status.code(), Some(0), "{err}");
+    // Both answers were awaited and the messages finished, not requeued.
+    let ch = wait_drained(&nsqd, "late", "nsq_to_http", 2);
+    assert_eq!(int(&ch, "requeue_count"), 0, "{ch}");
+    assert_eq!(int(&ch, "timeout_count"), 0, "{ch}");
+    assert_eq!(sink.requests().len(), 2);
+}
+
+#[test]
+fn connect_timeout_requeues_the_message() {
+    // A listener that never accepts: once its accept queue is full the kernel drops new SYNs,
+    // so a connect hangs until the client's connect timeout.
+    // A backlog of 1 so that a couple of connections fill it.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let listener = rt.block_on(async {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        s.listen(1).unwrap().into_std().unwrap()
+    });
+    let addr = listener.local_addr().unwrap();
+    let mut held = Vec::new();
+    loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+            Ok(s) => held.push(s),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break,
+            Err(e) => panic!("connect {addr}: {e}"),
+        }
+        assert!(held.len() < 10_000, "the accept queue never filled");
+    }
+    let nsqd = Nsqd::start(&[]);
+    publish_all(&nsqd, "unreachable", &numbered("u", 1));
+    let nsqd_addr = nsqd.tcp_addr.to_string();
+    let url = format!("http://{addr}/never");
+    let mut args = vec![
+        "--topic=unreachable",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &url,
+        "--http-client-connect-timeout=300ms",
+        // Far beyond the wait below: only the connect timeout can fail the request in time
+        // (with the connect timeout at 5m too, nothing is requeued within the minute).
+        "--http-client-request-timeout=5m",
+    ];
+    args.extend(QUICK_RETRY);
+    let tool = Tool::start(&args);
+    nsqd.wait_stats("requeues after connect timeouts", TIMEOUT, |s| {
+        nsq_integration_tests::find_channel(s, "unreachable", "nsq_to_http")
+            .is_some_and(|c| int(c, "requeue_count") >= 2)
+    });
+    assert_eq!(tool.sigterm().0.code(), Some(0));
+    drop(held);
+}
+
+#[test]
+fn a_message_that_always_fails_is_given_up_after_max_attempts() {
+    let nsqd = Nsqd::start(&[]);
+    let sink = Sink::start(|_| Reply::Status(503));
+    publish_all(&nsqd, "doomed", &numbered("d", 1));
+    let nsqd_addr = nsqd.tcp_addr.to_string();
+    let url = sink.url("/doomed");
+    let mut args = vec![
+        "--topic=doomed",
+        "--nsqd-tcp-address",
+        &nsqd_addr,
+        "--post",
+        &url,
+    ];
+    args.extend(QUICK_RETRY);
+    // The later option wins over QUICK_RETRY's max_attempts,0.
+    args.extend(["--consumer-opt", "max_attempts,3"]);
+    let tool = Tool::start(&args);
+    // Attempts 1..3 are sent and requeued; the 4th delivery is finished unsent (go-nsq's
+    // "attempted 4 times, giving up").
+    let ch = wait_drained(&nsqd, "doomed", "nsq_to_http", 1);
+    assert_eq!(int(&ch, "requeue_count"), 3, "{ch}");
+    assert_eq!(sink.requests().len(), 3);
+    assert_eq!(tool.sigterm().0.code(), Some(0));
+}
