@@ -5,6 +5,7 @@
 
 pub mod configflag;
 pub mod golog;
+pub mod nsq_to_nsq;
 
 use std::process::exit;
 
