@@ -173,6 +173,7 @@ pub async fn forward(
     let topic: Arc<str> = Arc::from(dest_topic);
     let hosts = publisher.producers.len();
     let mut taken = Vec::with_capacity(max_take.clamp(1, MAX_TAKE));
+    let mut passed = Vec::with_capacity(max_take.clamp(1, MAX_TAKE));
     let mut groups: Vec<Vec<(Message, Bytes)>> = (0..hosts).map(|_| Vec::new()).collect();
     let mut sizes = vec![0usize; hosts];
     while consumer
@@ -181,18 +182,19 @@ pub async fn forward(
         > 0
     {
         let start = Instant::now();
+        for m in taken.drain(..) {
+            match filter.apply(m.body()) {
+                Verdict::Drop => m.finish(),
+                Verdict::Backoff => m.requeue(None),
+                Verdict::Pass(body) => passed.push((m, body)),
+            }
+        }
         {
             let mut selector = publisher.selector.lock();
-            for m in taken.drain(..) {
-                match filter.apply(m.body()) {
-                    Verdict::Drop => m.finish(),
-                    Verdict::Backoff => m.requeue(None),
-                    Verdict::Pass(body) => {
-                        let host = selector.pick(start);
-                        sizes[host] += body.len();
-                        groups[host].push((m, body));
-                    }
-                }
+            for (m, body) in passed.drain(..) {
+                let host = selector.pick(start);
+                sizes[host] += body.len();
+                groups[host].push((m, body));
             }
         }
         for host in 0..hosts {
