@@ -513,3 +513,72 @@ fn refused_source_is_fatal_with_go_text() {
         &format!("dial tcp {addr}: connect: connection refused"),
     );
 }
+
+#[test]
+fn hostpool_moves_traffic_off_a_dead_destination() {
+    let src = Nsqd::start(&[]);
+    let live = Nsqd::start(&[]);
+    let bodies: Vec<Vec<u8>> = (0..1000)
+        .map(|i| format!("hp{i:04}").into_bytes())
+        .collect();
+    publish(&src, "hp", &bodies);
+    let dead = format!("127.0.0.1:{}", free_port());
+    let (s, l) = (src.tcp_addr.to_string(), live.tcp_addr.to_string());
+    // The default mode is hostpool: the dead destination is tried first, marked failed and
+    // then left alone for 30 s, so everything (the requeued messages too) goes to the live one.
+    let bridge = Bridge::start(&[
+        "--topic=hp",
+        "--nsqd-tcp-address",
+        &s,
+        "--destination-nsqd-tcp-address",
+        &dead,
+        "--destination-nsqd-tcp-address",
+        &l,
+        "--consumer-opt=default_requeue_delay,50ms",
+        "--consumer-opt=backoff_multiplier,10ms",
+        "--consumer-opt=max_backoff_duration,100ms",
+        "--consumer-opt=max_attempts,0",
+    ]);
+    let got = wait_copied(&src, "hp", "nsq_to_nsq", &live, "hp", 1000);
+    assert_eq!(got, 1000);
+    let mut want = bodies.clone();
+    want.sort();
+    assert!(drain(&live, "hp", 1000) == want);
+    let ch = src.channel_stats("hp", "nsq_to_nsq").unwrap();
+    assert!(int(&ch, "requeue_count") >= 1, "{ch}");
+    let log = bridge.sigterm();
+    assert!(
+        log.contains(&format!("dial tcp {dead}: connect: connection refused")),
+        "{log}"
+    );
+}
+
+#[test]
+fn discovers_the_source_via_lookupd() {
+    let lookupd = nsq_integration_tests::Nsqlookupd::start(&[]);
+    let reg = format!("--lookupd-tcp-address={}", lookupd.tcp_addr);
+    let src = Nsqd::start(&["--broadcast-address=127.0.0.1", &reg]);
+    let dst = Nsqd::start(&[]);
+    let bodies: Vec<Vec<u8>> = (0..50).map(|i| format!("lk{i:02}").into_bytes()).collect();
+    publish(&src, "found", &bodies);
+    let deadline = Instant::now() + TIMEOUT;
+    while lookupd.get("/lookup?topic=found").status != 200 {
+        assert!(Instant::now() < deadline, "no registration");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (lh, d) = (lookupd.http_addr.to_string(), dst.tcp_addr.to_string());
+    let bridge = Bridge::start(&[
+        "--topic=found",
+        "--lookupd-http-address",
+        &lh,
+        "--destination-nsqd-tcp-address",
+        &d,
+        "--destination-topic=copied",
+    ]);
+    let got = wait_copied(&src, "found", "nsq_to_nsq", &dst, "copied", 50);
+    assert_eq!(got, 50);
+    let mut want = bodies.clone();
+    want.sort();
+    assert!(drain(&dst, "copied", 50) == want);
+    bridge.sigterm();
+}
