@@ -582,3 +582,39 @@ fn discovers_the_source_via_lookupd() {
     assert!(drain(&dst, "copied", 50) == want);
     bridge.sigterm();
 }
+
+#[test]
+fn a_body_the_destination_refuses_does_not_hold_back_the_others() {
+    let src = Nsqd::start(&[]);
+    // The destination takes bodies of at most 100 bytes: an MPUB holding a bigger one is
+    // refused as a whole, and the messages are then published one by one.
+    let dst = Nsqd::start(&["--max-msg-size=100"]);
+    let mut bodies: Vec<Vec<u8>> = (0..300).map(|i| format!("ok{i:03}").into_bytes()).collect();
+    // Published among the first ones, so that they travel in MPUBs with small ones (without
+    // the one-by-one retry, those would be requeued with them until max_attempts, and lost).
+    let mut sent = bodies.clone();
+    for i in 0..3u8 {
+        sent.insert(1 + 40 * usize::from(i), vec![b'0' + i; 150]);
+    }
+    publish(&src, "big", &sent);
+    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
+    let bridge = Bridge::start(&[
+        "--topic=big",
+        "--nsqd-tcp-address",
+        &s,
+        "--destination-nsqd-tcp-address",
+        &d,
+        "--consumer-opt=default_requeue_delay,20ms",
+        "--consumer-opt=backoff_multiplier,10ms",
+        "--consumer-opt=max_backoff_duration,50ms",
+        "--consumer-opt=max_attempts,3",
+    ]);
+    // The big ones are requeued until max_attempts and then given up; the others are copied.
+    let got = wait_copied(&src, "big", "nsq_to_nsq", &dst, "big", 300);
+    assert_eq!(got, 300);
+    bodies.sort();
+    assert!(drain(&dst, "big", 300) == bodies);
+    let ch = src.channel_stats("big", "nsq_to_nsq").unwrap();
+    assert!(int(&ch, "requeue_count") >= 3, "{ch}");
+    bridge.sigterm();
+}
