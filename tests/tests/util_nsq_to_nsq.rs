@@ -56,10 +56,15 @@ impl Bridge {
     }
 
     /// SIGTERM; asserts exit status 0; returns stderr.
-    fn sigterm(mut self) -> String {
+    fn sigterm(self) -> String {
+        self.stop_with("-TERM")
+    }
+
+    /// Sends `signal` (`-TERM`, `-INT`); asserts exit status 0; returns stderr.
+    fn stop_with(mut self, signal: &str) -> String {
         let mut child = self.child.take().unwrap();
         let sent = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
+            .args([signal, &child.id().to_string()])
             .status()
             .unwrap();
         assert!(sent.success());
@@ -68,7 +73,7 @@ impl Bridge {
             if let Some(s) = child.try_wait().unwrap() {
                 break s;
             }
-            assert!(Instant::now() < deadline, "nsq_to_nsq ignored SIGTERM");
+            assert!(Instant::now() < deadline, "nsq_to_nsq ignored {signal}");
             std::thread::sleep(Duration::from_millis(20));
         };
         let log = self.log();
@@ -403,7 +408,8 @@ fn user_agents_and_channel_at_both_ends() {
     let p: &Value = &stats["producers"][0];
     assert_eq!(p["user_agent"], "nsq_to_nsq/1.3.0 go-nsq/1.1.0", "{p}");
     assert_eq!(p["client_id"], "bridge-p", "{p}");
-    bridge.sigterm();
+    // SIGINT stops it like SIGTERM.
+    bridge.stop_with("-INT");
 }
 
 #[test]
