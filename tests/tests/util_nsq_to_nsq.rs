@@ -624,3 +624,27 @@ fn a_body_the_destination_refuses_does_not_hold_back_the_others() {
     assert!(int(&ch, "requeue_count") >= 3, "{ch}");
     bridge.sigterm();
 }
+
+#[test]
+fn large_bodies_are_split_into_mpubs_the_destination_accepts() {
+    let src = Nsqd::start(&[]);
+    // MPUB bodies above 1.1 MB are refused here; the tool keeps each MPUB under 1 MiB.
+    let dst = Nsqd::start(&["--max-msg-size=500000", "--max-body-size=1100000"]);
+    let bodies: Vec<Vec<u8>> = (0..12u8).map(|i| vec![b'a' + i; 400_000]).collect();
+    publish(&src, "large", &bodies);
+    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
+    let bridge = Bridge::start(&[
+        "--topic=large",
+        "--nsqd-tcp-address",
+        &s,
+        "--destination-nsqd-tcp-address",
+        &d,
+    ]);
+    let got = wait_copied(&src, "large", "nsq_to_nsq", &dst, "large", 12);
+    assert_eq!(got, 12);
+    assert!(drain(&dst, "large", 12) == bodies);
+    let ch = src.channel_stats("large", "nsq_to_nsq").unwrap();
+    assert_eq!(int(&ch, "requeue_count"), 0, "{ch}");
+    let log = bridge.sigterm();
+    assert!(!log.contains("one by one"), "{log}");
+}
