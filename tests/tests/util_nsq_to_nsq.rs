@@ -648,3 +648,40 @@ fn large_bodies_are_split_into_mpubs_the_destination_accepts() {
     let log = bridge.sigterm();
     assert!(!log.contains("one by one"), "{log}");
 }
+
+#[test]
+fn epsilon_greedy_delivers_everything_across_two_destinations() {
+    let src = Nsqd::start(&[]);
+    let d1 = Nsqd::start(&[]);
+    let d2 = Nsqd::start(&[]);
+    let bodies: Vec<Vec<u8>> = (0..500).map(|i| format!("eg{i:03}").into_bytes()).collect();
+    publish(&src, "eg", &bodies);
+    let (s, a1, a2) = (
+        src.tcp_addr.to_string(),
+        d1.tcp_addr.to_string(),
+        d2.tcp_addr.to_string(),
+    );
+    let bridge = Bridge::start(&[
+        "--topic=eg",
+        "--nsqd-tcp-address",
+        &s,
+        "--destination-nsqd-tcp-address",
+        &a1,
+        "--destination-nsqd-tcp-address",
+        &a2,
+        "--mode=epsilon-greedy",
+    ]);
+    let deadline = Instant::now() + TIMEOUT;
+    let count = |n: &Nsqd| n.topic_stats("eg").map_or(0, |t| int(&t, "message_count"));
+    while count(&d1) + count(&d2) < 500 {
+        assert!(Instant::now() < deadline, "{} + {}", count(&d1), count(&d2));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (n1, n2) = (count(&d1), count(&d2));
+    assert_eq!(n1 + n2, 500);
+    let mut all = drain(&d1, "eg", n1 as usize);
+    all.extend(drain(&d2, "eg", n2 as usize));
+    all.sort();
+    assert!(all == bodies);
+    bridge.sigterm();
+}

@@ -8,11 +8,12 @@
 //! revives it; when every host is dead, all are revived (`getRoundRobin`, `markFailed`,
 //! `markSuccess`, `willRetryHost`). The epsilon-greedy pool explores (the standard choice) with
 //! a probability that starts at 0.3 and decays by 0.9 per exploration down to 0.01, and
-//! otherwise picks among the usable hosts at random weighted by 1 / their average response
-//! time in whole milliseconds; hosts without a positive average are not candidates, so on a
-//! fast network it behaves like the standard pool (`getEpsilonGreedy`). The reference keeps
-//! 120 decaying buckets of times over 5 minutes; here an exponentially weighted average of the
-//! same millisecond values stands in for them.
+//! otherwise picks among the usable hosts at random weighted by 1 / their weighted average
+//! response time in whole milliseconds over 120 buckets spanning 5 minutes (newer buckets
+//! weigh more); hosts without a positive average are not candidates, so on a fast network it
+//! behaves like the standard pool (`getEpsilonGreedy`, `getWeightedAverageResponseTime`,
+//! `performEpsilonGreedyDecay`, `LinearEpsilonValueCalculator`). The reference advances the
+//! buckets from a ticker goroutine; here they are advanced lazily when the pool is used.
 
 use std::time::{Duration, Instant};
 
@@ -25,8 +26,10 @@ const MAX_RETRY_INTERVAL: Duration = Duration::from_secs(900);
 const INITIAL_EPSILON: f64 = 0.3;
 const EPSILON_DECAY: f64 = 0.9;
 const MIN_EPSILON: f64 = 0.01;
-/// Weight of a new sample in the response-time average.
-const EWMA_WEIGHT: f64 = 0.1;
+/// go-hostpool's `epsilonBuckets`.
+const BUCKETS: usize = 120;
+/// go-hostpool's `defaultDecayDuration` / `epsilonBuckets`: how long one bucket lasts.
+const BUCKET_SPAN: Duration = Duration::from_millis(5 * 60 * 1000 / BUCKETS as u64);
 
 /// `--mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,8 +56,26 @@ struct Host {
     dead: bool,
     next_retry: Instant,
     retry_delay: Duration,
-    /// Average response time in milliseconds (epsilon-greedy), 0 until measured.
-    avg_ms: f64,
+    /// Epsilon-greedy: per bucket, how many successes and their summed whole milliseconds.
+    counts: Vec<i64>,
+    values: Vec<i64>,
+}
+
+impl Host {
+    /// `getWeightedAverageResponseTime`: oldest bucket first, weights 1/120 … 120/120; an
+    /// empty bucket repeats the last value seen.
+    fn weighted_average_ms(&self, index: usize) -> f64 {
+        let (mut value, mut last) = (0.0, 0.0);
+        for i in 1..=BUCKETS {
+            let pos = (index + i) % BUCKETS;
+            let weight = i as f64 / BUCKETS as f64;
+            if self.counts[pos] > 0 {
+                last = self.values[pos] as f64 / self.counts[pos] as f64;
+            }
+            value += last * weight;
+        }
+        value
+    }
 }
 
 /// Chooses destination indexes. One owner (the caller keeps it behind a short lock).
@@ -65,6 +86,9 @@ pub struct Selector {
     hosts: Vec<Host>,
     next_index: usize,
     epsilon: f64,
+    /// The current bucket, and when it started.
+    bucket: usize,
+    bucket_start: Instant,
 }
 
 impl Selector {
@@ -78,12 +102,23 @@ impl Selector {
                     dead: false,
                     next_retry: now,
                     retry_delay: INITIAL_RETRY_DELAY,
-                    avg_ms: 0.0,
+                    counts: if mode == Mode::EpsilonGreedy {
+                        vec![0; BUCKETS]
+                    } else {
+                        Vec::new()
+                    },
+                    values: if mode == Mode::EpsilonGreedy {
+                        vec![0; BUCKETS]
+                    } else {
+                        Vec::new()
+                    },
                 };
                 hosts
             ],
             next_index: 0,
             epsilon: INITIAL_EPSILON,
+            bucket: 0,
+            bucket_start: now,
         }
     }
 
@@ -104,19 +139,40 @@ impl Selector {
         if self.mode == Mode::RoundRobin {
             return;
         }
+        if self.mode == Mode::EpsilonGreedy {
+            self.decay(now);
+        }
+        let bucket = self.bucket;
         let h = &mut self.hosts[host];
         if ok {
             h.dead = false;
-            let ms = took.as_millis() as f64;
-            h.avg_ms = if h.avg_ms == 0.0 {
-                ms
-            } else {
-                h.avg_ms + EWMA_WEIGHT * (ms - h.avg_ms)
-            };
+            if self.mode == Mode::EpsilonGreedy {
+                h.counts[bucket] += 1;
+                h.values[bucket] += took.as_millis() as i64;
+            }
         } else if !h.dead {
             h.dead = true;
             h.retry_delay = INITIAL_RETRY_DELAY;
             h.next_retry = now + h.retry_delay;
+        }
+    }
+
+    /// `performEpsilonGreedyDecay` for every bucket span that has passed: move to the next
+    /// bucket and empty it.
+    fn decay(&mut self, now: Instant) {
+        let mut steps = 0;
+        while now.saturating_duration_since(self.bucket_start) >= BUCKET_SPAN && steps < BUCKETS {
+            self.bucket_start += BUCKET_SPAN;
+            self.bucket = (self.bucket + 1) % BUCKETS;
+            for h in &mut self.hosts {
+                h.counts[self.bucket] = 0;
+                h.values[self.bucket] = 0;
+            }
+            steps += 1;
+        }
+        if steps == BUCKETS {
+            // Idle for longer than the whole window: everything is empty already.
+            self.bucket_start = now;
         }
     }
 
@@ -144,33 +200,37 @@ impl Selector {
     }
 
     fn epsilon_greedy(&mut self, now: Instant) -> usize {
+        self.decay(now);
         let mut rng = rand::thread_rng();
         if rng.gen::<f64>() < self.epsilon {
             self.epsilon = (self.epsilon * EPSILON_DECAY).max(MIN_EPSILON);
             return self.round_robin(now);
         }
-        let usable = |h: &Host| !h.dead || h.next_retry < now;
-        let total: f64 = self
+        // LinearEpsilonValueCalculator: value = 1 / average, for usable hosts with an average.
+        let bucket = self.bucket;
+        let values: Vec<Option<f64>> = self
             .hosts
             .iter()
-            .filter(|h| usable(h) && h.avg_ms > 0.0)
-            .map(|h| 1.0 / h.avg_ms)
-            .sum();
-        if total <= 0.0 {
-            return self.round_robin(now);
-        }
-        let pick = rng.gen::<f64>() * total;
-        let mut ceiling = 0.0;
-        for (i, h) in self.hosts.iter_mut().enumerate() {
-            if !(usable(h) && h.avg_ms > 0.0) {
-                continue;
-            }
-            ceiling += 1.0 / h.avg_ms;
-            if pick <= ceiling {
-                if h.dead {
-                    will_retry(h, now);
+            .map(|h| {
+                let usable = !h.dead || h.next_retry < now;
+                let v = h.weighted_average_ms(bucket);
+                (usable && v > 0.0).then(|| 1.0 / v)
+            })
+            .collect();
+        let total: f64 = values.iter().flatten().sum();
+        if total > 0.0 {
+            let pick = rng.gen::<f64>();
+            let mut ceiling = 0.0;
+            for (i, v) in values.iter().enumerate() {
+                let Some(v) = v else { continue };
+                ceiling += v / total;
+                if pick <= ceiling {
+                    let h = &mut self.hosts[i];
+                    if h.dead {
+                        will_retry(h, now);
+                    }
+                    return i;
                 }
-                return i;
             }
         }
         self.round_robin(now)
@@ -250,5 +310,30 @@ mod tests {
         assert!(fast > 1500, "{fast}");
         s.mark(0, false, Duration::ZERO, now);
         assert!((0..100).all(|_| s.pick(now) == 1));
+    }
+
+    #[test]
+    fn epsilon_greedy_buckets_decay_over_five_minutes() {
+        let mut s = Selector::new(Mode::EpsilonGreedy, 2);
+        let t0 = Instant::now();
+        s.mark(0, true, Duration::from_millis(10), t0);
+        assert_eq!(s.hosts[0].weighted_average_ms(s.bucket), 10.0);
+        // One bucket later the (now older) value still counts, and an empty newer bucket
+        // repeats it, as getWeightedAverageResponseTime does.
+        s.decay(t0 + BUCKET_SPAN);
+        let v = s.hosts[0].weighted_average_ms(s.bucket);
+        assert!((v - 10.0 * (1.0 + 119.0 / 120.0)).abs() < 1e-9, "{v}");
+        // After the whole window nothing is left: no host has an average, so the choice is
+        // the standard pool's turn.
+        s.decay(t0 + Duration::from_secs(301));
+        assert_eq!(s.hosts[0].weighted_average_ms(s.bucket), 0.0);
+        // Whole milliseconds: sub-millisecond answers give no average either.
+        s.mark(
+            1,
+            true,
+            Duration::from_micros(900),
+            t0 + Duration::from_secs(301),
+        );
+        assert_eq!(s.hosts[1].weighted_average_ms(s.bucket), 0.0);
     }
 }
