@@ -127,31 +127,46 @@ pub(crate) async fn connect(addr: &str, config: &Config) -> Result<Connected, Er
         .map_err(|_| Error::Io(io::Error::new(io::ErrorKind::TimedOut, "handshake timeout")))?
 }
 
-async fn dial(addr: &str, config: &Config) -> io::Result<TcpStream> {
+/// Dials `addr`, trying each address it resolves to (as Go's dialer does); a failure is
+/// [`Error::Dial`], named after the last address tried.
+async fn dial(addr: &str, config: &Config) -> Result<TcpStream, Error> {
+    let mut last_addr = addr.to_string();
     let dial = async {
-        match config.local_addr {
-            None => TcpStream::connect(addr).await,
-            Some(local) => {
-                let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address");
-                for remote in tokio::net::lookup_host(addr).await? {
-                    let sock = if remote.is_ipv4() {
-                        TcpSocket::new_v4()?
-                    } else {
-                        TcpSocket::new_v6()?
-                    };
-                    sock.bind(local)?;
-                    match sock.connect(remote).await {
-                        Ok(s) => return Ok(s),
-                        Err(e) => last = e,
-                    }
-                }
-                Err(last)
+        let remotes = tokio::net::lookup_host(addr).await?;
+        let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address");
+        for remote in remotes {
+            last_addr = remote.to_string();
+            let sock = if remote.is_ipv4() {
+                TcpSocket::new_v4()?
+            } else {
+                TcpSocket::new_v6()?
+            };
+            if let Some(local) = config.local_addr {
+                sock.bind(local)?;
+            }
+            match sock.connect(remote).await {
+                Ok(s) => return Ok(s),
+                Err(e) => last = e,
             }
         }
+        Err(last)
     };
-    let stream = tokio::time::timeout(config.dial_timeout, dial)
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "dial timeout"))??;
+    let result = tokio::time::timeout(config.dial_timeout, dial).await;
+    let stream = match result {
+        Ok(Ok(s)) => s,
+        Ok(Err(source)) => {
+            return Err(Error::Dial {
+                addr: last_addr,
+                source,
+            })
+        }
+        Err(_) => {
+            return Err(Error::Dial {
+                addr: last_addr,
+                source: io::Error::new(io::ErrorKind::TimedOut, "dial timeout"),
+            })
+        }
+    };
     stream.set_nodelay(true)?;
     Ok(stream)
 }

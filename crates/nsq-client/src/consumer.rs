@@ -297,6 +297,13 @@ impl Consumer {
         self.rx.recv().await
     }
 
+    /// Waits for the next message, then appends it and every other message already queued
+    /// (up to `limit` in all) to `buf`; returns how many were appended, 0 once the consumer
+    /// has stopped and every message was taken. For tools that act on messages in batches.
+    pub async fn next_batch(&mut self, buf: &mut Vec<Message>, limit: usize) -> usize {
+        self.rx.recv_many(buf, limit.max(1)).await
+    }
+
     /// Counters and the number of live connections.
     pub fn stats(&self) -> ConsumerStats {
         let s = &self.shared.stats;

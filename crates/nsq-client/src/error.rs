@@ -62,6 +62,16 @@ pub enum Error {
     /// Reading or writing the connection failed.
     #[error("{0}")]
     Io(#[from] io::Error),
+    /// Dialing nsqd failed; displayed as Go's `*net.OpError` (go-nsq's dial error), e.g.
+    /// `dial tcp 127.0.0.1:4150: connect: connection refused`.
+    #[error("{}", dial_text(.addr, .source))]
+    Dial {
+        /// The address dialed: the resolved `ip:port` when resolution succeeded, as Go names
+        /// it, else the text given.
+        addr: String,
+        #[source]
+        source: io::Error,
+    },
     /// The connection closed before the answer arrived.
     #[error("not connected")]
     NotConnected,
@@ -97,6 +107,35 @@ pub enum Error {
     InvalidDelay(std::time::Duration),
 }
 
+/// Go's text for a failed dial of `addr` (net/net.go, `OpError.Error`; the syscall texts of
+/// its `*os.SyscallError`): `dial tcp <addr>: connect: connection refused`,
+/// `dial tcp <addr>: i/o timeout`, `dial tcp: lookup <host>: no such host`,
+/// `dial tcp: address <addr>: missing port in address`.
+fn dial_text(addr: &str, e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => format!("dial tcp {addr}: connect: connection refused"),
+        io::ErrorKind::TimedOut => format!("dial tcp {addr}: i/o timeout"),
+        io::ErrorKind::InvalidInput if !addr.contains(':') => {
+            format!("dial tcp: address {addr}: missing port in address")
+        }
+        _ if e.raw_os_error().is_none() && e.to_string().contains("lookup") => {
+            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+            format!("dial tcp: lookup {host}: no such host")
+        }
+        _ => {
+            // Rust's `Network is unreachable (os error 101)` → Go's `network is unreachable`.
+            let t = e.to_string();
+            let t = t.split(" (os error").next().unwrap_or(&t);
+            let mut c = t.chars();
+            let t = match c.next() {
+                Some(f) => f.to_lowercase().collect::<String>() + c.as_str(),
+                None => String::new(),
+            };
+            format!("dial tcp {addr}: connect: {t}")
+        }
+    }
+}
+
 impl Error {
     /// The NSQ error code, for an error frame from nsqd.
     pub fn code(&self) -> Option<ErrorCode> {
@@ -110,6 +149,34 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dial_errors_display_gos_text() {
+        let e = |kind: io::ErrorKind, addr: &str| Error::Dial {
+            addr: addr.to_string(),
+            source: io::Error::from(kind),
+        };
+        assert_eq!(
+            e(io::ErrorKind::ConnectionRefused, "127.0.0.1:4150").to_string(),
+            "dial tcp 127.0.0.1:4150: connect: connection refused"
+        );
+        assert_eq!(
+            e(io::ErrorKind::TimedOut, "10.0.0.1:4150").to_string(),
+            "dial tcp 10.0.0.1:4150: i/o timeout"
+        );
+        assert_eq!(
+            e(io::ErrorKind::InvalidInput, "nohost").to_string(),
+            "dial tcp: address nohost: missing port in address"
+        );
+        let unreachable = Error::Dial {
+            addr: "10.0.0.1:4150".to_string(),
+            source: io::Error::from_raw_os_error(101),
+        };
+        assert_eq!(
+            unreachable.to_string(),
+            "dial tcp 10.0.0.1:4150: connect: network is unreachable"
+        );
+    }
 
     #[test]
     fn error_frame_code() {

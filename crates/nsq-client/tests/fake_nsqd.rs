@@ -272,7 +272,12 @@ async fn a_failed_first_connect_is_the_callers_error() {
     drop(listener);
     let consumer = Consumer::new("t", "c", config(1)).unwrap();
     let e = consumer.connect_to_nsqd(&addr).await.unwrap_err();
-    assert!(matches!(e, nsq_client::Error::Io(_)), "{e}");
+    assert!(matches!(e, nsq_client::Error::Dial { .. }), "{e}");
+    // go-nsq's (Go's net.OpError) text.
+    assert_eq!(
+        e.to_string(),
+        format!("dial tcp {addr}: connect: connection refused")
+    );
     assert_eq!(consumer.stats().connections, 0);
 
     // An error frame for IDENTIFY fails the connect with its text.

@@ -6,6 +6,7 @@
 pub mod configflag;
 pub mod golog;
 pub mod nsq_to_http;
+pub mod nsq_to_nsq;
 
 use std::process::exit;
 

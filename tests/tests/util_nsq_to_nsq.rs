@@ -1,0 +1,687 @@
+//! `nsq_to_nsq` between real nsqd processes: a copy of 100k messages exactly once (bodies
+//! compared as a multiset, counts at both ends) with `--require-json-field` /
+//! `--require-json-value` dropping the messages that do not match and `--whitelist-json-field`
+//! rewriting the rest byte for byte; round-robin over two destinations splitting the traffic
+//! evenly; a destination that is down at start (messages requeued, then delivered once it is
+//! up); the missing-field-with-value case requeueing; SIGTERM (exit 0); and the command-line
+//! validation messages and exit statuses of nsq's apps/nsq_to_nsq/nsq_to_nsq.go.
+//!
+//! Build first: `cargo build -p nsqd-bin -p nsq_to_nsq-bin` (or set NSQD_BIN /
+//! NSQ_TO_NSQ_BIN).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nsq_integration_tests::{
+    assert_go_log_line, find_channel, find_topic, int, run_tool, util_bin, Bytes, Nsqd, V2Conn,
+    Value,
+};
+use nsq_protocol::command::Command as Cmd;
+
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+fn bin() -> PathBuf {
+    util_bin("NSQ_TO_NSQ_BIN", "nsq_to_nsq", "nsq_to_nsq-bin")
+}
+
+/// A running nsq_to_nsq with its stderr in a file; killed on drop unless stopped.
+struct Bridge {
+    child: Option<Child>,
+    _dir: tempfile::TempDir,
+    stderr: PathBuf,
+}
+
+impl Bridge {
+    fn start(args: &[&str]) -> Bridge {
+        let dir = tempfile::tempdir().unwrap();
+        let stderr = dir.path().join("stderr");
+        let child = Command::new(bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        Bridge {
+            child: Some(child),
+            _dir: dir,
+            stderr,
+        }
+    }
+
+    fn log(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.stderr).unwrap()).into_owned()
+    }
+
+    /// SIGTERM; asserts exit status 0; returns stderr.
+    fn sigterm(self) -> String {
+        self.stop_with("-TERM")
+    }
+
+    /// Sends `signal` (`-TERM`, `-INT`); asserts exit status 0; returns stderr.
+    fn stop_with(mut self, signal: &str) -> String {
+        let mut child = self.child.take().unwrap();
+        let sent = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let deadline = Instant::now() + TIMEOUT;
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "nsq_to_nsq ignored {signal}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let log = self.log();
+        assert_eq!(status.code(), Some(0), "{log}");
+        log
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+            if std::thread::panicking() {
+                eprintln!("nsq_to_nsq stderr:\n{}", self.log());
+            }
+        }
+    }
+}
+
+fn publish(nsqd: &Nsqd, topic: &str, bodies: &[Vec<u8>]) {
+    let mut c = nsqd.connect();
+    for chunk in bodies.chunks(1000) {
+        c.mpublish(
+            topic,
+            chunk.iter().map(|b| Bytes::from(b.clone())).collect(),
+        );
+    }
+}
+
+/// Waits until the source channel has nothing queued or in flight and the destination topic
+/// has received at least `want` messages; returns the destination topic's message count.
+fn wait_copied(
+    src: &Nsqd,
+    topic: &str,
+    channel: &str,
+    dst: &Nsqd,
+    dst_topic: &str,
+    want: i64,
+) -> i64 {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let s = src.stats();
+        let drained = find_channel(&s, topic, channel)
+            .is_some_and(|c| int(c, "depth") == 0 && int(c, "in_flight_count") == 0);
+        let d = dst.stats();
+        let got = find_topic(&d, dst_topic).map_or(0, |t| int(t, "message_count"));
+        if drained && got >= want {
+            return got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "copied {got} of {want}; source /stats: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Subscribes to `topic` and takes exactly `n` messages (FINishing them), then checks that no
+/// more arrive for a moment. Returns the bodies sorted.
+fn drain(nsqd: &Nsqd, topic: &str, n: usize) -> Vec<Vec<u8>> {
+    let mut c: V2Conn = nsqd.connect();
+    c.subscribe(topic, "check");
+    c.rdy(2000);
+    let mut bodies = Vec::with_capacity(n);
+    let deadline = Instant::now() + TIMEOUT;
+    while bodies.len() < n {
+        assert!(Instant::now() < deadline, "drained {} of {n}", bodies.len());
+        let frames = match c.read_batch(Duration::from_secs(5)) {
+            Ok(f) => f,
+            Err(_) => continue,
+        };
+        let mut fins = Vec::with_capacity(frames.len());
+        for f in frames {
+            assert_eq!(f.frame_type, 2, "{}", nsq_integration_tests::describe(&f));
+            let m = nsq_protocol::message::decode(f.data).unwrap();
+            fins.push(Cmd::Fin { id: m.id });
+            bodies.push(m.body.to_vec());
+        }
+        c.send(&fins);
+    }
+    match c.read_batch(Duration::from_millis(500)) {
+        Err(_) => {}
+        Ok(extra) => panic!("{} messages more than {n} on {topic}", extra.len()),
+    }
+    bodies.sort();
+    bodies
+}
+
+#[test]
+fn copies_100k_exactly_once_with_json_filtering() {
+    let src = Nsqd::start(&[]);
+    let dst = Nsqd::start(&[]);
+    let total = 100_000;
+    let mut bodies = Vec::with_capacity(total);
+    let mut want = Vec::new();
+    for i in 0..total {
+        let (body, out) = match i % 10 {
+            0..=5 => (
+                format!(r#"{{"k":"v","id":{i},"f":1.50,"drop":"x<y","z":[1,2]}}"#),
+                Some(format!(r#"{{"f":1.5,"id":{i},"k":"v"}}"#)),
+            ),
+            6 => (
+                format!(r#"{{ "f" : "<&>" , "id" : {i}.0e0, "k" : "v" }}"#),
+                Some(format!(r#"{{"f":"\u003c\u0026\u003e","id":{i},"k":"v"}}"#)),
+            ),
+            7 => (format!(r#"{{"k":"w","id":{i}}}"#), None),
+            8 => (format!(r#"{{"k":1,"id":{i}}}"#), None),
+            _ => (format!("not json {i}"), None),
+        };
+        bodies.push(body.into_bytes());
+        want.extend(out.map(String::into_bytes));
+    }
+    want.sort();
+    publish(&src, "orders", &bodies);
+
+    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
+    let bridge = Bridge::start(&[
+        "--topic=orders",
+        "--nsqd-tcp-address",
+        &s,
+        "--destination-nsqd-tcp-address",
+        &d,
+        "--destination-topic=copy",
+        "--require-json-field=k",
+        "--require-json-value=v",
+        "--whitelist-json-field=k",
+        "--whitelist-json-field=id",
+        "--whitelist-json-field=f",
+        "--whitelist-json-field=missing",
+        "--max-in-flight=500",
+    ]);
+    let got = wait_copied(
+        &src,
+        "orders",
+        "nsq_to_nsq",
+        &dst,
+        "copy",
+        want.len() as i64,
+    );
+    assert_eq!(got, want.len() as i64, "duplicates published");
+    let copied = drain(&dst, "copy", want.len());
+    assert!(
+        copied == want,
+        "the copied bodies differ from the expected ones"
+    );
+
+    let log = bridge.sigterm();
+    let undecodable = log
+        .lines()
+        .filter(|l| l.contains(" ERROR: Unable to decode json: not json "))
+        .count();
+    assert_eq!(undecodable, total / 10);
+    // One destination: only the aggregate timing series, every 250 publishes.
+    assert!(
+        log.lines()
+            .any(|l| l.contains(" [aggregate]: finished 250 - 99th: ")),
+        "{}",
+        &log[..log.len().min(2000)]
+    );
+    assert!(!log.contains(&format!("[{d}]:")));
+    // Nothing left at the source, and nothing was requeued.
+    let ch = src.channel_stats("orders", "nsq_to_nsq").unwrap();
+    assert_eq!(int(&ch, "depth"), 0);
+    assert_eq!(int(&ch, "requeue_count"), 0, "{ch}");
+}
+
+#[test]
+fn round_robin_splits_between_two_destinations() {
+    let src = Nsqd::start(&[]);
+    let d1 = Nsqd::start(&[]);
+    let d2 = Nsqd::start(&[]);
+    let bodies: Vec<Vec<u8>> = (0..1000).map(|i| format!("m{i:04}").into_bytes()).collect();
+    publish(&src, "rr", &bodies);
+    let (s, a1, a2) = (
+        src.tcp_addr.to_string(),
+        d1.tcp_addr.to_string(),
+        d2.tcp_addr.to_string(),
+    );
+    let bridge = Bridge::start(&[
+        "--topic=rr",
+        "--channel=bridge",
+        "--nsqd-tcp-address",
+        &s,
+        "--destination-nsqd-tcp-address",
+        &a1,
+        "--destination-nsqd-tcp-address",
+        &a2,
+        "--mode=round-robin",
+        "--status-every=100",
+    ]);
+    let deadline = Instant::now() + TIMEOUT;
+    let count = |n: &Nsqd| n.topic_stats("rr").map_or(0, |t| int(&t, "message_count"));
+    while count(&d1) + count(&d2) < 1000 {
+        assert!(Instant::now() < deadline, "{} + {}", count(&d1), count(&d2));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The shared counter alternates per message: an even split.
+    assert_eq!((count(&d1), count(&d2)), (500, 500));
+    let mut all = drain(&d1, "rr", 500);
+    all.extend(drain(&d2, "rr", 500));
+    all.sort();
+    assert!(all == bodies);
+    let log = bridge.sigterm();
+    // Several destinations: a warning per series (below 100 is not), lines per address and
+    // for the aggregate.
+    for prefix in [
+        format!("[{a1}]:"),
+        format!("[{a2}]:"),
+        "[aggregate]:".to_string(),
+    ] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains(&format!(" {prefix} finished 100 - 99th: "))),
+            "{prefix}: {log}"
+        );
+    }
+    assert!(!log.contains("Warning: use more than 100"), "{log}");
+}
+
+/// A port nothing listens on (bound and released; nsqd takes it later).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn destination_down_at_start_requeues_then_delivers() {
+    let src = Nsqd::start(&[]);
+    let bodies: Vec<Vec<u8>> = (0..200)
+        .map(|i| format!("late{i:03}").into_bytes())
+        .collect();
+    publish(&src, "later", &bodies);
+    let port = free_port();
+    let dest = format!("127.0.0.1:{port}");
+    let s = src.tcp_addr.to_string();
+    let bridge = Bridge::start(&[
+        "--topic=later",
+        "--nsqd-tcp-address",
+        &s,
+        "--destination-nsqd-tcp-address",
+        &dest,
+        "--consumer-opt=default_requeue_delay,100ms",
+        "--consumer-opt=max_requeue_delay,200ms",
+        "--consumer-opt=backoff_multiplier,20ms",
+        "--consumer-opt=max_backoff_duration,200ms",
+        "--consumer-opt=max_attempts,0",
+    ]);
+    src.wait_stats("requeues while the destination is down", TIMEOUT, |s| {
+        find_channel(s, "later", "nsq_to_nsq").is_some_and(|c| int(c, "requeue_count") >= 3)
+    });
+    let tcp = format!("--tcp-address={dest}");
+    let dst = Nsqd::start(&[&tcp]);
+    let got = wait_copied(&src, "later", "nsq_to_nsq", &dst, "later", 200);
+    assert_eq!(got, 200);
+    let mut want = bodies.clone();
+    want.sort();
+    assert!(drain(&dst, "later", 200) == want);
+    let log = bridge.sigterm();
+    assert!(log.contains("connection refused"), "{log}");
+}
+
+#[test]
+fn missing_field_with_required_value_is_requeued() {
+    let src = Nsqd::start(&[]);
+    let dst = Nsqd::start(&[]);
+    publish(
+        &src,
+        "req",
+        &[br#"{"other":1}"#.to_vec(), br#"{"k":"v"}"#.to_vec()],
+    );
+    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
+    let bridge = Bridge::start(&[
+        "--topic=req",
+        "--nsqd-tcp-address",
+        &s,
+        "--destination-nsqd-tcp-address",
+        &d,
+        "--require-json-field=k",
+        "--require-json-value=v",
+        "--consumer-opt=default_requeue_delay,50ms",
+        "--consumer-opt=backoff_multiplier,10ms",
+        "--consumer-opt=max_attempts,3",
+    ]);
+    // Requeued until max_attempts, then given up; the matching one is copied unchanged.
+    src.wait_stats("the missing-field message given up", TIMEOUT, |s| {
+        find_channel(s, "req", "nsq_to_nsq").is_some_and(|c| {
+            int(c, "requeue_count") >= 3 && int(c, "depth") == 0 && int(c, "in_flight_count") == 0
+        })
+    });
+    assert!(drain(&dst, "req", 1) == vec![br#"{"k":"v"}"#.to_vec()]);
+    let log = bridge.sigterm();
+    assert!(
+        log.lines()
+            .filter(|l| l.ends_with(" ERROR: missing field to check required value"))
+            .count()
+            >= 3,
+        "{log}"
+    );
+}
+
+#[test]
+fn user_agents_and_channel_at_both_ends() {
+    let src = Nsqd::start(&[]);
+    let dst = Nsqd::start(&[]);
+    publish(&src, "ua", &[b"x".to_vec()]);
+    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
+    let bridge = Bridge::start(&[
+        "--topic=ua",
+        "--nsqd-tcp-address",
+        &s,
+        "--destination-nsqd-tcp-address",
+        &d,
+        "--consumer-opt=client_id,bridge-c",
+        "--producer-opt=client_id,bridge-p",
+        "--max-in-flight=17",
+    ]);
+    let stats = src.wait_stats("the consumer", TIMEOUT, |s| {
+        find_channel(s, "ua", "nsq_to_nsq")
+            .is_some_and(|c| c["clients"].as_array().is_some_and(|a| a.len() == 1))
+    });
+    let c = &find_channel(&stats, "ua", "nsq_to_nsq").unwrap()["clients"][0];
+    assert_eq!(c["user_agent"], "nsq_to_nsq/1.3.0 go-nsq/1.1.0");
+    assert_eq!(c["client_id"], "bridge-c");
+    assert_eq!(c["ready_count"], 17);
+    let stats = dst.wait_stats("the producer", TIMEOUT, |s| {
+        s["producers"].as_array().is_some_and(|a| !a.is_empty())
+    });
+    let p: &Value = &stats["producers"][0];
+    assert_eq!(p["user_agent"], "nsq_to_nsq/1.3.0 go-nsq/1.1.0", "{p}");
+    assert_eq!(p["client_id"], "bridge-p", "{p}");
+    // SIGINT stops it like SIGTERM.
+    bridge.stop_with("-INT");
+}
+
+#[test]
+fn validation_messages_and_exit_codes() {
+    let bin = bin();
+    let run = |args: &[&str]| run_tool(&bin, args, b"", TIMEOUT);
+    let fatal = |args: &[&str], msg: &str| {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_go_log_line(&out.stderr, msg);
+    };
+    let n = ["--nsqd-tcp-address", "127.0.0.1:4150"];
+
+    fatal(&[], "--topic and --channel are required");
+    fatal(
+        &["--topic=t", "--channel="],
+        "--topic and --channel are required",
+    );
+    fatal(&["--topic=t", "--topic=bad!"], "--topic is invalid");
+    fatal(
+        &["--topic=t", "--destination-topic=no pe"],
+        "--destination-topic is invalid",
+    );
+    fatal(&["--topic=t", "--channel=a/b"], "--channel is invalid");
+    fatal(
+        &["--topic=t"],
+        "--nsqd-tcp-address or --lookupd-http-address required",
+    );
+    fatal(
+        &[
+            "--topic=t",
+            n[0],
+            n[1],
+            "--lookupd-http-address=127.0.0.1:4161",
+        ],
+        "use --nsqd-tcp-address or --lookupd-http-address not both",
+    );
+    fatal(
+        &["--topic=t", n[0], n[1]],
+        "--destination-nsqd-tcp-address required",
+    );
+
+    for (flag, value) in [("--consumer-opt", "bogus,1"), ("--producer-opt", "bogus,1")] {
+        let out = run(&[flag, value]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with(&format!(
+                "invalid value \"bogus,1\" for flag {}: invalid option bogus\nUsage of nsq_to_nsq:\n",
+                &flag[1..]
+            )),
+            "{err}"
+        );
+    }
+    let out = run(&["--bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .starts_with("flag provided but not defined: -bogus\nUsage of nsq_to_nsq:\n"));
+
+    let out = run(&["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.stdout, b"nsq_to_nsq v1.3.0\n");
+
+    let out = run(&["-h"]);
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for flag in [
+        "-channel string\n    \tnsq channel (default \"nsq_to_nsq\")",
+        "-consumer-opt value",
+        "-destination-nsqd-tcp-address value",
+        "-destination-topic string",
+        "-lookupd-http-address value",
+        "-max-in-flight int\n    \tmax number of messages to allow in flight (default 200)",
+        "-mode string\n    \tthe upstream request mode options: round-robin, hostpool (default), epsilon-greedy (default \"hostpool\")",
+        "-nsqd-tcp-address value",
+        "-producer-opt value",
+        "-require-json-field string",
+        "-require-json-value string",
+        "-status-every int\n    \tthe # of requests between logging status (per destination), 0 disables (default 250)",
+        "-topic value",
+        "-version",
+        "-whitelist-json-field value",
+    ] {
+        assert!(err.contains(&format!("  {flag}\n")), "{flag}: {err}");
+    }
+}
+
+#[test]
+fn refused_source_is_fatal_with_go_text() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let out = run_tool(
+        &bin(),
+        &[
+            "--topic=t",
+            "--nsqd-tcp-address",
+            &addr,
+            "--destination-nsqd-tcp-address",
+            &addr,
+        ],
+        b"",
+        TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_go_log_line(
+        &out.stderr,
+        &format!("dial tcp {addr}: connect: connection refused"),
+    );
+}
+
+#[test]
+fn hostpool_moves_traffic_off_a_dead_destination() {
+    let src = Nsqd::start(&[]);
+    let live = Nsqd::start(&[]);
+    let bodies: Vec<Vec<u8>> = (0..1000)
+        .map(|i| format!("hp{i:04}").into_bytes())
+        .collect();
+    publish(&src, "hp", &bodies);
+    let dead = format!("127.0.0.1:{}", free_port());
+    let (s, l) = (src.tcp_addr.to_string(), live.tcp_addr.to_string());
+    // The default mode is hostpool: the dead destination is tried first, marked failed and
+    // then left alone for 30 s, so everything (the requeued messages too) goes to the live one.
+    let bridge = Bridge::start(&[
+        "--topic=hp",
+        "--nsqd-tcp-address",
+        &s,
+        "--destination-nsqd-tcp-address",
+        &dead,
+        "--destination-nsqd-tcp-address",
+        &l,
+        "--consumer-opt=default_requeue_delay,50ms",
+        "--consumer-opt=backoff_multiplier,10ms",
+        "--consumer-opt=max_backoff_duration,100ms",
+        "--consumer-opt=max_attempts,0",
+    ]);
+    let got = wait_copied(&src, "hp", "nsq_to_nsq", &live, "hp", 1000);
+    assert_eq!(got, 1000);
+    let mut want = bodies.clone();
+    want.sort();
+    assert!(drain(&live, "hp", 1000) == want);
+    let ch = src.channel_stats("hp", "nsq_to_nsq").unwrap();
+    assert!(int(&ch, "requeue_count") >= 1, "{ch}");
+    let log = bridge.sigterm();
+    assert!(
+        log.contains(&format!("dial tcp {dead}: connect: connection refused")),
+        "{log}"
+    );
+}
+
+#[test]
+fn discovers_the_source_via_lookupd() {
+    let lookupd = nsq_integration_tests::Nsqlookupd::start(&[]);
+    let reg = format!("--lookupd-tcp-address={}", lookupd.tcp_addr);
+    let src = Nsqd::start(&["--broadcast-address=127.0.0.1", &reg]);
+    let dst = Nsqd::start(&[]);
+    let bodies: Vec<Vec<u8>> = (0..50).map(|i| format!("lk{i:02}").into_bytes()).collect();
+    publish(&src, "found", &bodies);
+    let deadline = Instant::now() + TIMEOUT;
+    while lookupd.get("/lookup?topic=found").status != 200 {
+        assert!(Instant::now() < deadline, "no registration");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (lh, d) = (lookupd.http_addr.to_string(), dst.tcp_addr.to_string());
+    let bridge = Bridge::start(&[
+        "--topic=found",
+        "--lookupd-http-address",
+        &lh,
+        "--destination-nsqd-tcp-address",
+        &d,
+        "--destination-topic=copied",
+    ]);
+    let got = wait_copied(&src, "found", "nsq_to_nsq", &dst, "copied", 50);
+    assert_eq!(got, 50);
+    let mut want = bodies.clone();
+    want.sort();
+    assert!(drain(&dst, "copied", 50) == want);
+    bridge.sigterm();
+}
+
+#[test]
+fn a_body_the_destination_refuses_does_not_hold_back_the_others() {
+    let src = Nsqd::start(&[]);
+    // The destination takes bodies of at most 100 bytes: an MPUB holding a bigger one is
+    // refused as a whole, and the messages are then published one by one.
+    let dst = Nsqd::start(&["--max-msg-size=100"]);
+    let mut bodies: Vec<Vec<u8>> = (0..300).map(|i| format!("ok{i:03}").into_bytes()).collect();
+    // Published among the first ones, so that they travel in MPUBs with small ones (without
+    // the one-by-one retry, those would be requeued with them until max_attempts, and lost).
+    let mut sent = bodies.clone();
+    for i in 0..3u8 {
+        sent.insert(1 + 40 * usize::from(i), vec![b'0' + i; 150]);
+    }
+    publish(&src, "big", &sent);
+    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
+    let bridge = Bridge::start(&[
+        "--topic=big",
+        "--nsqd-tcp-address",
+        &s,
+        "--destination-nsqd-tcp-address",
+        &d,
+        "--consumer-opt=default_requeue_delay,20ms",
+        "--consumer-opt=backoff_multiplier,10ms",
+        "--consumer-opt=max_backoff_duration,50ms",
+        "--consumer-opt=max_attempts,3",
+    ]);
+    // The big ones are requeued until max_attempts and then given up; the others are copied.
+    let got = wait_copied(&src, "big", "nsq_to_nsq", &dst, "big", 300);
+    assert_eq!(got, 300);
+    bodies.sort();
+    assert!(drain(&dst, "big", 300) == bodies);
+    let ch = src.channel_stats("big", "nsq_to_nsq").unwrap();
+    assert!(int(&ch, "requeue_count") >= 3, "{ch}");
+    bridge.sigterm();
+}
+
+#[test]
+fn large_bodies_are_split_into_mpubs_the_destination_accepts() {
+    let src = Nsqd::start(&[]);
+    // MPUB bodies above 1.1 MB are refused here; the tool keeps each MPUB under 1 MiB.
+    let dst = Nsqd::start(&["--max-msg-size=500000", "--max-body-size=1100000"]);
+    let bodies: Vec<Vec<u8>> = (0..12u8).map(|i| vec![b'a' + i; 400_000]).collect();
+    publish(&src, "large", &bodies);
+    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
+    let bridge = Bridge::start(&[
+        "--topic=large",
+        "--nsqd-tcp-address",
+        &s,
+        "--destination-nsqd-tcp-address",
+        &d,
+    ]);
+    let got = wait_copied(&src, "large", "nsq_to_nsq", &dst, "large", 12);
+    assert_eq!(got, 12);
+    assert!(drain(&dst, "large", 12) == bodies);
+    let ch = src.channel_stats("large", "nsq_to_nsq").unwrap();
+    assert_eq!(int(&ch, "requeue_count"), 0, "{ch}");
+    let log = bridge.sigterm();
+    assert!(!log.contains("one by one"), "{log}");
+}
+
+#[test]
+fn epsilon_greedy_delivers_everything_across_two_destinations() {
+    let src = Nsqd::start(&[]);
+    let d1 = Nsqd::start(&[]);
+    let d2 = Nsqd::start(&[]);
+    let bodies: Vec<Vec<u8>> = (0..500).map(|i| format!("eg{i:03}").into_bytes()).collect();
+    publish(&src, "eg", &bodies);
+    let (s, a1, a2) = (
+        src.tcp_addr.to_string(),
+        d1.tcp_addr.to_string(),
+        d2.tcp_addr.to_string(),
+    );
+    let bridge = Bridge::start(&[
+        "--topic=eg",
+        "--nsqd-tcp-address",
+        &s,
+        "--destination-nsqd-tcp-address",
+        &a1,
+        "--destination-nsqd-tcp-address",
+        &a2,
+        "--mode=epsilon-greedy",
+    ]);
+    let deadline = Instant::now() + TIMEOUT;
+    let count = |n: &Nsqd| n.topic_stats("eg").map_or(0, |t| int(&t, "message_count"));
+    while count(&d1) + count(&d2) < 500 {
+        assert!(Instant::now() < deadline, "{} + {}", count(&d1), count(&d2));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (n1, n2) = (count(&d1), count(&d2));
+    assert_eq!(n1 + n2, 500);
+    let mut all = drain(&d1, "eg", n1 as usize);
+    all.extend(drain(&d2, "eg", n2 as usize));
+    all.sort();
+    assert!(all == bodies);
+    bridge.sigterm();
+}
