@@ -25,8 +25,8 @@ use nsq_utils::{fatal, ConfigFlag};
 struct Float(f64);
 
 impl Value for Float {
-    fn set(&mut self, text: &str) -> Result<(), String> {
-        self.0 = nsq_go::strconv::parse_float(text).ok_or_else(|| "parse error".to_string())?;
+    fn set(&mut self, text: &str) -> Result<(), nsq_go::flag::ValueError> {
+        self.0 = nsq_go::strconv::parse_float(text).ok_or("parse error")?;
         Ok(())
     }
 

@@ -97,6 +97,11 @@ impl FrameConn {
         }
     }
 
+    /// A whole V2 frame already read into the buffer, without reading the socket again.
+    pub fn buffered_frame(&mut self) -> Option<Frame> {
+        take_frame(&mut self.buf).unwrap()
+    }
+
     /// The next V2 frame, heartbeats included; `None` at EOF.
     pub async fn any_frame(&mut self) -> Option<Frame> {
         loop {

@@ -399,7 +399,7 @@ async fn trickled_body_hits_the_command_read_deadline() {
 async fn saturated_client_gets_every_message_one_fin_per_write() {
     for identify in [None, Some(r#"{"output_buffer_timeout":-1}"#)] {
         let (h, _d) = start().await;
-        let mut p = Conn::open(&h).await;
+        let mut p = v2(&h).await;
         let mut body = 300u32.to_be_bytes().to_vec();
         for i in 0..300 {
             let m = format!("m{i:03}");
@@ -409,7 +409,7 @@ async fn saturated_client_gets_every_message_one_fin_per_write() {
         p.send(&sized("MPUB t\n", &body)).await;
         p.expect_response(b"OK").await;
 
-        let mut sub = Conn::open(&h).await;
+        let mut sub = v2(&h).await;
         if let Some(json) = identify {
             sub.send(&sized("IDENTIFY\n", json.as_bytes())).await;
             sub.expect_response(b"OK").await;
@@ -436,7 +436,7 @@ async fn saturated_client_gets_every_message_one_fin_per_write() {
                 if seen.len().is_multiple_of(16) {
                     window.push(sub.message().await);
                 }
-                while let Some(f) = take_frame(&mut sub.buf).unwrap() {
+                while let Some(f) = sub.buffered_frame() {
                     if f.frame_type == 2 {
                         window.push(nsq_protocol::message::decode(f.data).unwrap());
                     }
@@ -457,7 +457,7 @@ async fn saturated_client_gets_every_message_one_fin_per_write() {
 #[tokio::test]
 async fn saturated_connection_still_answers_other_commands() {
     let (h, _d) = start().await;
-    let mut p = Conn::open(&h).await;
+    let mut p = v2(&h).await;
     let mut body = 100u32.to_be_bytes().to_vec();
     for i in 0..100 {
         let m = format!("m{i:03}");
@@ -467,7 +467,7 @@ async fn saturated_connection_still_answers_other_commands() {
     p.send(&sized("MPUB t\n", &body)).await;
     p.expect_response(b"OK").await;
 
-    let mut sub = Conn::open(&h).await;
+    let mut sub = v2(&h).await;
     sub.send(b"SUB t c\nRDY 64\n").await;
     sub.expect_response(b"OK").await;
     let mut got = Vec::new();
