@@ -7,6 +7,7 @@ pub mod configflag;
 pub mod golog;
 pub mod nsq_to_http;
 pub mod nsq_to_nsq;
+pub mod timer_metrics;
 
 use std::process::exit;
 

@@ -6,4 +6,4 @@
 
 pub mod forward;
 pub mod hostpool;
-pub mod timer_metrics;
+pub use crate::timer_metrics;

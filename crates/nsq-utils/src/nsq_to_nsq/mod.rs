@@ -1,6 +1,6 @@
 //! nsq_to_nsq's engine (nsq's apps/nsq_to_nsq/nsq_to_nsq.go): forwards every message of a
 //! source topic to destination nsqd(s), after the JSON filter ([`filter`]), to the destination
-//! the selector picks ([`hostpool`]), logging publish timings ([`timer_metrics`]).
+//! the selector picks ([`hostpool`]), logging publish timings ([`crate::timer_metrics`]).
 //!
 //! The reference publishes each message on its own (`PublishAsync`) and answers it when the
 //! destination has: FIN on `OK`, REQ with go-nsq's default delay and backoff on an error
@@ -14,7 +14,6 @@
 
 pub mod filter;
 pub mod hostpool;
-pub mod timer_metrics;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,9 +22,9 @@ use bytes::Bytes;
 use nsq_client::{Consumer, Error, Message, Producer};
 use parking_lot::Mutex;
 
+pub use crate::timer_metrics::TimerMetrics;
 pub use filter::{JsonFilter, Verdict};
 pub use hostpool::{Mode, Selector};
-pub use timer_metrics::TimerMetrics;
 
 use crate::golog::log;
 
@@ -43,9 +42,9 @@ pub struct Publisher {
     selector: Mutex<Selector>,
     /// The per-address series of each destination (by address, so repeats share one); only
     /// when there are several destinations, as in the reference.
-    per_address: Vec<Arc<Mutex<TimerMetrics>>>,
-    /// `[aggregate]:`. Short lock, as above.
-    aggregate: Mutex<TimerMetrics>,
+    per_address: Vec<Arc<TimerMetrics>>,
+    /// `[aggregate]:` (each series takes its own short lock per sample).
+    aggregate: TimerMetrics,
 }
 
 impl Publisher {
@@ -56,26 +55,23 @@ impl Publisher {
         mode: Mode,
         status_every: i64,
     ) -> Publisher {
-        let mut per_address: Vec<Arc<Mutex<TimerMetrics>>> = Vec::with_capacity(addrs.len());
+        let mut per_address: Vec<Arc<TimerMetrics>> = Vec::with_capacity(addrs.len());
         for (i, a) in addrs.iter().enumerate() {
             let first = addrs.iter().position(|x| x == a).unwrap_or(i);
             if first < i {
                 per_address.push(per_address[first].clone());
             } else if addrs.len() == 1 {
                 // "disable since there is only one address"
-                per_address.push(Arc::new(Mutex::new(TimerMetrics::new(0, ""))));
+                per_address.push(Arc::new(TimerMetrics::new(0, "")));
             } else {
-                per_address.push(Arc::new(Mutex::new(TimerMetrics::new(
-                    status_every,
-                    &format!("[{a}]:"),
-                ))));
+                per_address.push(Arc::new(TimerMetrics::new(status_every, format!("[{a}]:"))));
             }
         }
         Publisher {
             selector: Mutex::new(Selector::new(mode, producers.len())),
             producers,
             per_address,
-            aggregate: Mutex::new(TimerMetrics::new(status_every, "[aggregate]:")),
+            aggregate: TimerMetrics::new(status_every, "[aggregate]:"),
         }
     }
 
@@ -145,17 +141,16 @@ impl Publisher {
         let now = Instant::now();
         let took = now.saturating_duration_since(start);
         self.selector.lock().mark(host, ok, took, now);
-        let mut lines = Vec::new();
-        {
-            let mut per = self.per_address[host].lock();
-            let mut agg = self.aggregate.lock();
-            for _ in 0..n {
-                lines.extend(per.record(took));
-                lines.extend(agg.record(took));
+        for _ in 0..n {
+            for stats in [
+                self.per_address[host].record(took),
+                self.aggregate.record(took),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                log(&stats.to_string());
             }
-        }
-        for l in lines {
-            log(&l);
         }
     }
 }

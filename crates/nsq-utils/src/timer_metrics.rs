@@ -1,4 +1,4 @@
-//! Request timings, logged every `status_every` requests (github.com/bitly/timer_metrics,
+//! Request and publish timings (nsq_to_http, nsq_to_nsq), logged every `status_every` requests (github.com/bitly/timer_metrics,
 //! `TimerMetrics`): a ring of the last `status_every` durations; each time the ring wraps
 //! (the `status_every + 1`-th sample, then every `status_every` more) one line
 //! `<prefix> finished <n> - 99th: <x>ms - 95th: <x>ms - avg: <x>ms` goes to the Go logger,
