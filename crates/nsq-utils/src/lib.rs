@@ -5,6 +5,7 @@
 
 pub mod configflag;
 pub mod golog;
+pub mod hostpool;
 pub mod nsq_to_http;
 pub mod nsq_to_nsq;
 pub mod timer_metrics;

@@ -5,5 +5,5 @@
 //! success rules ([`forward`]).
 
 pub mod forward;
-pub mod hostpool;
+pub use crate::hostpool;
 pub use crate::timer_metrics;

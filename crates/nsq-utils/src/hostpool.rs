@@ -1,5 +1,5 @@
 //! go-hostpool (github.com/bitly/go-hostpool, hostpool.go), the `--mode hostpool` and
-//! `--mode epsilon-greedy` destination choice of nsq_to_http, without I/O: the caller passes
+//! `--mode epsilon-greedy` destination choice of nsq_to_http and nsq_to_nsq, without I/O: the caller passes
 //! the clock and the random numbers.
 //!
 //! * Standard pool (`hostpool.New`): hosts in turn; a host whose request failed is dead for
