@@ -10,98 +10,22 @@
 //! NSQ_TO_NSQ_BIN).
 
 use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nsq_integration_tests::util::{
+    assert_fatal, assert_help_lists, assert_usage_error, assert_version, nsqd_registered_with,
+    publish, wait_registered, Tool,
+};
 use nsq_integration_tests::{
-    assert_go_log_line, find_channel, find_topic, int, run_tool, util_bin, Bytes, Nsqd, V2Conn,
-    Value,
+    find_channel, find_topic, int, nsq_to_nsq_bin, Nsqd, Nsqlookupd, V2Conn, Value,
 };
 use nsq_protocol::command::Command as Cmd;
 
 const TIMEOUT: Duration = Duration::from_secs(300);
 
-fn bin() -> PathBuf {
-    util_bin("NSQ_TO_NSQ_BIN", "nsq_to_nsq", "nsq_to_nsq-bin")
-}
-
-/// A running nsq_to_nsq with its stderr in a file; killed on drop unless stopped.
-struct Bridge {
-    child: Option<Child>,
-    _dir: tempfile::TempDir,
-    stderr: PathBuf,
-}
-
-impl Bridge {
-    fn start(args: &[&str]) -> Bridge {
-        let dir = tempfile::tempdir().unwrap();
-        let stderr = dir.path().join("stderr");
-        let child = Command::new(bin())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        Bridge {
-            child: Some(child),
-            _dir: dir,
-            stderr,
-        }
-    }
-
-    fn log(&self) -> String {
-        String::from_utf8_lossy(&std::fs::read(&self.stderr).unwrap()).into_owned()
-    }
-
-    /// SIGTERM; asserts exit status 0; returns stderr.
-    fn sigterm(self) -> String {
-        self.stop_with("-TERM")
-    }
-
-    /// Sends `signal` (`-TERM`, `-INT`); asserts exit status 0; returns stderr.
-    fn stop_with(mut self, signal: &str) -> String {
-        let mut child = self.child.take().unwrap();
-        let sent = Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        let deadline = Instant::now() + TIMEOUT;
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(Instant::now() < deadline, "nsq_to_nsq ignored {signal}");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let log = self.log();
-        assert_eq!(status.code(), Some(0), "{log}");
-        log
-    }
-}
-
-impl Drop for Bridge {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-            if std::thread::panicking() {
-                eprintln!("nsq_to_nsq stderr:\n{}", self.log());
-            }
-        }
-    }
-}
-
-fn publish(nsqd: &Nsqd, topic: &str, bodies: &[Vec<u8>]) {
-    let mut c = nsqd.connect();
-    for chunk in bodies.chunks(1000) {
-        c.mpublish(
-            topic,
-            chunk.iter().map(|b| Bytes::from(b.clone())).collect(),
-        );
-    }
+/// A running nsq_to_nsq (stderr collected, killed on drop unless stopped).
+fn bridge(args: &[&str]) -> Tool {
+    Tool::start(&nsq_to_nsq_bin(), args)
 }
 
 /// Waits until the source channel has nothing queued or in flight and the destination topic
@@ -191,7 +115,7 @@ fn copies_100k_exactly_once_with_json_filtering() {
     publish(&src, "orders", &bodies);
 
     let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = Bridge::start(&[
+    let bridge = bridge(&[
         "--topic=orders",
         "--nsqd-tcp-address",
         &s,
@@ -221,7 +145,7 @@ fn copies_100k_exactly_once_with_json_filtering() {
         "the copied bodies differ from the expected ones"
     );
 
-    let log = bridge.sigterm();
+    let log = bridge.stop_ok("TERM");
     let undecodable = log
         .lines()
         .filter(|l| l.contains(" ERROR: Unable to decode json: not json "))
@@ -253,7 +177,7 @@ fn round_robin_splits_between_two_destinations() {
         d1.tcp_addr.to_string(),
         d2.tcp_addr.to_string(),
     );
-    let bridge = Bridge::start(&[
+    let bridge = bridge(&[
         "--topic=rr",
         "--channel=bridge",
         "--nsqd-tcp-address",
@@ -277,7 +201,7 @@ fn round_robin_splits_between_two_destinations() {
     all.extend(drain(&d2, "rr", 500));
     all.sort();
     assert!(all == bodies);
-    let log = bridge.sigterm();
+    let log = bridge.stop_ok("TERM");
     // Several destinations: a warning per series (below 100 is not), lines per address and
     // for the aggregate.
     for prefix in [
@@ -313,7 +237,7 @@ fn destination_down_at_start_requeues_then_delivers() {
     let port = free_port();
     let dest = format!("127.0.0.1:{port}");
     let s = src.tcp_addr.to_string();
-    let bridge = Bridge::start(&[
+    let bridge = bridge(&[
         "--topic=later",
         "--nsqd-tcp-address",
         &s,
@@ -335,7 +259,7 @@ fn destination_down_at_start_requeues_then_delivers() {
     let mut want = bodies.clone();
     want.sort();
     assert!(drain(&dst, "later", 200) == want);
-    let log = bridge.sigterm();
+    let log = bridge.stop_ok("TERM");
     assert!(log.contains("connection refused"), "{log}");
 }
 
@@ -349,7 +273,7 @@ fn missing_field_with_required_value_is_requeued() {
         &[br#"{"other":1}"#.to_vec(), br#"{"k":"v"}"#.to_vec()],
     );
     let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = Bridge::start(&[
+    let bridge = bridge(&[
         "--topic=req",
         "--nsqd-tcp-address",
         &s,
@@ -368,7 +292,7 @@ fn missing_field_with_required_value_is_requeued() {
         })
     });
     assert!(drain(&dst, "req", 1) == vec![br#"{"k":"v"}"#.to_vec()]);
-    let log = bridge.sigterm();
+    let log = bridge.stop_ok("TERM");
     assert!(
         log.lines()
             .filter(|l| l.ends_with(" ERROR: missing field to check required value"))
@@ -384,7 +308,7 @@ fn user_agents_and_channel_at_both_ends() {
     let dst = Nsqd::start(&[]);
     publish(&src, "ua", &[b"x".to_vec()]);
     let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = Bridge::start(&[
+    let bridge = bridge(&[
         "--topic=ua",
         "--nsqd-tcp-address",
         &s,
@@ -409,18 +333,13 @@ fn user_agents_and_channel_at_both_ends() {
     assert_eq!(p["user_agent"], "nsq_to_nsq/1.3.0 go-nsq/1.1.0", "{p}");
     assert_eq!(p["client_id"], "bridge-p", "{p}");
     // SIGINT stops it like SIGTERM.
-    bridge.stop_with("-INT");
+    bridge.stop_ok("INT");
 }
 
 #[test]
 fn validation_messages_and_exit_codes() {
-    let bin = bin();
-    let run = |args: &[&str]| run_tool(&bin, args, b"", TIMEOUT);
-    let fatal = |args: &[&str], msg: &str| {
-        let out = run(args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
-        assert_go_log_line(&out.stderr, msg);
-    };
+    let bin = nsq_to_nsq_bin();
+    let fatal = |args: &[&str], msg: &str| assert_fatal(&bin, args, msg);
     let n = ["--nsqd-tcp-address", "127.0.0.1:4150"];
 
     fatal(&[], "--topic and --channel are required");
@@ -453,56 +372,51 @@ fn validation_messages_and_exit_codes() {
     );
 
     for (flag, value) in [("--consumer-opt", "bogus,1"), ("--producer-opt", "bogus,1")] {
-        let out = run(&[flag, value]);
-        assert_eq!(out.status.code(), Some(2));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.starts_with(&format!(
-                "invalid value \"bogus,1\" for flag {}: invalid option bogus\nUsage of nsq_to_nsq:\n",
+        assert_usage_error(
+            &bin,
+            "nsq_to_nsq",
+            &[flag, value],
+            &format!(
+                "invalid value \"bogus,1\" for flag {}: invalid option bogus",
                 &flag[1..]
-            )),
-            "{err}"
+            ),
         );
     }
-    let out = run(&["--bogus"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr)
-        .starts_with("flag provided but not defined: -bogus\nUsage of nsq_to_nsq:\n"));
-
-    let out = run(&["--version"]);
-    assert_eq!(out.status.code(), Some(0));
-    assert_eq!(out.stdout, b"nsq_to_nsq v1.3.0\n");
-
-    let out = run(&["-h"]);
-    assert_eq!(out.status.code(), Some(0));
-    let err = String::from_utf8_lossy(&out.stderr);
-    for flag in [
-        "-channel string\n    \tnsq channel (default \"nsq_to_nsq\")",
-        "-consumer-opt value",
-        "-destination-nsqd-tcp-address value",
-        "-destination-topic string",
-        "-lookupd-http-address value",
-        "-max-in-flight int\n    \tmax number of messages to allow in flight (default 200)",
-        "-mode string\n    \tthe upstream request mode options: round-robin, hostpool (default), epsilon-greedy (default \"hostpool\")",
-        "-nsqd-tcp-address value",
-        "-producer-opt value",
-        "-require-json-field string",
-        "-require-json-value string",
-        "-status-every int\n    \tthe # of requests between logging status (per destination), 0 disables (default 250)",
-        "-topic value",
-        "-version",
-        "-whitelist-json-field value",
-    ] {
-        assert!(err.contains(&format!("  {flag}\n")), "{flag}: {err}");
-    }
+    assert_usage_error(
+        &bin,
+        "nsq_to_nsq",
+        &["--bogus"],
+        "flag provided but not defined: -bogus",
+    );
+    assert_version(&bin, "nsq_to_nsq");
+    assert_help_lists(
+        &bin,
+        &[
+            "-channel string\n    \tnsq channel (default \"nsq_to_nsq\")",
+            "-consumer-opt value",
+            "-destination-nsqd-tcp-address value",
+            "-destination-topic string",
+            "-lookupd-http-address value",
+            "-max-in-flight int\n    \tmax number of messages to allow in flight (default 200)",
+            "-mode string\n    \tthe upstream request mode options: round-robin, hostpool (default), epsilon-greedy (default \"hostpool\")",
+            "-nsqd-tcp-address value",
+            "-producer-opt value",
+            "-require-json-field string",
+            "-require-json-value string",
+            "-status-every int\n    \tthe # of requests between logging status (per destination), 0 disables (default 250)",
+            "-topic value",
+            "-version",
+            "-whitelist-json-field value",
+        ],
+    );
 }
 
 #[test]
 fn refused_source_is_fatal_with_go_text() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let out = run_tool(
-        &bin(),
+    assert_fatal(
+        &nsq_to_nsq_bin(),
         &[
             "--topic=t",
             "--nsqd-tcp-address",
@@ -510,12 +424,6 @@ fn refused_source_is_fatal_with_go_text() {
             "--destination-nsqd-tcp-address",
             &addr,
         ],
-        b"",
-        TIMEOUT,
-    );
-    assert_eq!(out.status.code(), Some(1));
-    assert_go_log_line(
-        &out.stderr,
         &format!("dial tcp {addr}: connect: connection refused"),
     );
 }
@@ -532,7 +440,7 @@ fn hostpool_moves_traffic_off_a_dead_destination() {
     let (s, l) = (src.tcp_addr.to_string(), live.tcp_addr.to_string());
     // The default mode is hostpool: the dead destination is tried first, marked failed and
     // then left alone for 30 s, so everything (the requeued messages too) goes to the live one.
-    let bridge = Bridge::start(&[
+    let bridge = bridge(&[
         "--topic=hp",
         "--nsqd-tcp-address",
         &s,
@@ -552,7 +460,7 @@ fn hostpool_moves_traffic_off_a_dead_destination() {
     assert!(drain(&live, "hp", 1000) == want);
     let ch = src.channel_stats("hp", "nsq_to_nsq").unwrap();
     assert!(int(&ch, "requeue_count") >= 1, "{ch}");
-    let log = bridge.sigterm();
+    let log = bridge.stop_ok("TERM");
     assert!(
         log.contains(&format!("dial tcp {dead}: connect: connection refused")),
         "{log}"
@@ -561,19 +469,14 @@ fn hostpool_moves_traffic_off_a_dead_destination() {
 
 #[test]
 fn discovers_the_source_via_lookupd() {
-    let lookupd = nsq_integration_tests::Nsqlookupd::start(&[]);
-    let reg = format!("--lookupd-tcp-address={}", lookupd.tcp_addr);
-    let src = Nsqd::start(&["--broadcast-address=127.0.0.1", &reg]);
+    let lookupd = Nsqlookupd::start(&[]);
+    let src = nsqd_registered_with(&lookupd);
     let dst = Nsqd::start(&[]);
     let bodies: Vec<Vec<u8>> = (0..50).map(|i| format!("lk{i:02}").into_bytes()).collect();
     publish(&src, "found", &bodies);
-    let deadline = Instant::now() + TIMEOUT;
-    while lookupd.get("/lookup?topic=found").status != 200 {
-        assert!(Instant::now() < deadline, "no registration");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_registered(&lookupd, "found");
     let (lh, d) = (lookupd.http_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = Bridge::start(&[
+    let bridge = bridge(&[
         "--topic=found",
         "--lookupd-http-address",
         &lh,
@@ -586,7 +489,7 @@ fn discovers_the_source_via_lookupd() {
     let mut want = bodies.clone();
     want.sort();
     assert!(drain(&dst, "copied", 50) == want);
-    bridge.sigterm();
+    bridge.stop_ok("TERM");
 }
 
 #[test]
@@ -604,7 +507,7 @@ fn a_body_the_destination_refuses_does_not_hold_back_the_others() {
     }
     publish(&src, "big", &sent);
     let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = Bridge::start(&[
+    let bridge = bridge(&[
         "--topic=big",
         "--nsqd-tcp-address",
         &s,
@@ -622,7 +525,7 @@ fn a_body_the_destination_refuses_does_not_hold_back_the_others() {
     assert!(drain(&dst, "big", 300) == bodies);
     let ch = src.channel_stats("big", "nsq_to_nsq").unwrap();
     assert!(int(&ch, "requeue_count") >= 3, "{ch}");
-    bridge.sigterm();
+    bridge.stop_ok("TERM");
 }
 
 #[test]
@@ -633,7 +536,7 @@ fn large_bodies_are_split_into_mpubs_the_destination_accepts() {
     let bodies: Vec<Vec<u8>> = (0..12u8).map(|i| vec![b'a' + i; 400_000]).collect();
     publish(&src, "large", &bodies);
     let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = Bridge::start(&[
+    let bridge = bridge(&[
         "--topic=large",
         "--nsqd-tcp-address",
         &s,
@@ -645,7 +548,7 @@ fn large_bodies_are_split_into_mpubs_the_destination_accepts() {
     assert!(drain(&dst, "large", 12) == bodies);
     let ch = src.channel_stats("large", "nsq_to_nsq").unwrap();
     assert_eq!(int(&ch, "requeue_count"), 0, "{ch}");
-    let log = bridge.sigterm();
+    let log = bridge.stop_ok("TERM");
     assert!(!log.contains("one by one"), "{log}");
 }
 
@@ -661,7 +564,7 @@ fn epsilon_greedy_delivers_everything_across_two_destinations() {
         d1.tcp_addr.to_string(),
         d2.tcp_addr.to_string(),
     );
-    let bridge = Bridge::start(&[
+    let bridge = bridge(&[
         "--topic=eg",
         "--nsqd-tcp-address",
         &s,
@@ -683,5 +586,5 @@ fn epsilon_greedy_delivers_everything_across_two_destinations() {
     all.extend(drain(&d2, "eg", n2 as usize));
     all.sort();
     assert!(all == bodies);
-    bridge.sigterm();
+    bridge.stop_ok("TERM");
 }
