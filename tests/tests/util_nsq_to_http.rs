@@ -218,6 +218,15 @@ fn nsq_to_http(args: &[&str]) -> Tool {
     Tool::start(&nsq_to_http_bin(), args)
 }
 
+/// nsq_to_http consuming `topic` from `nsqd`, with `args` after `--topic` and
+/// `--nsqd-tcp-address`.
+fn from_nsqd(nsqd: &Nsqd, topic: &str, args: &[&str]) -> Tool {
+    let (t, addr) = (format!("--topic={topic}"), nsqd.tcp_addr.to_string());
+    let mut all = vec![t.as_str(), "--nsqd-tcp-address", &addr];
+    all.extend_from_slice(args);
+    nsq_to_http(&all)
+}
+
 fn numbered(prefix: &str, n: usize) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| format!("{prefix}{i}").into_bytes())
@@ -237,29 +246,29 @@ fn post_sends_body_content_type_headers_and_user_agents() {
         b"with space & more".to_vec(),
     ];
     publish(&nsqd, "posted", &bodies);
-    let nsqd_addr = nsqd.tcp_addr.to_string();
     let url = sink.url("/in?src=nsq");
-    let tool = nsq_to_http(&[
-        "--topic=posted",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &url,
-        "--content-type",
-        "text/plain; charset=utf-8",
-        "--header",
-        "X-Custom: v1",
-        "--header",
-        "  X-Trim :  spaced value  ",
-        "--header",
-        "X-Url: http://a:1/b",
-        "-n",
-        "1",
-        "--max-in-flight",
-        "7",
-        "--consumer-opt",
-        "max_in_flight,999",
-    ]);
+    let tool = from_nsqd(
+        &nsqd,
+        "posted",
+        &[
+            "--post",
+            &url,
+            "--content-type",
+            "text/plain; charset=utf-8",
+            "--header",
+            "X-Custom: v1",
+            "--header",
+            "  X-Trim :  spaced value  ",
+            "--header",
+            "X-Url: http://a:1/b",
+            "-n",
+            "1",
+            "--max-in-flight",
+            "7",
+            "--consumer-opt",
+            "max_in_flight,999",
+        ],
+    );
     let reqs = sink.wait("3 POSTs", |r| r.len() >= 3);
     assert_eq!(reqs.len(), 3);
     for (r, body) in reqs.iter().zip(&bodies) {
@@ -291,13 +300,9 @@ fn get_substitutes_the_query_escaped_body_and_only_200_counts() {
     let sink = Sink::start(|n| Reply::Status(if n == 0 { 201 } else { 200 }));
     let bodies: Vec<Vec<u8>> = vec!["a b&c=d/é?".as_bytes().to_vec(), b"plain".to_vec()];
     publish(&nsqd, "got", &bodies);
-    let nsqd_addr = nsqd.tcp_addr.to_string();
     let template = sink.url("/g/x?d=%s&t=1");
     let mut args = vec![
-        "--topic=got",
         "--channel=getter",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
         "--get",
         &template,
         "--header",
@@ -305,7 +310,7 @@ fn get_substitutes_the_query_escaped_body_and_only_200_counts() {
         "-n=1",
     ];
     args.extend(QUICK_RETRY);
-    let tool = nsq_to_http(&args);
+    let tool = from_nsqd(&nsqd, "got", &args);
     let reqs = sink.wait("both messages answered 200", |r| {
         r.iter().filter(|r| r.delivered()).count() >= 2
     });
@@ -338,22 +343,22 @@ fn round_robin_alternates_and_other_modes_fan_out() {
     let (a, b) = (Sink::ok(), Sink::ok());
     let bodies = numbered("m", 6);
     publish(&nsqd, "spread", &bodies);
-    let nsqd_addr = nsqd.tcp_addr.to_string();
     let (ua, ub) = (a.url("/a"), b.url("/b"));
-    let rr = nsq_to_http(&[
-        "--topic=spread",
-        "--channel=rr",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &ua,
-        "--post",
-        &ub,
-        "--mode",
-        "round-robin",
-        "-n",
-        "1",
-    ]);
+    let rr = from_nsqd(
+        &nsqd,
+        "spread",
+        &[
+            "--channel=rr",
+            "--post",
+            &ua,
+            "--post",
+            &ub,
+            "--mode",
+            "round-robin",
+            "-n",
+            "1",
+        ],
+    );
     wait_finished(&nsqd, "spread", "rr", 6);
     // The counter is incremented before use: the first message goes to the second address.
     let (got_a, got_b) = (a.delivered_bodies(), b.delivered_bodies());
@@ -371,16 +376,11 @@ fn round_robin_alternates_and_other_modes_fan_out() {
     let (c, d) = (Sink::ok(), Sink::ok());
     let (uc, ud) = (c.url("/c"), d.url("/d"));
     publish(&nsqd, "both", &bodies);
-    let fan = nsq_to_http(&[
-        "--topic=both",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &uc,
-        "--post",
-        &ud,
-        "--mode=multicast",
-    ]);
+    let fan = from_nsqd(
+        &nsqd,
+        "both",
+        &["--post", &uc, "--post", &ud, "--mode=multicast"],
+    );
     wait_finished(&nsqd, "both", "nsq_to_http", 6);
     let mut got_c = c.delivered_bodies();
     let mut got_d = d.delivered_bodies();
@@ -394,16 +394,11 @@ fn round_robin_alternates_and_other_modes_fan_out() {
     let (e, f) = (Sink::ok(), Sink::ok());
     let (ue, uf) = (e.url("/e"), f.url("/f"));
     publish(&nsqd, "greedy", &bodies);
-    let greedy = nsq_to_http(&[
-        "--topic=greedy",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &ue,
-        "--post",
-        &uf,
-        "--mode=epsilon-greedy",
-    ]);
+    let greedy = from_nsqd(
+        &nsqd,
+        "greedy",
+        &["--post", &ue, "--post", &uf, "--mode=epsilon-greedy"],
+    );
     wait_finished(&nsqd, "greedy", "nsq_to_http", 6);
     let mut got = e.delivered_bodies();
     got.extend(f.delivered_bodies());
@@ -444,22 +439,13 @@ fn hostpool_leaves_a_dead_destination_and_requeues_its_message() {
     let live = Sink::ok();
     let bodies = numbered("h", 8);
     publish(&nsqd, "pool", &bodies);
-    let nsqd_addr = nsqd.tcp_addr.to_string();
     let live_url = live.url("/live");
     let mut args = vec![
-        "--topic=pool",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
         // The default mode is hostpool; the dead address comes first, so it is tried.
-        "--post",
-        &dead,
-        "--post",
-        &live_url,
-        "-n",
-        "1",
+        "--post", &dead, "--post", &live_url, "-n", "1",
     ];
     args.extend(QUICK_RETRY);
-    let tool = nsq_to_http(&args);
+    let tool = from_nsqd(&nsqd, "pool", &args);
     let ch = wait_finished(&nsqd, "pool", "nsq_to_http", 8);
     // Once marked dead the address is left alone for 30 s: one failure, one requeue.
     assert_eq!(int(&ch, "requeue_count"), 1, "{ch}");
@@ -482,19 +468,10 @@ fn failing_answers_and_dropped_connections_are_retried_until_all_arrive() {
     });
     let bodies = numbered("retry-", 40);
     publish(&nsqd, "flaky", &bodies);
-    let nsqd_addr = nsqd.tcp_addr.to_string();
     let url = sink.url("/flaky");
-    let mut args = vec![
-        "--topic=flaky",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &url,
-        "-n",
-        "4",
-    ];
+    let mut args = vec!["--post", &url, "-n", "4"];
     args.extend(QUICK_RETRY);
-    let tool = nsq_to_http(&args);
+    let tool = from_nsqd(&nsqd, "flaky", &args);
     let ch = wait_finished(&nsqd, "flaky", "nsq_to_http", 40);
     let reqs = sink.requests();
     let failures = reqs.iter().filter(|r| !r.delivered()).count();
@@ -528,12 +505,8 @@ fn request_timeout_requeues_the_message() {
     });
     let bodies = numbered("slow", 3);
     publish(&nsqd, "slow", &bodies);
-    let nsqd_addr = nsqd.tcp_addr.to_string();
     let url = sink.url("/slow");
     let mut args = vec![
-        "--topic=slow",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
         "--post",
         &url,
         "--http-client-request-timeout=1s",
@@ -542,7 +515,7 @@ fn request_timeout_requeues_the_message() {
         "1",
     ];
     args.extend(QUICK_RETRY);
-    let tool = nsq_to_http(&args);
+    let tool = from_nsqd(&nsqd, "slow", &args);
     let ch = wait_finished(&nsqd, "slow", "nsq_to_http", 3);
     // (More than one requeue only if the loaded machine made a prompt answer take 1 s too.)
     assert!(int(&ch, "requeue_count") >= 1, "{ch}");
@@ -586,20 +559,20 @@ fn status_every_lines_per_address_and_aggregate() {
     let nsqd = Nsqd::start(&[]);
     let (a, b) = (Sink::ok(), Sink::ok());
     publish(&nsqd, "timed", &numbered("t", 6));
-    let nsqd_addr = nsqd.tcp_addr.to_string();
     let (ua, ub) = (a.url("/a"), b.url("/b"));
-    let tool = nsq_to_http(&[
-        "--topic=timed",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &ua,
-        "--post",
-        &ub,
-        "--mode=round-robin",
-        "--status-every=2",
-        "-n=1",
-    ]);
+    let tool = from_nsqd(
+        &nsqd,
+        "timed",
+        &[
+            "--post",
+            &ua,
+            "--post",
+            &ub,
+            "--mode=round-robin",
+            "--status-every=2",
+            "-n=1",
+        ],
+    );
     wait_finished(&nsqd, "timed", "nsq_to_http", 6);
     let (status, err) = tool.stop("TERM");
     assert_eq!(status.code(), Some(0), "{err}");
@@ -629,16 +602,8 @@ fn single_address_logs_only_the_aggregate_and_zero_disables() {
     let nsqd = Nsqd::start(&[]);
     let sink = Sink::ok();
     publish(&nsqd, "one", &numbered("o", 3));
-    let nsqd_addr = nsqd.tcp_addr.to_string();
     let url = sink.url("/");
-    let tool = nsq_to_http(&[
-        "--topic=one",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &url,
-        "--status-every=2",
-    ]);
+    let tool = from_nsqd(&nsqd, "one", &["--post", &url, "--status-every=2"]);
     wait_finished(&nsqd, "one", "nsq_to_http", 3);
     let (status, err) = tool.stop("TERM");
     assert_eq!(status.code(), Some(0), "{err}");
@@ -651,14 +616,7 @@ fn single_address_logs_only_the_aggregate_and_zero_disables() {
     assert!(is_status_line(msgs[1], "[aggregate]:", 2), "{err}");
 
     publish(&nsqd, "quiet", &numbered("q", 3));
-    let tool = nsq_to_http(&[
-        "--topic=quiet",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &url,
-        "--status-every=0",
-    ]);
+    let tool = from_nsqd(&nsqd, "quiet", &["--post", &url, "--status-every=0"]);
     wait_finished(&nsqd, "quiet", "nsq_to_http", 3);
     let (status, err) = tool.stop("TERM");
     assert_eq!(status.code(), Some(0));
@@ -794,17 +752,8 @@ fn sigterm_lets_requests_in_flight_finish() {
     let sink = Sink::start(|_| Reply::Late(Duration::from_secs(1), 200));
     let bodies = numbered("late", 2);
     publish(&nsqd, "late", &bodies);
-    let nsqd_addr = nsqd.tcp_addr.to_string();
     let url = sink.url("/late");
-    let tool = nsq_to_http(&[
-        "--topic=late",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &url,
-        "-n",
-        "2",
-    ]);
+    let tool = from_nsqd(&nsqd, "late", &["--post", &url, "-n", "2"]);
     sink.wait("both requests", |r| r.len() == 2);
     let (status, err) = tool.stop("TERM");
     assert_eq!(status.code(), Some(0), "{err}");
@@ -841,12 +790,8 @@ fn connect_timeout_requeues_the_message() {
     }
     let nsqd = Nsqd::start(&[]);
     publish(&nsqd, "unreachable", &numbered("u", 1));
-    let nsqd_addr = nsqd.tcp_addr.to_string();
     let url = format!("http://{addr}/never");
     let mut args = vec![
-        "--topic=unreachable",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
         "--post",
         &url,
         "--http-client-connect-timeout=300ms",
@@ -855,7 +800,7 @@ fn connect_timeout_requeues_the_message() {
         "--http-client-request-timeout=5m",
     ];
     args.extend(QUICK_RETRY);
-    let tool = nsq_to_http(&args);
+    let tool = from_nsqd(&nsqd, "unreachable", &args);
     nsqd.wait_stats("requeues after connect timeouts", TIMEOUT, |s| {
         nsq_integration_tests::find_channel(s, "unreachable", "nsq_to_http")
             .is_some_and(|c| int(c, "requeue_count") >= 2)
@@ -869,19 +814,12 @@ fn a_message_that_always_fails_is_given_up_after_max_attempts() {
     let nsqd = Nsqd::start(&[]);
     let sink = Sink::start(|_| Reply::Status(503));
     publish(&nsqd, "doomed", &numbered("d", 1));
-    let nsqd_addr = nsqd.tcp_addr.to_string();
     let url = sink.url("/doomed");
-    let mut args = vec![
-        "--topic=doomed",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &url,
-    ];
+    let mut args = vec!["--post", &url];
     args.extend(QUICK_RETRY);
     // The later option wins over QUICK_RETRY's max_attempts,0.
     args.extend(["--consumer-opt", "max_attempts,3"]);
-    let tool = nsq_to_http(&args);
+    let tool = from_nsqd(&nsqd, "doomed", &args);
     // Attempts 1..3 are sent and requeued; the 4th delivery is finished unsent (go-nsq's
     // "attempted 4 times, giving up").
     let ch = wait_finished(&nsqd, "doomed", "nsq_to_http", 1);

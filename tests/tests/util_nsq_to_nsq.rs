@@ -28,6 +28,17 @@ fn bridge(args: &[&str]) -> Tool {
     Tool::start(&nsq_to_nsq_bin(), args)
 }
 
+/// nsq_to_nsq from `topic` on `src` to the nsqd at `dests`, with `extra` arguments.
+fn bridge_from(src: &Nsqd, topic: &str, dests: &[&str], extra: &[&str]) -> Tool {
+    let (t, s) = (format!("--topic={topic}"), src.tcp_addr.to_string());
+    let mut args = vec![t.as_str(), "--nsqd-tcp-address", &s];
+    for d in dests {
+        args.extend(["--destination-nsqd-tcp-address", d]);
+    }
+    args.extend_from_slice(extra);
+    bridge(&args)
+}
+
 /// Waits until the source channel has nothing queued or in flight and the destination topic
 /// has received at least `want` messages; returns the destination topic's message count.
 fn wait_copied(
@@ -54,6 +65,28 @@ fn wait_copied(
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Waits until `bodies`, published to `topic` on `src`, are on `dst_topic` of `dst`, each
+/// exactly once (in any order).
+fn assert_copied_once(src: &Nsqd, topic: &str, dst: &Nsqd, dst_topic: &str, bodies: &[Vec<u8>]) {
+    let n = bodies.len();
+    let got = wait_copied(src, topic, "nsq_to_nsq", dst, dst_topic, n as i64);
+    assert_eq!(got, n as i64);
+    let mut want = bodies.to_vec();
+    want.sort();
+    assert!(drain(dst, dst_topic, n) == want);
+}
+
+/// Waits until `d1` and `d2` together have `n` messages on `topic`; returns their counts.
+fn wait_total(topic: &str, d1: &Nsqd, d2: &Nsqd, n: i64) -> (i64, i64) {
+    let deadline = Instant::now() + TIMEOUT;
+    let count = |d: &Nsqd| d.topic_stats(topic).map_or(0, |t| int(&t, "message_count"));
+    while count(d1) + count(d2) < n {
+        assert!(Instant::now() < deadline, "{} + {}", count(d1), count(d2));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (count(d1), count(d2))
 }
 
 /// Subscribes to `topic` and takes exactly `n` messages (FINishing them), then checks that no
@@ -114,22 +147,22 @@ fn copies_100k_exactly_once_with_json_filtering() {
     want.sort();
     publish(&src, "orders", &bodies);
 
-    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = bridge(&[
-        "--topic=orders",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &d,
-        "--destination-topic=copy",
-        "--require-json-field=k",
-        "--require-json-value=v",
-        "--whitelist-json-field=k",
-        "--whitelist-json-field=id",
-        "--whitelist-json-field=f",
-        "--whitelist-json-field=missing",
-        "--max-in-flight=500",
-    ]);
+    let d = dst.tcp_addr.to_string();
+    let bridge = bridge_from(
+        &src,
+        "orders",
+        &[&d],
+        &[
+            "--destination-topic=copy",
+            "--require-json-field=k",
+            "--require-json-value=v",
+            "--whitelist-json-field=k",
+            "--whitelist-json-field=id",
+            "--whitelist-json-field=f",
+            "--whitelist-json-field=missing",
+            "--max-in-flight=500",
+        ],
+    );
     let got = wait_copied(
         &src,
         "orders",
@@ -172,31 +205,19 @@ fn round_robin_splits_between_two_destinations() {
     let d2 = Nsqd::start(&[]);
     let bodies: Vec<Vec<u8>> = (0..1000).map(|i| format!("m{i:04}").into_bytes()).collect();
     publish(&src, "rr", &bodies);
-    let (s, a1, a2) = (
-        src.tcp_addr.to_string(),
-        d1.tcp_addr.to_string(),
-        d2.tcp_addr.to_string(),
+    let (a1, a2) = (d1.tcp_addr.to_string(), d2.tcp_addr.to_string());
+    let bridge = bridge_from(
+        &src,
+        "rr",
+        &[&a1, &a2],
+        &[
+            "--channel=bridge",
+            "--mode=round-robin",
+            "--status-every=100",
+        ],
     );
-    let bridge = bridge(&[
-        "--topic=rr",
-        "--channel=bridge",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &a1,
-        "--destination-nsqd-tcp-address",
-        &a2,
-        "--mode=round-robin",
-        "--status-every=100",
-    ]);
-    let deadline = Instant::now() + TIMEOUT;
-    let count = |n: &Nsqd| n.topic_stats("rr").map_or(0, |t| int(&t, "message_count"));
-    while count(&d1) + count(&d2) < 1000 {
-        assert!(Instant::now() < deadline, "{} + {}", count(&d1), count(&d2));
-        std::thread::sleep(Duration::from_millis(100));
-    }
     // The shared counter alternates per message: an even split.
-    assert_eq!((count(&d1), count(&d2)), (500, 500));
+    assert_eq!(wait_total("rr", &d1, &d2, 1000), (500, 500));
     let mut all = drain(&d1, "rr", 500);
     all.extend(drain(&d2, "rr", 500));
     all.sort();
@@ -236,29 +257,24 @@ fn destination_down_at_start_requeues_then_delivers() {
     publish(&src, "later", &bodies);
     let port = free_port();
     let dest = format!("127.0.0.1:{port}");
-    let s = src.tcp_addr.to_string();
-    let bridge = bridge(&[
-        "--topic=later",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &dest,
-        "--consumer-opt=default_requeue_delay,100ms",
-        "--consumer-opt=max_requeue_delay,200ms",
-        "--consumer-opt=backoff_multiplier,20ms",
-        "--consumer-opt=max_backoff_duration,200ms",
-        "--consumer-opt=max_attempts,0",
-    ]);
+    let bridge = bridge_from(
+        &src,
+        "later",
+        &[&dest],
+        &[
+            "--consumer-opt=default_requeue_delay,100ms",
+            "--consumer-opt=max_requeue_delay,200ms",
+            "--consumer-opt=backoff_multiplier,20ms",
+            "--consumer-opt=max_backoff_duration,200ms",
+            "--consumer-opt=max_attempts,0",
+        ],
+    );
     src.wait_stats("requeues while the destination is down", TIMEOUT, |s| {
         find_channel(s, "later", "nsq_to_nsq").is_some_and(|c| int(c, "requeue_count") >= 3)
     });
     let tcp = format!("--tcp-address={dest}");
     let dst = Nsqd::start(&[&tcp]);
-    let got = wait_copied(&src, "later", "nsq_to_nsq", &dst, "later", 200);
-    assert_eq!(got, 200);
-    let mut want = bodies.clone();
-    want.sort();
-    assert!(drain(&dst, "later", 200) == want);
+    assert_copied_once(&src, "later", &dst, "later", &bodies);
     let log = bridge.stop_ok("TERM");
     assert!(log.contains("connection refused"), "{log}");
 }
@@ -272,19 +288,19 @@ fn missing_field_with_required_value_is_requeued() {
         "req",
         &[br#"{"other":1}"#.to_vec(), br#"{"k":"v"}"#.to_vec()],
     );
-    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = bridge(&[
-        "--topic=req",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &d,
-        "--require-json-field=k",
-        "--require-json-value=v",
-        "--consumer-opt=default_requeue_delay,50ms",
-        "--consumer-opt=backoff_multiplier,10ms",
-        "--consumer-opt=max_attempts,3",
-    ]);
+    let d = dst.tcp_addr.to_string();
+    let bridge = bridge_from(
+        &src,
+        "req",
+        &[&d],
+        &[
+            "--require-json-field=k",
+            "--require-json-value=v",
+            "--consumer-opt=default_requeue_delay,50ms",
+            "--consumer-opt=backoff_multiplier,10ms",
+            "--consumer-opt=max_attempts,3",
+        ],
+    );
     // Requeued until max_attempts, then given up; the matching one is copied unchanged.
     src.wait_stats("the missing-field message given up", TIMEOUT, |s| {
         find_channel(s, "req", "nsq_to_nsq").is_some_and(|c| {
@@ -307,17 +323,17 @@ fn user_agents_and_channel_at_both_ends() {
     let src = Nsqd::start(&[]);
     let dst = Nsqd::start(&[]);
     publish(&src, "ua", &[b"x".to_vec()]);
-    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = bridge(&[
-        "--topic=ua",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &d,
-        "--consumer-opt=client_id,bridge-c",
-        "--producer-opt=client_id,bridge-p",
-        "--max-in-flight=17",
-    ]);
+    let d = dst.tcp_addr.to_string();
+    let bridge = bridge_from(
+        &src,
+        "ua",
+        &[&d],
+        &[
+            "--consumer-opt=client_id,bridge-c",
+            "--producer-opt=client_id,bridge-p",
+            "--max-in-flight=17",
+        ],
+    );
     let stats = src.wait_stats("the consumer", TIMEOUT, |s| {
         find_channel(s, "ua", "nsq_to_nsq")
             .is_some_and(|c| c["clients"].as_array().is_some_and(|a| a.len() == 1))
@@ -437,27 +453,21 @@ fn hostpool_moves_traffic_off_a_dead_destination() {
         .collect();
     publish(&src, "hp", &bodies);
     let dead = format!("127.0.0.1:{}", free_port());
-    let (s, l) = (src.tcp_addr.to_string(), live.tcp_addr.to_string());
+    let l = live.tcp_addr.to_string();
     // The default mode is hostpool: the dead destination is tried first, marked failed and
     // then left alone for 30 s, so everything (the requeued messages too) goes to the live one.
-    let bridge = bridge(&[
-        "--topic=hp",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &dead,
-        "--destination-nsqd-tcp-address",
-        &l,
-        "--consumer-opt=default_requeue_delay,50ms",
-        "--consumer-opt=backoff_multiplier,10ms",
-        "--consumer-opt=max_backoff_duration,100ms",
-        "--consumer-opt=max_attempts,0",
-    ]);
-    let got = wait_copied(&src, "hp", "nsq_to_nsq", &live, "hp", 1000);
-    assert_eq!(got, 1000);
-    let mut want = bodies.clone();
-    want.sort();
-    assert!(drain(&live, "hp", 1000) == want);
+    let bridge = bridge_from(
+        &src,
+        "hp",
+        &[&dead, &l],
+        &[
+            "--consumer-opt=default_requeue_delay,50ms",
+            "--consumer-opt=backoff_multiplier,10ms",
+            "--consumer-opt=max_backoff_duration,100ms",
+            "--consumer-opt=max_attempts,0",
+        ],
+    );
+    assert_copied_once(&src, "hp", &live, "hp", &bodies);
     let ch = src.channel_stats("hp", "nsq_to_nsq").unwrap();
     assert!(int(&ch, "requeue_count") >= 1, "{ch}");
     let log = bridge.stop_ok("TERM");
@@ -484,11 +494,7 @@ fn discovers_the_source_via_lookupd() {
         &d,
         "--destination-topic=copied",
     ]);
-    let got = wait_copied(&src, "found", "nsq_to_nsq", &dst, "copied", 50);
-    assert_eq!(got, 50);
-    let mut want = bodies.clone();
-    want.sort();
-    assert!(drain(&dst, "copied", 50) == want);
+    assert_copied_once(&src, "found", &dst, "copied", &bodies);
     bridge.stop_ok("TERM");
 }
 
@@ -498,7 +504,7 @@ fn a_body_the_destination_refuses_does_not_hold_back_the_others() {
     // The destination takes bodies of at most 100 bytes: an MPUB holding a bigger one is
     // refused as a whole, and the messages are then published one by one.
     let dst = Nsqd::start(&["--max-msg-size=100"]);
-    let mut bodies: Vec<Vec<u8>> = (0..300).map(|i| format!("ok{i:03}").into_bytes()).collect();
+    let bodies: Vec<Vec<u8>> = (0..300).map(|i| format!("ok{i:03}").into_bytes()).collect();
     // Published among the first ones, so that they travel in MPUBs with small ones (without
     // the one-by-one retry, those would be requeued with them until max_attempts, and lost).
     let mut sent = bodies.clone();
@@ -506,23 +512,20 @@ fn a_body_the_destination_refuses_does_not_hold_back_the_others() {
         sent.insert(1 + 40 * usize::from(i), vec![b'0' + i; 150]);
     }
     publish(&src, "big", &sent);
-    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = bridge(&[
-        "--topic=big",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &d,
-        "--consumer-opt=default_requeue_delay,20ms",
-        "--consumer-opt=backoff_multiplier,10ms",
-        "--consumer-opt=max_backoff_duration,50ms",
-        "--consumer-opt=max_attempts,3",
-    ]);
+    let d = dst.tcp_addr.to_string();
+    let bridge = bridge_from(
+        &src,
+        "big",
+        &[&d],
+        &[
+            "--consumer-opt=default_requeue_delay,20ms",
+            "--consumer-opt=backoff_multiplier,10ms",
+            "--consumer-opt=max_backoff_duration,50ms",
+            "--consumer-opt=max_attempts,3",
+        ],
+    );
     // The big ones are requeued until max_attempts and then given up; the others are copied.
-    let got = wait_copied(&src, "big", "nsq_to_nsq", &dst, "big", 300);
-    assert_eq!(got, 300);
-    bodies.sort();
-    assert!(drain(&dst, "big", 300) == bodies);
+    assert_copied_once(&src, "big", &dst, "big", &bodies);
     let ch = src.channel_stats("big", "nsq_to_nsq").unwrap();
     assert!(int(&ch, "requeue_count") >= 3, "{ch}");
     bridge.stop_ok("TERM");
@@ -535,17 +538,10 @@ fn large_bodies_are_split_into_mpubs_the_destination_accepts() {
     let dst = Nsqd::start(&["--max-msg-size=500000", "--max-body-size=1100000"]);
     let bodies: Vec<Vec<u8>> = (0..12u8).map(|i| vec![b'a' + i; 400_000]).collect();
     publish(&src, "large", &bodies);
-    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = bridge(&[
-        "--topic=large",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &d,
-    ]);
-    let got = wait_copied(&src, "large", "nsq_to_nsq", &dst, "large", 12);
-    assert_eq!(got, 12);
-    assert!(drain(&dst, "large", 12) == bodies);
+    let d = dst.tcp_addr.to_string();
+    let bridge = bridge_from(&src, "large", &[&d], &[]);
+    // (The bodies are in sorted order already.)
+    assert_copied_once(&src, "large", &dst, "large", &bodies);
     let ch = src.channel_stats("large", "nsq_to_nsq").unwrap();
     assert_eq!(int(&ch, "requeue_count"), 0, "{ch}");
     let log = bridge.stop_ok("TERM");
@@ -559,28 +555,9 @@ fn epsilon_greedy_delivers_everything_across_two_destinations() {
     let d2 = Nsqd::start(&[]);
     let bodies: Vec<Vec<u8>> = (0..500).map(|i| format!("eg{i:03}").into_bytes()).collect();
     publish(&src, "eg", &bodies);
-    let (s, a1, a2) = (
-        src.tcp_addr.to_string(),
-        d1.tcp_addr.to_string(),
-        d2.tcp_addr.to_string(),
-    );
-    let bridge = bridge(&[
-        "--topic=eg",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &a1,
-        "--destination-nsqd-tcp-address",
-        &a2,
-        "--mode=epsilon-greedy",
-    ]);
-    let deadline = Instant::now() + TIMEOUT;
-    let count = |n: &Nsqd| n.topic_stats("eg").map_or(0, |t| int(&t, "message_count"));
-    while count(&d1) + count(&d2) < 500 {
-        assert!(Instant::now() < deadline, "{} + {}", count(&d1), count(&d2));
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let (n1, n2) = (count(&d1), count(&d2));
+    let (a1, a2) = (d1.tcp_addr.to_string(), d2.tcp_addr.to_string());
+    let bridge = bridge_from(&src, "eg", &[&a1, &a2], &["--mode=epsilon-greedy"]);
+    let (n1, n2) = wait_total("eg", &d1, &d2, 500);
     assert_eq!(n1 + n2, 500);
     let mut all = drain(&d1, "eg", n1 as usize);
     all.extend(drain(&d2, "eg", n2 as usize));
