@@ -9,6 +9,8 @@
 # with `syscalls` it counts the daemon's syscalls with perf's tracepoints (far less intrusive
 # than strace, which stops the daemon at every syscall and so batches its work for it).
 # READER_ARGS adds bench_reader flags (e.g. --handler-us=10 for a go-nsq-paced consumer).
+# The client's own CPU (user/sys seconds, from /usr/bin/time) is printed too: what the daemon
+# does changes what the client's syscalls cost.
 # Build the tools first: cargo build --release -p nsq-bench.
 NSQD=$1; TOOL=${2:-none}; MODE=${3:-go}; SECS=${4:-5}
 T=$(cd "$(dirname "$0")/.." && pwd)/target/release
@@ -27,7 +29,7 @@ case $TOOL in
   perf) perf record -g -p $P -o /tmp/perf.data -- sleep $SECS >/dev/null 2>&1 & SP=$!; sleep 0.3;;
   syscalls) perf stat -x, -o $D/pstat.out -e raw_syscalls:sys_enter,syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex,syscalls:sys_enter_writev -p $P & SP=$!; sleep 0.3;;
 esac
-R=$($T/bench_reader $A --runfor=${SECS}s --fin-mode=$MODE ${READER_ARGS:-} 2>/dev/null | grep RESULT)
+R=$(/usr/bin/time -f "client_cpu_user=%U client_cpu_sys=%S client_wall=%e" -o $D/client_time $T/bench_reader $A --runfor=${SECS}s --fin-mode=$MODE ${READER_ARGS:-} 2>/dev/null | grep RESULT)
 t1=$(ticks)
 case $TOOL in
   strace) kill -INT $SP; wait $SP; cat $D/strace.out | head -20;;
@@ -36,5 +38,5 @@ case $TOOL in
 esac
 kill $P; wait $P 2>/dev/null
 msgs=$(echo $R | sed 's/.*msgs=\([0-9]*\).*/\1/')
-echo "$R cpu_s=$(awk -v t=$((t1-t0)) 'BEGIN{print t/100}') us_per_msg=$(awk -v t=$((t1-t0)) -v n=$msgs 'BEGIN{printf "%.3f", t/100*1e6/n}') ${SYSC:-}"
+echo "$R $(cat $D/client_time) cpu_s=$(awk -v t=$((t1-t0)) 'BEGIN{print t/100}') us_per_msg=$(awk -v t=$((t1-t0)) -v n=$msgs 'BEGIN{printf "%.3f", t/100*1e6/n}') ${SYSC:-}"
 rm -rf $D

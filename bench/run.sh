@@ -12,8 +12,9 @@
 #                 message before its FIN, the pace of a real go-nsq consumer
 #   drain-nsq     bench_reader --fin-mode nsq (NSQ's bench_reader flushing), one per core
 #   drain-batch   bench_reader --fin-mode batch --drain: the rest of the backlog, until empty
-#   both-go       publish-mpub and drain-go together for RUNFOR s
-#   both-nsq      publish-mpub and drain-nsq together for RUNFOR s
+#   both-go       publish-mpub and drain-go together for RUNFOR s, on a topic of its own
+#   both-nsq      publish-mpub and drain-nsq together for RUNFOR s, on a topic of its own
+#                 (so both measure one stream in and out, not the earlier phases' backlog)
 # and once each, on a fresh daemon with default flags:
 #   latency       bench_writer --rate RATE (single PUBs, send time in the body) for LAT_SECS
 #                 while a go-mode bench_reader --latency records end-to-end latency (HDR)
@@ -265,8 +266,14 @@ run_setup() { # setup-name [nsqd flags...]
     phase drain-gopace "$name" 1r sub "" "$t $c --fin-mode=go --handler-us=$HANDLER_US --runfor=${RUNFOR}s"
     phase drain-nsq "$name" "${NPROC}r" sub "" "$t $c --fin-mode=nsq --runfor=${RUNFOR}s"
     phase drain-batch "$name" "${NPROC}r" sub "" "$t $c --fin-mode=batch --drain --runfor=$DRAIN_MAX"
-    phase both-go "$name" "${NPROC}w/1r" pub "$w" "$t $c --fin-mode=go --runfor=${RUNFOR}s"
-    phase both-nsq "$name" "${NPROC}w/${NPROC}r" pub "$w" "$t $c --fin-mode=nsq --runfor=${RUNFOR}s"
+    # The both-at-once phases get fresh topics (the reader's SUB creates topic and channel
+    # before the writer starts): publishing and consuming one stream, as NSQ's bench does. On
+    # the topic above, readers would also drain what the earlier phases left, and CPU per
+    # published message would count that drain too.
+    local tg=--topic=${TOPIC}_both_go tn=--topic=${TOPIC}_both_nsq
+    local wb="--batch-size=$BATCH_SIZE --runfor=${RUNFOR}s"
+    phase both-go "$name" "${NPROC}w/1r" pub "$tg $wb" "$tg $c --fin-mode=go --runfor=${RUNFOR}s"
+    phase both-nsq "$name" "${NPROC}w/${NPROC}r" pub "$tn $wb" "$tn $c --fin-mode=nsq --runfor=${RUNFOR}s"
     stop_nsqd
 }
 

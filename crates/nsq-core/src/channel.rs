@@ -22,7 +22,7 @@
 //! `set_read_watermark`, so watermark updates reach the backend in state order). The backend
 //! and the deferred store have their own locks.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -42,6 +42,7 @@ use crate::deferred_store::DeferredStore;
 use crate::e2e::E2eLatency;
 pub use crate::inflight::FinishError;
 use crate::inflight::InFlightQueue;
+use crate::memqueue::MemQueue;
 use crate::message::{now_nanos, Message};
 use crate::options::{Health, Options};
 use crate::receipt::{Pending, PutReceipt};
@@ -156,7 +157,7 @@ impl ReadTracker {
 
 /// Everything the channel lock protects.
 struct State {
-    mem: VecDeque<Queued>,
+    mem: MemQueue<Queued>,
     /// The backend holds messages newer than everything in `mem`; new puts go behind them so the
     /// channel stays FIFO. Cleared when the backend drains.
     spill: bool,
@@ -276,7 +277,7 @@ impl Channel {
             backend,
             store,
             state: Mutex::new(State {
-                mem: VecDeque::new(),
+                mem: MemQueue::new(),
                 spill,
                 backend_writers: 0,
                 in_flight: InFlightQueue::new(),
@@ -340,6 +341,30 @@ impl Channel {
             self.count(msgs.len());
             return Ok(());
         }
+        self.receive_deferred(msgs, receipt)
+    }
+
+    /// [`Channel::receive`] for the topic's last channel, which may keep the topic's copies
+    /// instead of cloning them (saves a reference-count round trip per message body).
+    pub(crate) fn receive_owned(
+        &self,
+        msgs: Vec<Message>,
+        receipt: &mut PutReceipt,
+    ) -> Result<(), BackendError> {
+        if msgs.iter().all(|m| m.defer_ms == 0) {
+            let n = msgs.len();
+            self.put_queued(msgs.into_iter().map(Queued::new), Some(receipt))?;
+            self.count(n);
+            return Ok(());
+        }
+        self.receive_deferred(&msgs, receipt)
+    }
+
+    fn receive_deferred(
+        &self,
+        msgs: &[Message],
+        receipt: &mut PutReceipt,
+    ) -> Result<(), BackendError> {
         let (now, now_wall) = (Instant::now(), now_nanos());
         let mut immediate = Vec::new();
         let mut later = Vec::new();
@@ -366,7 +391,7 @@ impl Channel {
                 receipt.store(store, t);
             }
         }
-        if let Err(e) = self.put_queued(immediate, Some(receipt)) {
+        if let Err(e) = self.put_queued(immediate.into_iter(), Some(receipt)) {
             if let Some(store) = &self.store {
                 // Refused as a whole: take the journal entries back (best effort; should
                 // they survive a crash, the message was at least published, if refused).
@@ -394,7 +419,8 @@ impl Channel {
     /// Appends messages to the channel queue: memory while there is room (and nothing older
     /// waits on disk), then the backend. Does not touch `message_count`.
     pub fn put(&self, msgs: impl IntoIterator<Item = Message>) -> Result<(), BackendError> {
-        self.put_queued(msgs.into_iter().map(Queued::new), None)
+        let msgs: Vec<Queued> = msgs.into_iter().map(Queued::new).collect();
+        self.put_queued(msgs.into_iter(), None)
     }
 
     /// All or nothing: the part that does not fit in memory is written to the backend first,
@@ -402,11 +428,10 @@ impl Channel {
     /// no trace (a retry by the topic's pump never duplicates).
     fn put_queued(
         &self,
-        msgs: impl IntoIterator<Item = Queued>,
+        msgs: impl ExactSizeIterator<Item = Queued>,
         receipt: Option<&mut PutReceipt>,
     ) -> Result<(), BackendError> {
-        let mut msgs: Vec<Queued> = msgs.into_iter().collect();
-        if msgs.is_empty() {
+        if msgs.len() == 0 {
             return Ok(());
         }
         let mut st = self.state.lock();
@@ -418,7 +443,15 @@ impl Channel {
         } else {
             self.opts.mem_queue_size.saturating_sub(st.mem.len())
         };
-        if msgs.len() > room {
+        if msgs.len() <= room {
+            // All of it fits: straight into the memory queue, no intermediate vector.
+            st.mem.extend(msgs);
+            drop(st);
+            self.notify.notify_waiters();
+            return Ok(());
+        }
+        let mut msgs: Vec<Queued> = msgs.collect();
+        {
             let rest = msgs.split_off(room);
             if self.durable {
                 st.spill = true;
@@ -1054,7 +1087,7 @@ impl Channel {
         self.close_consumers();
         let msgs: Vec<Message> = {
             let mut st = self.state.lock();
-            let mut v: Vec<Message> = st.mem.drain(..).map(|q| q.msg).collect();
+            let mut v: Vec<Message> = st.mem.take_all().map(|q| q.msg).collect();
             v.extend(st.in_flight.drain().map(|f| f.msg));
             v.extend(st.deferred.drain().map(|(_, m)| m));
             v
@@ -1151,7 +1184,7 @@ mod tests {
 
     #[derive(Default)]
     struct MockState {
-        records: VecDeque<(Bytes, RecordPos)>,
+        records: std::collections::VecDeque<(Bytes, RecordPos)>,
         next: i64,
         fail: bool,
         watermark: Option<RecordPos>,

@@ -11,6 +11,7 @@ pub mod diskqueue;
 pub mod e2e;
 pub mod engine;
 pub mod inflight;
+pub mod memqueue;
 pub mod message;
 pub mod options;
 pub mod receipt;

@@ -6,7 +6,7 @@
 //! backlog once there is somewhere to send it — the reference's "depth accumulates in the
 //! topic until a channel exists / the topic is unpaused".
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -17,6 +17,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::backend::{BackendError, BackendQueue, RecordPos};
 use crate::channel::Channel;
 use crate::engine::Engine;
+use crate::memqueue::MemQueue;
 use crate::message::{now_nanos, GuidFactory, Message};
 use crate::options::{Health, Options};
 use crate::receipt::PutReceipt;
@@ -47,7 +48,7 @@ struct State {
     channels: BTreeMap<String, Arc<Channel>>,
     /// Snapshot of `channels` for fan-out without holding the lock.
     fanout: Arc<[Arc<Channel>]>,
-    mem: VecDeque<Message>,
+    mem: MemQueue<Message>,
     /// The backend holds messages newer than `mem` (FIFO), see `Channel`.
     spill: bool,
     backend_writers: usize,
@@ -124,7 +125,7 @@ impl Topic {
             state: Mutex::new(State {
                 channels: BTreeMap::new(),
                 fanout: Arc::from(Vec::new()),
-                mem: VecDeque::new(),
+                mem: MemQueue::new(),
                 spill,
                 backend_writers: 0,
                 pumping: false,
@@ -212,7 +213,7 @@ impl Topic {
         {
             let chans = st.fanout.clone();
             drop(st);
-            let failed = fan_out(&chans, &msgs, &mut receipt);
+            let failed = fan_out_owned(&chans, msgs, &mut receipt);
             return match failed.into_iter().next() {
                 None => {
                     self.count(total, bytes);
@@ -356,7 +357,8 @@ impl Topic {
             return self.deliver(b);
         }
         let n = st.mem.len().min(PUMP_BATCH);
-        let mut batch: Vec<Message> = st.mem.drain(..n).collect();
+        let mut batch: Vec<Message> = Vec::with_capacity(n);
+        st.mem.pop_front_into(n, &mut batch);
         if batch.is_empty() {
             if !st.spill {
                 st.pumping = false;
@@ -562,7 +564,7 @@ impl Topic {
         }
         let (channels, msgs) = {
             let mut st = self.state.lock();
-            let msgs: Vec<Message> = st.mem.drain(..).collect();
+            let msgs: Vec<Message> = st.mem.take_all().collect();
             (st.channels.values().cloned().collect::<Vec<_>>(), msgs)
         };
         for ch in channels {
@@ -617,14 +619,41 @@ fn fan_out(
 ) -> Vec<(Arc<Channel>, BackendError)> {
     let mut failed = Vec::new();
     for ch in chans {
-        match ch.receive(msgs, receipt) {
-            Ok(()) => {}
-            Err(BackendError::Exiting) if ch.is_exiting() => {}
-            Err(e) => {
-                tracing::error!(topic = %ch.topic_name(), channel = %ch.name(), "failed to put message to channel - {e}");
-                failed.push((ch.clone(), e));
-            }
-        }
+        channel_result(ch, ch.receive(msgs, receipt), &mut failed);
     }
     failed
+}
+
+/// [`fan_out`] for a batch nobody needs afterwards: the last channel keeps the messages
+/// instead of cloning them (nsqd/topic.go `messagePump` likewise gives one channel, the first,
+/// the original message and the others copies).
+fn fan_out_owned(
+    chans: &[Arc<Channel>],
+    msgs: Vec<Message>,
+    receipt: &mut PutReceipt,
+) -> Vec<(Arc<Channel>, BackendError)> {
+    let mut failed = Vec::new();
+    let Some((last, rest)) = chans.split_last() else {
+        return failed;
+    };
+    for ch in rest {
+        channel_result(ch, ch.receive(&msgs, receipt), &mut failed);
+    }
+    channel_result(last, last.receive_owned(msgs, receipt), &mut failed);
+    failed
+}
+
+fn channel_result(
+    ch: &Arc<Channel>,
+    r: Result<(), BackendError>,
+    failed: &mut Vec<(Arc<Channel>, BackendError)>,
+) {
+    match r {
+        Ok(()) => {}
+        Err(BackendError::Exiting) if ch.is_exiting() => {}
+        Err(e) => {
+            tracing::error!(topic = %ch.topic_name(), channel = %ch.name(), "failed to put message to channel - {e}");
+            failed.push((ch.clone(), e));
+        }
+    }
 }

@@ -510,9 +510,8 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
             ch.touch(client.id, &id, msg_timeout)
                 .map_err(|e: FinishError| NsqError::touch_failed(&id, &e.to_string()))
         }
-        Command::Pub { topic, mut body } => {
+        Command::Pub { topic, body } => {
             check_auth(nsqd, client, "PUB", &topic, "").await?;
-            compact(std::slice::from_mut(&mut body));
             let t = nsqd
                 .topic(&topic)
                 .await
@@ -527,9 +526,8 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
             send_response(client, frame::OK);
             Ok(())
         }
-        Command::Mpub { topic, mut bodies } => {
+        Command::Mpub { topic, bodies } => {
             check_auth(nsqd, client, "MPUB", &topic, "").await?;
-            compact(&mut bodies);
             let n = bodies.len() as u64;
             let t = nsqd
                 .topic(&topic)
@@ -548,10 +546,9 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
         Command::Dpub {
             topic,
             defer_ms,
-            mut body,
+            body,
         } => {
             check_auth(nsqd, client, "DPUB", &topic, "").await?;
-            compact(std::slice::from_mut(&mut body));
             let t = nsqd
                 .topic(&topic)
                 .await
@@ -576,24 +573,6 @@ async fn exec(nsqd: &Arc<Nsqd>, client: &Arc<Client>, cmd: Command) -> Result<()
         }
         Command::Identify { body } => identify(nsqd, client, &body).map(|_| ()),
         Command::Auth { body } => auth(nsqd, client, body).await,
-    }
-}
-
-/// Copies message bodies out of the connection's read buffer into one exact-size allocation:
-/// queued messages then pin only their own bytes (not whole read buffers), and the read buffer
-/// stays uniquely owned, so it is reused instead of reallocated.
-fn compact(bodies: &mut [Bytes]) {
-    let total = bodies.iter().map(Bytes::len).sum();
-    let mut buf = BytesMut::with_capacity(total);
-    for b in bodies.iter() {
-        buf.extend_from_slice(b);
-    }
-    let all = buf.freeze();
-    let mut off = 0;
-    for b in bodies.iter_mut() {
-        let n = b.len();
-        *b = all.slice(off..off + n);
-        off += n;
     }
 }
 

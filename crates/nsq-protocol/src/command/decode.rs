@@ -471,6 +471,10 @@ fn message_checks(cmd: &str, size: i32, limits: &Limits) -> Result<(), NsqError>
 }
 
 /// `[size][body]`: validates the size as soon as it is buffered, takes the body when whole.
+///
+/// Bodies are copied out of the read buffer into allocations of their own (one per command):
+/// a queued message then pins only its own bytes, not a whole read buffer, and the read buffer
+/// stays uniquely owned, so the connection reuses it instead of allocating a new one.
 fn sized_body(
     buf: &mut BytesMut,
     check: impl FnOnce(i32) -> Result<(), NsqError>,
@@ -483,8 +487,9 @@ fn sized_body(
     if buf.len() < 4 + size {
         return Ok(None);
     }
-    buf.advance(4);
-    Ok(Some(buf.split_to(size).freeze()))
+    let body = Bytes::copy_from_slice(&buf[4..4 + size]);
+    buf.advance(4 + size);
+    Ok(Some(body))
 }
 
 fn pending_body(
@@ -576,15 +581,21 @@ fn mpub_body(
         scan.done += 1;
     }
 
-    let all = buf.split_to(scan.offset).freeze();
-    let mut bodies = Vec::with_capacity(count as usize);
+    // The bodies are copied into one exact-size allocation shared by the batch (see
+    // `sized_body` for why), without the length prefixes.
+    let end = scan.offset;
+    let mut all = BytesMut::with_capacity(end - 8 - 4 * count as usize);
+    let mut spans = Vec::with_capacity(count as usize);
     let mut at = 8;
-    while at < all.len() {
-        let size = read_i32(&all, at).expect("validated") as usize;
-        bodies.push(all.slice(at + 4..at + 4 + size));
+    while at < end {
+        let size = read_i32(buf, at).expect("validated") as usize;
+        spans.push(all.len()..all.len() + size);
+        all.extend_from_slice(&buf[at + 4..at + 4 + size]);
         at += 4 + size;
     }
-    Ok(Some(bodies))
+    buf.advance(end);
+    let all = all.freeze();
+    Ok(Some(spans.into_iter().map(|r| all.slice(r)).collect()))
 }
 
 #[cfg(test)]
