@@ -3,10 +3,10 @@
 //! and apps/nsq_to_nsq/nsq_to_nsq.go, each in its own `main`/`flagSet`): `--channel`,
 //! `--max-in-flight`, `--nsqd-tcp-address`, `--lookupd-http-address` and `--consumer-opt`.
 //!
-//! [`ConsumerFlags`] holds them, [`consumer_flags!`](crate::consumer_flags) declares them into
-//! a tool's flag table, [`ConsumerFlags::check_addresses`] is the "one of the two address
-//! kinds" check every tool makes, [`ConsumerFlags::config`] the go-nsq config each tool
-//! builds from them and [`ConsumerFlags::connect`] the connecting of one consumer.
+//! [`ConsumerFlags`] holds them, [`consumer_flags!`](macro@crate::consumer_flags) declares
+//! them into a tool's flag table, [`ConsumerFlags::check_addresses`] is the "one of the two
+//! address kinds" check every tool makes, [`ConsumerFlags::config`] the go-nsq config each
+//! tool builds from them and [`ConsumerFlags::connect`] the connecting of one consumer.
 //!
 //! `--topic` is not among them: nsq_to_http takes one topic (`flag.String`), the others
 //! several (`StringArray`), with different usage texts, so each tool declares its own.

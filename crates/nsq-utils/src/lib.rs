@@ -1,6 +1,6 @@
 //! What the NSQ utilities share (nsq's apps/*/main.go all follow one pattern): the
 //! `--consumer-opt` / `--producer-opt` flag value ([`ConfigFlag`], go-nsq's `ConfigFlag`), the
-//! consumer flags of the four consuming tools ([`consumer_flags`]), the
+//! consumer flags of the four consuming tools ([`consumer_flags`](mod@consumer_flags)), the
 //! Go standard-logger lines their fatal errors use ([`log`], [`fatal`]), the command-line
 //! outcome handling ([`parse_or_exit`]) and the user agent / version texts.
 
