@@ -85,6 +85,8 @@ impl AsyncWrite for WriteSide {
 /// reads and shrinks after short ones, so FIN-sized reads do not clear 64 KiB each time).
 const CHUNK_MIN: usize = 4 * 1024;
 const CHUNK_MAX: usize = 64 * 1024;
+/// At most this much is read from a parked socket at once (see `FdReader::read_parked`).
+const PARKED_READ_MAX: usize = 1024 * 1024;
 
 /// Registers a socket descriptor this process owns for the given readiness.
 // `AsyncFd::with_interest` is deprecated since tokio 1.54 because a `T` that does not own its
@@ -149,25 +151,45 @@ impl FdReader {
         fd.readable().await.map(|_| ())
     }
 
-    /// A non-blocking read on a parked socket: `None` when nothing is there.
+    /// Non-blocking reads on a parked socket until it is empty (or `PARKED_READ_MAX` bytes
+    /// were read): everything that arrived during the parked period, in one go. `None` when
+    /// nothing is there; `Some(0)` at end of stream.
+    ///
+    /// One chunk per period is not enough: a fast consumer FINs its whole window while the
+    /// reader sleeps, and a window of 2,500 FINs is 52 KiB; reading it a few KiB per period
+    /// left the client waiting for a refill with all its work done.
     pub(crate) fn read_parked(&mut self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
         let s = match (&self.parked, &self.fd) {
             (Some(s), _) => s,
             (None, Some(f)) => f.get_ref(),
             (None, None) => unreachable!("a reader always holds its socket"),
         };
-        let old = buf.len();
-        buf.resize(old + self.chunk, 0);
-        let r = (&*s).read(&mut buf[old..]);
-        let n = *r.as_ref().unwrap_or(&0);
-        buf.truncate(old + n);
-        match r {
-            Ok(n) => {
-                self.chunk = next_chunk(self.chunk, n);
-                Ok(Some(n))
+        let mut total = 0;
+        loop {
+            let old = buf.len();
+            buf.resize(old + self.chunk, 0);
+            let r = (&*s).read(&mut buf[old..]);
+            let n = *r.as_ref().unwrap_or(&0);
+            buf.truncate(old + n);
+            match r {
+                Ok(n) => {
+                    let full = n == self.chunk;
+                    self.chunk = next_chunk(self.chunk, n);
+                    total += n;
+                    if !full || total >= PARKED_READ_MAX {
+                        return Ok(Some(total));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Ok((total > 0).then_some(total));
+                }
+                Err(e) if total > 0 => {
+                    // Hand over what was read; the error comes back on the next read.
+                    tracing::debug!("parked read: {e}");
+                    return Ok(Some(total));
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e),
         }
     }
 
@@ -343,4 +365,48 @@ pub(crate) async fn upgrade(
         send_ok(&mut wr).await?;
     }
     Ok((rd, wr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// A parked socket is read until it is empty: a window's worth of FINs that arrived while
+    /// the reader slept comes back from one `read_parked`, not a chunk per period.
+    #[tokio::test]
+    async fn parked_read_takes_everything_that_arrived() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (server, _) = l.accept().await.unwrap();
+        let (ReadSide::Tcp(mut rd), _wr) = split(server).unwrap() else {
+            panic!("plain TCP splits into descriptors");
+        };
+        rd.park();
+        let mut buf = BytesMut::new();
+        assert_eq!(rd.read_parked(&mut buf).unwrap(), None, "nothing there yet");
+        // 2,500 FINs: far more than one read chunk.
+        let fins = b"FIN 0123456789abcdef\n".repeat(2500);
+        client.write_all(&fins).await.unwrap();
+        client.flush().await.unwrap();
+        // Loopback queues the bytes at the receiver during the write; the pause is margin.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let n = rd.read_parked(&mut buf).unwrap();
+        assert_eq!(
+            n,
+            Some(fins.len()),
+            "one call takes everything that arrived"
+        );
+        assert_eq!(&buf[..], &fins[..]);
+        drop(client);
+        let mut eof = None;
+        for _ in 0..200 {
+            eof = rd.read_parked(&mut buf).unwrap();
+            if eof.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(eof, Some(0), "end of stream");
+    }
 }
