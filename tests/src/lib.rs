@@ -5,7 +5,7 @@
 //! the raw V2 TCP protocol with the frame/command codecs of `nsq-protocol`. Everything that
 //! does not start a binary (HTTP and TCP clients, [`certs`], `/stats` lookups, waiting) comes
 //! from the `nsq-testkit` crate, shared with the daemon crates' own tests, and is re-exported
-//! here under its old names.
+//! here under its old names. What the tests of the utilities share is in [`util`].
 //!
 //! The binaries are not built by the tests: run `cargo build -p nsqd-bin -p nsqlookupd-bin`
 //! first, or set `NSQD_BIN` / `NSQLOOKUPD_BIN` to a binary.
@@ -15,7 +15,7 @@ pub use nsq_testkit::{
     consume_all, curl, describe, eventually, find_channel, find_topic, have_program, http_get,
     http_post, http_request, int, wait_until, HttpResponse, ReadError, V2Conn,
 };
-pub mod nsq_to_file;
+pub mod util;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -63,6 +63,21 @@ pub fn to_nsq_bin() -> PathBuf {
 /// The `nsq_tail` utility under test (`cargo build -p nsq_tail-bin`); see [`util_bin`].
 pub fn nsq_tail_bin() -> PathBuf {
     util_bin("NSQ_TAIL_BIN", "nsq_tail", "nsq_tail-bin")
+}
+
+/// The `nsq_to_file` utility under test (`cargo build -p nsq_to_file-bin`); see [`util_bin`].
+pub fn nsq_to_file_bin() -> PathBuf {
+    util_bin("NSQ_TO_FILE_BIN", "nsq_to_file", "nsq_to_file-bin")
+}
+
+/// The `nsq_to_http` utility under test (`cargo build -p nsq_to_http-bin`); see [`util_bin`].
+pub fn nsq_to_http_bin() -> PathBuf {
+    util_bin("NSQ_TO_HTTP_BIN", "nsq_to_http", "nsq_to_http-bin")
+}
+
+/// The `nsq_to_nsq` utility under test (`cargo build -p nsq_to_nsq-bin`); see [`util_bin`].
+pub fn nsq_to_nsq_bin() -> PathBuf {
+    util_bin("NSQ_TO_NSQ_BIN", "nsq_to_nsq", "nsq_to_nsq-bin")
 }
 
 /// The `nsq_stat` utility under test (`cargo build -p nsq_stat-bin`); see [`util_bin`].

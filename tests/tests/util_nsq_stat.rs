@@ -7,6 +7,9 @@
 
 use std::time::Duration;
 
+use nsq_integration_tests::util::{
+    assert_exit, assert_fatal, assert_version, nsqd_registered_with, wait_registered,
+};
 use nsq_integration_tests::{http_post, nsq_stat_bin, run_tool, Nsqd, Nsqlookupd};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -56,12 +59,7 @@ fn table_from_nsqd_addresses_summed() {
         b"",
         TIMEOUT,
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let line = "      0       0 |       5       5       0     0     0 |       0       0            5       0\n";
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
@@ -72,14 +70,9 @@ fn table_from_nsqd_addresses_summed() {
 #[test]
 fn table_via_lookupd_and_errors() {
     let lookupd = Nsqlookupd::start(&[]);
-    let reg = format!("--lookupd-tcp-address={}", lookupd.tcp_addr);
-    let nsqd = Nsqd::start(&["--broadcast-address=127.0.0.1", &reg]);
+    let nsqd = nsqd_registered_with(&lookupd);
     setup(&nsqd, "lt", "ch", 1);
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    while lookupd.get("/lookup?topic=lt").status != 200 {
-        assert!(std::time::Instant::now() < deadline, "no registration");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_registered(&lookupd, "lt");
     let lh = lookupd.http_addr.to_string();
     let out = run_tool(
         &nsq_stat_bin(),
@@ -94,12 +87,7 @@ fn table_via_lookupd_and_errors() {
         b"",
         TIMEOUT,
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let line = "      0       0 |       1       1       0     0     0 |       0       0            1       0\n";
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
@@ -130,7 +118,6 @@ fn table_via_lookupd_and_errors() {
 #[test]
 fn validation_messages_and_exit_codes() {
     let bin = nsq_stat_bin();
-    let run = |args: &[&str]| run_tool(&bin, args, b"", TIMEOUT);
     let cases: &[(&[&str], &str)] = &[
         (&["--topic=t"], "--topic and --channel are required"),
         (
@@ -184,15 +171,9 @@ fn validation_messages_and_exit_codes() {
         ),
     ];
     for (args, msg) in cases {
-        let out = run(args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.ends_with(&format!(" {msg}\n")), "{args:?}: {err}");
-        assert_eq!(err.lines().count(), 1, "{err}");
+        assert_fatal(&bin, args, msg);
     }
-    let out = run(&["--version"]);
-    assert_eq!(out.status.code(), Some(0));
-    assert_eq!(out.stdout, b"nsq_stat v1.3.0\n");
-    let out = run(&["--count", "x"]);
+    assert_version(&bin, "nsq_stat");
+    let out = run_tool(&bin, &["--count", "x"], b"", TIMEOUT);
     assert_eq!(out.status.code(), Some(2));
 }

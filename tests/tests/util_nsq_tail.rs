@@ -6,25 +6,21 @@
 //!
 //! Build first: `cargo build -p nsqd-bin -p nsq_tail-bin` (or set NSQD_BIN / NSQ_TAIL_BIN).
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nsq_integration_tests::{assert_go_log_line, nsq_tail_bin, run_tool, Nsqd, Value};
+use nsq_integration_tests::util::{
+    assert_exit, assert_fatal, assert_help_lists, assert_usage_error, assert_version,
+    nsqd_registered_with, publish, wait_registered, Tool,
+};
+use nsq_integration_tests::{nsq_tail_bin, run_tool, Nsqd, Nsqlookupd, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-fn publish_all(nsqd: &Nsqd, topic: &str, bodies: &[&[u8]]) {
-    let mut c = nsqd.connect();
-    for b in bodies {
-        c.publish(topic, b);
-    }
-}
 
 #[test]
 fn prints_bodies_byte_for_byte_and_stops_after_n() {
     let nsqd = Nsqd::start(&[]);
     let bodies: [&[u8]; 5] = [b"one", b"two words", b" ", b"bin\x00\xff\x01", b"tab\tend"];
-    publish_all(&nsqd, "tailed", &bodies);
+    publish(&nsqd, "tailed", &bodies);
     let addr = nsqd.tcp_addr.to_string();
     let out = run_tool(
         &nsq_tail_bin(),
@@ -32,12 +28,7 @@ fn prints_bodies_byte_for_byte_and_stops_after_n() {
         b"",
         TIMEOUT,
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let mut want = Vec::new();
     for b in bodies {
         want.extend_from_slice(b);
@@ -56,8 +47,8 @@ fn prints_bodies_byte_for_byte_and_stops_after_n() {
 #[test]
 fn several_topics_with_print_topic() {
     let nsqd = Nsqd::start(&[]);
-    publish_all(&nsqd, "t1", &[b"a1", b"a2", b"a3"]);
-    publish_all(&nsqd, "t2", &[b"b1", b"b2", b"b3"]);
+    publish(&nsqd, "t1", &["a1", "a2", "a3"]);
+    publish(&nsqd, "t2", &["b1", "b2", "b3"]);
     let addr = nsqd.tcp_addr.to_string();
     let out = run_tool(
         &nsq_tail_bin(),
@@ -107,8 +98,9 @@ fn tail_channel(stats: &Value, topic: &str) -> Option<Value> {
 fn ephemeral_channel_user_agent_consumer_opt_and_sigterm() {
     let nsqd = Nsqd::start(&[]);
     let addr = nsqd.tcp_addr.to_string();
-    let mut child = Command::new(nsq_tail_bin())
-        .args([
+    let tool = Tool::start(
+        &nsq_tail_bin(),
+        &[
             "--topic",
             "quiet",
             "--nsqd-tcp-address",
@@ -119,12 +111,8 @@ fn ephemeral_channel_user_agent_consumer_opt_and_sigterm() {
             "client_id,tailtest",
             "--consumer-opt",
             "max_in_flight,999",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        ],
+    );
     let stats = nsqd.wait_stats("nsq_tail's subscription", TIMEOUT, |s| {
         tail_channel(s, "quiet").is_some_and(|ch| ch["clients"][0]["ready_count"] == 7)
     });
@@ -144,101 +132,70 @@ fn ephemeral_channel_user_agent_consumer_opt_and_sigterm() {
     // -n 7 < --max-in-flight 200 lowers RDY to 7, and --consumer-opt cannot change it.
     assert_eq!(client["ready_count"], 7);
 
-    let sent = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-    let deadline = Instant::now() + TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "nsq_tail ignored SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (status, _) = tool.stop("TERM");
     assert_eq!(status.code(), Some(0));
 }
 
 #[test]
 fn validation_messages_and_exit_codes() {
     let bin = nsq_tail_bin();
-    let run = |args: &[&str]| run_tool(&bin, args, b"", TIMEOUT);
-
-    let out = run(&["--topic", "t"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert_go_log_line(
-        &out.stderr,
+    assert_fatal(
+        &bin,
+        &["--topic", "t"],
         "--nsqd-tcp-address or --lookupd-http-address required",
     );
-
-    let out = run(&[
-        "--topic",
-        "t",
-        "--nsqd-tcp-address",
-        "127.0.0.1:4150",
-        "--lookupd-http-address",
-        "127.0.0.1:4161",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert_go_log_line(
-        &out.stderr,
+    assert_fatal(
+        &bin,
+        &[
+            "--topic",
+            "t",
+            "--nsqd-tcp-address",
+            "127.0.0.1:4150",
+            "--lookupd-http-address",
+            "127.0.0.1:4161",
+        ],
         "use --nsqd-tcp-address or --lookupd-http-address not both",
     );
-
-    let out = run(&["--nsqd-tcp-address", "127.0.0.1:4150"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert_go_log_line(&out.stderr, "--topic required");
-
-    let out = run(&["--consumer-opt", "bogus,1"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.starts_with(
-            "invalid value \"bogus,1\" for flag -consumer-opt: invalid option bogus\n\
-             Usage of nsq_tail:\n"
-        ),
-        "{err}"
+    assert_fatal(
+        &bin,
+        &["--nsqd-tcp-address", "127.0.0.1:4150"],
+        "--topic required",
     );
-
-    let out = run(&["--bogus"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr)
-        .starts_with("flag provided but not defined: -bogus\nUsage of nsq_tail:\n"));
-
-    let out = run(&["--version"]);
-    assert_eq!(out.status.code(), Some(0));
-    assert_eq!(out.stdout, b"nsq_tail v1.3.0\n");
-
-    let out = run(&["-h"]);
-    assert_eq!(out.status.code(), Some(0));
-    let err = String::from_utf8_lossy(&out.stderr);
-    for flag in [
-        "-channel string",
-        "-consumer-opt value",
-        "-lookupd-http-address value",
-        "-max-in-flight int",
-        "-n int",
-        "-nsqd-tcp-address value",
-        "-print-topic",
-        "-topic value",
-        "-version",
-    ] {
-        assert!(err.contains(&format!("  {flag}\n")), "{flag}: {err}");
-    }
+    assert_usage_error(
+        &bin,
+        "nsq_tail",
+        &["--consumer-opt", "bogus,1"],
+        "invalid value \"bogus,1\" for flag -consumer-opt: invalid option bogus",
+    );
+    assert_usage_error(
+        &bin,
+        "nsq_tail",
+        &["--bogus"],
+        "flag provided but not defined: -bogus",
+    );
+    assert_version(&bin, "nsq_tail");
+    assert_help_lists(
+        &bin,
+        &[
+            "-channel string",
+            "-consumer-opt value",
+            "-lookupd-http-address value",
+            "-max-in-flight int",
+            "-n int",
+            "-nsqd-tcp-address value",
+            "-print-topic",
+            "-topic value",
+            "-version",
+        ],
+    );
 }
 
 #[test]
 fn discovers_nsqd_via_lookupd() {
-    let lookupd = nsq_integration_tests::Nsqlookupd::start(&[]);
-    let reg = format!("--lookupd-tcp-address={}", lookupd.tcp_addr);
-    let nsqd = Nsqd::start(&["--broadcast-address=127.0.0.1", &reg]);
-    publish_all(&nsqd, "found", &[b"x1", b"x2", b"x3"]);
-    let deadline = Instant::now() + TIMEOUT;
-    while lookupd.get("/lookup?topic=found").status != 200 {
-        assert!(Instant::now() < deadline, "no registration");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let lookupd = Nsqlookupd::start(&[]);
+    let nsqd = nsqd_registered_with(&lookupd);
+    publish(&nsqd, "found", &["x1", "x2", "x3"]);
+    wait_registered(&lookupd, "found");
     let lh = lookupd.http_addr.to_string();
     let out = run_tool(
         &nsq_tail_bin(),
@@ -246,11 +203,6 @@ fn discovers_nsqd_via_lookupd() {
         b"",
         TIMEOUT,
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     assert_eq!(out.stdout, b"x1\nx2\nx3\n");
 }

@@ -14,12 +14,20 @@ use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
-use nsq_integration_tests::nsq_to_file::{nsq_to_file_bin, Running};
+use nsq_integration_tests::util::{
+    assert_fatal, assert_help_lists, assert_usage_error, assert_version, nsqd_registered_with,
+    publish, wait_finished, Tool,
+};
 use nsq_integration_tests::{
-    assert_go_log_line, find_channel, http_post, int, run_tool, Bytes, Nsqd, Nsqlookupd, Value,
+    find_channel, http_post, int, nsq_to_file_bin, Nsqd, Nsqlookupd, Value,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running nsq_to_file (stderr collected, killed on drop unless stopped).
+fn nsq_to_file(args: &[&str]) -> Tool {
+    Tool::start(&nsq_to_file_bin(), args)
+}
 
 fn short_hostname() -> String {
     let h = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
@@ -65,16 +73,6 @@ fn bodies(prefix: &str, range: std::ops::Range<usize>) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn publish(nsqd: &Nsqd, topic: &str, bodies: &[Vec<u8>]) {
-    let mut c = nsqd.connect();
-    for chunk in bodies.chunks(1000) {
-        c.mpublish(
-            topic,
-            chunk.iter().map(|b| Bytes::from(b.clone())).collect(),
-        );
-    }
-}
-
 fn lines(bodies: &[Vec<u8>]) -> Vec<u8> {
     let mut v = Vec::new();
     for b in bodies {
@@ -82,28 +80,6 @@ fn lines(bodies: &[Vec<u8>]) -> Vec<u8> {
         v.push(b'\n');
     }
     v
-}
-
-/// The channel's stats once all of `n` published messages are finished (none waiting, none
-/// in flight).
-fn wait_all_finished(nsqd: &Nsqd, tool: &Running, topic: &str, channel: &str, n: i64) {
-    tool.wait_for(
-        &format!("{n} messages finished on {topic}"),
-        TIMEOUT,
-        || {
-            find_channel(&nsqd.stats(), topic, channel).is_some_and(|c| {
-                int(c, "message_count") == n
-                    && int(c, "depth") == 0
-                    && int(c, "in_flight_count") == 0
-            })
-        },
-    );
-}
-
-fn sigterm_and_expect_0(tool: &mut Running) {
-    tool.signal("TERM");
-    let status = tool.wait(TIMEOUT);
-    assert_eq!(status.code(), Some(0), "stderr:\n{}", tool.stderr());
 }
 
 #[test]
@@ -120,7 +96,7 @@ fn default_file_name_contents_user_agent_and_sigterm() {
     ];
     publish(&nsqd, "orders", &want);
     let hour_before = date("%Y-%m-%d_%H");
-    let mut tool = Running::start(&[
+    let tool = nsq_to_file(&[
         "--topic=orders",
         "--nsqd-tcp-address",
         &addr,
@@ -132,7 +108,7 @@ fn default_file_name_contents_user_agent_and_sigterm() {
         "--consumer-opt=bogus,1",
         "--consumer-opt=max_in_flight,5",
     ]);
-    wait_all_finished(&nsqd, &tool, "orders", "nsq_to_file", 5);
+    wait_finished(&nsqd, "orders", "nsq_to_file", 5);
     let ch = find_channel(&nsqd.stats(), "orders", "nsq_to_file")
         .unwrap()
         .clone();
@@ -141,7 +117,7 @@ fn default_file_name_contents_user_agent_and_sigterm() {
     assert_eq!(client["client_id"], "archiver");
     // --max-in-flight (200) wins over --consumer-opt max_in_flight.
     assert_eq!(client["ready_count"], 200);
-    sigterm_and_expect_0(&mut tool);
+    let err = tool.stop_ok("TERM");
     let hour_after = date("%Y-%m-%d_%H");
 
     let got = files(out.path());
@@ -154,7 +130,6 @@ fn default_file_name_contents_user_agent_and_sigterm() {
     ];
     assert!(candidates.contains(name), "{name} not in {candidates:?}");
     assert_eq!(content, &lines(&want));
-    let err = tool.stderr();
     let opening = err
         .lines()
         .find(|l| l.contains(" INFO: [orders/nsq_to_file] opening "))
@@ -175,7 +150,7 @@ fn placeholders_and_size_rotation() {
     let want = bodies("msg", 0..100);
     publish(&nsqd, "sized", &want);
     let year = date("%Y");
-    let mut tool = Running::start(&[
+    let tool = nsq_to_file(&[
         "--topic=sized",
         "--nsqd-tcp-address",
         &addr,
@@ -188,8 +163,8 @@ fn placeholders_and_size_rotation() {
         "--sync-interval=1s",
     ]);
     let pid = tool.pid();
-    wait_all_finished(&nsqd, &tool, "sized", "nsq_to_file", 100);
-    sigterm_and_expect_0(&mut tool);
+    wait_finished(&nsqd, "sized", "nsq_to_file", 100);
+    tool.stop_ok("TERM");
 
     let host = short_hostname();
     let got = files(out.path());
@@ -214,7 +189,7 @@ fn interval_rotation_keeps_every_message_in_order() {
     let first = bodies("a", 0..5);
     let second = bodies("b", 0..5);
     publish(&nsqd, "timed", &first);
-    let mut tool = Running::start(&[
+    let tool = nsq_to_file(&[
         "--topic=timed",
         "--nsqd-tcp-address",
         &addr,
@@ -225,7 +200,7 @@ fn interval_rotation_keeps_every_message_in_order() {
         "--skip-empty-files",
         "--sync-interval=250ms",
     ]);
-    wait_all_finished(&nsqd, &tool, "timed", "nsq_to_file", 5);
+    wait_finished(&nsqd, "timed", "nsq_to_file", 5);
     // The file is older than --rotate-interval at the next tick: it is closed (and with
     // --skip-empty-files no empty one is opened); the next message opens revision 1.
     let f0 = out.path().join("timed-000000.log");
@@ -234,8 +209,8 @@ fn interval_rotation_keeps_every_message_in_order() {
     });
     std::thread::sleep(Duration::from_millis(600));
     publish(&nsqd, "timed", &second);
-    wait_all_finished(&nsqd, &tool, "timed", "nsq_to_file", 10);
-    sigterm_and_expect_0(&mut tool);
+    wait_finished(&nsqd, "timed", "nsq_to_file", 10);
+    tool.stop_ok("TERM");
 
     let got = files(out.path());
     assert!(got.len() >= 2, "{:?}", names(out.path()));
@@ -257,7 +232,7 @@ fn new_datetime_bucket_opens_a_new_file() {
     let first = bodies("s", 0..5);
     let second = bodies("t", 0..5);
     publish(&nsqd, "clock", &first);
-    let mut tool = Running::start(&[
+    let tool = nsq_to_file(&[
         "--topic=clock",
         "--nsqd-tcp-address",
         &addr,
@@ -268,11 +243,11 @@ fn new_datetime_bucket_opens_a_new_file() {
         "--skip-empty-files",
         "--sync-interval=200ms",
     ]);
-    wait_all_finished(&nsqd, &tool, "clock", "nsq_to_file", 5);
+    wait_finished(&nsqd, "clock", "nsq_to_file", 5);
     std::thread::sleep(Duration::from_millis(1100));
     publish(&nsqd, "clock", &second);
-    wait_all_finished(&nsqd, &tool, "clock", "nsq_to_file", 10);
-    sigterm_and_expect_0(&mut tool);
+    wait_finished(&nsqd, "clock", "nsq_to_file", 10);
+    tool.stop_ok("TERM");
 
     // One file per second that saw messages (no empty ones), in time order.
     let got = files(out.path());
@@ -316,7 +291,7 @@ fn gzip_multi_member_files() {
     let want = bodies("zipped", 0..1000);
     publish(&nsqd, "packed", &want);
     let hour_before = date("%Y-%m-%d_%H");
-    let mut tool = Running::start(&[
+    let tool = nsq_to_file(&[
         "--topic=packed",
         "--nsqd-tcp-address",
         &addr,
@@ -327,8 +302,8 @@ fn gzip_multi_member_files() {
         "--host-identifier=h",
         "--sync-interval=1s",
     ]);
-    wait_all_finished(&nsqd, &tool, "packed", "nsq_to_file", 1000);
-    sigterm_and_expect_0(&mut tool);
+    wait_finished(&nsqd, "packed", "nsq_to_file", 1000);
+    tool.stop_ok("TERM");
     let hour_after = date("%Y-%m-%d_%H");
 
     let got = files(out.path());
@@ -362,7 +337,7 @@ fn work_dir_files_move_to_output_dir_on_close_and_sighup() {
     let first = bodies("w", 0..10);
     let second = bodies("x", 0..10);
     publish(&nsqd, "moved", &first);
-    let mut tool = Running::start(&[
+    let tool = nsq_to_file(&[
         "--topic=moved",
         "--nsqd-tcp-address",
         &addr,
@@ -373,7 +348,7 @@ fn work_dir_files_move_to_output_dir_on_close_and_sighup() {
         "--filename-format=<TOPIC><REV>.log",
         "--sync-interval=200ms",
     ]);
-    wait_all_finished(&nsqd, &tool, "moved", "nsq_to_file", 10);
+    wait_finished(&nsqd, "moved", "nsq_to_file", 10);
     // Being written: in the work dir only.
     assert_eq!(names(work.path()), ["moved-000001.log"]);
     assert_eq!(names(out.path()), ["moved-000000.log"]);
@@ -391,9 +366,9 @@ fn work_dir_files_move_to_output_dir_on_close_and_sighup() {
     );
 
     publish(&nsqd, "moved", &second);
-    wait_all_finished(&nsqd, &tool, "moved", "nsq_to_file", 20);
+    wait_finished(&nsqd, "moved", "nsq_to_file", 20);
     assert_eq!(names(work.path()), ["moved-000002.log"]);
-    sigterm_and_expect_0(&mut tool);
+    tool.stop_ok("TERM");
     assert!(names(work.path()).is_empty());
     assert_eq!(
         names(out.path()),
@@ -412,11 +387,10 @@ fn work_dir_files_move_to_output_dir_on_close_and_sighup() {
 #[test]
 fn topic_pattern_picks_up_topics_created_later() {
     let lookupd = Nsqlookupd::start(&[]);
-    let reg = format!("--lookupd-tcp-address={}", lookupd.tcp_addr);
-    let nsqd = Nsqd::start(&["--broadcast-address=127.0.0.1", &reg]);
+    let nsqd = nsqd_registered_with(&lookupd);
     let out = tempfile::tempdir().unwrap();
     let lh = lookupd.http_addr.to_string();
-    let mut tool = Running::start(&[
+    let tool = nsq_to_file(&[
         "--lookupd-http-address",
         &lh,
         "--topic-pattern=^keep",
@@ -432,12 +406,12 @@ fn topic_pattern_picks_up_topics_created_later() {
     let keep = bodies("k", 0..3);
     publish(&nsqd, "keep_me", &keep);
     publish(&nsqd, "drop_me", &bodies("d", 0..3));
-    wait_all_finished(&nsqd, &tool, "keep_me", "nsq_to_file", 3);
+    wait_finished(&nsqd, "keep_me", "nsq_to_file", 3);
     tool.wait_for("drop_me to be skipped", TIMEOUT, || {
         tool.stderr()
             .contains("WARNING: skipping topic drop_me (doesn't match pattern ^keep)")
     });
-    sigterm_and_expect_0(&mut tool);
+    tool.stop_ok("TERM");
     assert_eq!(names(out.path()), ["keep_me.log"]);
     assert_eq!(
         std::fs::read(out.path().join("keep_me.log")).unwrap(),
@@ -475,7 +449,7 @@ fn lines_on_disk(dir: &Path, published: &HashSet<Vec<u8>>) -> (HashSet<Vec<u8>>,
 
 /// Publishes `n` messages, starts the tool and waits until it has finished some of them
 /// (but, with a 30 s sync interval and a large backlog, usually not all).
-fn backlog_and_tool(n: usize, out: &Path) -> (Nsqd, Running, HashSet<Vec<u8>>) {
+fn backlog_and_tool(n: usize, out: &Path) -> (Nsqd, Tool, HashSet<Vec<u8>>) {
     let nsqd = Nsqd::start(&[]);
     let all = bodies("m", 0..n);
     let mut body = Vec::new();
@@ -486,7 +460,7 @@ fn backlog_and_tool(n: usize, out: &Path) -> (Nsqd, Running, HashSet<Vec<u8>>) {
     let r = http_post(nsqd.http_addr, "/mpub?topic=stream", &body);
     assert_eq!(r.status, 200, "{}", r.text());
     let addr = nsqd.tcp_addr.to_string();
-    let tool = Running::start(&[
+    let tool = nsq_to_file(&[
         "--topic=stream",
         "--nsqd-tcp-address",
         &addr,
@@ -521,8 +495,8 @@ fn finished_after_disconnect(nsqd: &Nsqd, n: usize) -> (i64, Value) {
 fn sigterm_mid_stream_finishes_exactly_what_is_on_disk() {
     let out = tempfile::tempdir().unwrap();
     let n = 60_000;
-    let (nsqd, mut tool, published) = backlog_and_tool(n, out.path());
-    sigterm_and_expect_0(&mut tool);
+    let (nsqd, tool, published) = backlog_and_tool(n, out.path());
+    tool.stop_ok("TERM");
     let (finished, c) = finished_after_disconnect(&nsqd, n);
     // A graceful stop leaves nothing in flight: written messages were synced and finished,
     // the rest requeued.
@@ -556,12 +530,7 @@ fn sigkill_mid_stream_loses_nothing_that_was_finished() {
 #[test]
 fn validation_messages_and_exit_codes() {
     let bin = nsq_to_file_bin();
-    let run = |args: &[&str]| run_tool(&bin, args, b"", TIMEOUT);
-    let fatal = |args: &[&str], msg: &str| {
-        let out = run(args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
-        assert_go_log_line(&out.stderr, msg);
-    };
+    let fatal = |args: &[&str], msg: &str| assert_fatal(&bin, args, msg);
     let n = "--nsqd-tcp-address=127.0.0.1:1";
     let l = "--lookupd-http-address=127.0.0.1:1";
     fatal(
@@ -596,46 +565,42 @@ fn validation_messages_and_exit_codes() {
         "--lookupd-http-address must be specified when no --topic specified",
     );
 
-    let out = run(&["--version"]);
-    assert_eq!(out.status.code(), Some(0));
-    assert_eq!(out.stdout, b"nsq_to_file v1.3.0\n");
-
-    let out = run(&["--bogus"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr)
-        .starts_with("flag provided but not defined: -bogus\nUsage of nsq_to_file:\n"));
-
-    let out = run(&["-h"]);
-    assert_eq!(out.status.code(), Some(0));
-    let err = String::from_utf8_lossy(&out.stderr);
-    for flag in [
-        "-channel string",
-        "-consumer-opt value",
-        "-datetime-format string",
-        "-filename-format string",
-        "-gzip",
-        "-gzip-level int",
-        "-host-identifier string",
-        "-http-client-connect-timeout duration",
-        "-http-client-request-timeout duration",
-        "-log-level string",
-        "-log-prefix string",
-        "-lookupd-http-address value",
-        "-max-in-flight int",
-        "-nsqd-tcp-address value",
-        "-output-dir string",
-        "-rotate-interval duration",
-        "-rotate-size rotate-size",
-        "-skip-empty-files",
-        "-sync-interval duration",
-        "-topic value",
-        "-topic-pattern string",
-        "-topic-refresh duration",
-        "-version",
-        "-work-dir string",
-    ] {
-        assert!(err.contains(&format!("  {flag}\n")), "{flag}: {err}");
-    }
+    assert_version(&bin, "nsq_to_file");
+    assert_usage_error(
+        &bin,
+        "nsq_to_file",
+        &["--bogus"],
+        "flag provided but not defined: -bogus",
+    );
+    assert_help_lists(
+        &bin,
+        &[
+            "-channel string",
+            "-consumer-opt value",
+            "-datetime-format string",
+            "-filename-format string",
+            "-gzip",
+            "-gzip-level int",
+            "-host-identifier string",
+            "-http-client-connect-timeout duration",
+            "-http-client-request-timeout duration",
+            "-log-level string",
+            "-log-prefix string",
+            "-lookupd-http-address value",
+            "-max-in-flight int",
+            "-nsqd-tcp-address value",
+            "-output-dir string",
+            "-rotate-interval duration",
+            "-rotate-size rotate-size",
+            "-skip-empty-files",
+            "-sync-interval duration",
+            "-topic value",
+            "-topic-pattern string",
+            "-topic-refresh duration",
+            "-version",
+            "-work-dir string",
+        ],
+    );
 }
 
 #[test]
@@ -643,7 +608,7 @@ fn template_without_rev_skips_the_topic() {
     let nsqd = Nsqd::start(&[]);
     let out = tempfile::tempdir().unwrap();
     let addr = nsqd.tcp_addr.to_string();
-    let mut tool = Running::start(&[
+    let tool = nsq_to_file(&[
         "--topic=t",
         "--nsqd-tcp-address",
         &addr,
@@ -658,6 +623,6 @@ fn template_without_rev_skips_the_topic() {
              --filename-format when gzip, rotation, or work dir enabled",
         )
     });
-    sigterm_and_expect_0(&mut tool);
+    tool.stop_ok("TERM");
     assert!(names(out.path()).is_empty());
 }

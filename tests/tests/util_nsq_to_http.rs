@@ -12,20 +12,18 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nsq_integration_tests::{assert_go_log_line, int, run_tool, util_bin, Nsqd, Value};
+use nsq_integration_tests::util::{
+    assert_fatal, assert_usage_error, assert_version, nsqd_registered_with, publish, wait_finished,
+    wait_registered, Tool,
+};
+use nsq_integration_tests::{assert_go_log_line, int, nsq_to_http_bin, run_tool, Nsqd, Nsqlookupd};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-fn nsq_to_http_bin() -> PathBuf {
-    util_bin("NSQ_TO_HTTP_BIN", "nsq_to_http", "nsq_to_http-bin")
-}
 
 /// Fast retries, so a requeued message comes back in milliseconds instead of go-nsq's 90 s,
 /// and no message is ever given up.
@@ -215,95 +213,24 @@ fn serve(stream: TcpStream, log: &Mutex<Vec<Request>>, policy: &Policy, counter:
 // ---------------------------------------------------------------------------------------------
 // the tool
 
-/// A running nsq_to_http; stderr is collected; killed on drop.
-struct Tool {
-    child: Child,
-    stderr: Arc<Mutex<Vec<u8>>>,
+/// A running nsq_to_http (stderr collected, killed on drop unless stopped).
+fn nsq_to_http(args: &[&str]) -> Tool {
+    Tool::start(&nsq_to_http_bin(), args)
 }
 
-impl Tool {
-    fn start(args: &[&str]) -> Tool {
-        let mut child = Command::new(nsq_to_http_bin())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let mut pipe = child.stderr.take().unwrap();
-        let s = stderr.clone();
-        thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                s.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
-        Tool { child, stderr }
-    }
-
-    /// SIGTERM, then the exit status and everything written to stderr.
-    fn sigterm(mut self) -> (ExitStatus, String) {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        let deadline = Instant::now() + TIMEOUT;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(Instant::now() < deadline, "nsq_to_http ignored SIGTERM");
-            thread::sleep(Duration::from_millis(20));
-        };
-        // The stderr reader ends with the pipe.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Arc::strong_count(&self.stderr) > 1 && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(10));
-        }
-        let err = String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned();
-        (status, err)
-    }
-}
-
-impl Drop for Tool {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn publish_all(nsqd: &Nsqd, topic: &str, bodies: &[Vec<u8>]) {
-    let mut c = nsqd.connect();
-    for b in bodies {
-        c.publish(topic, b);
-    }
+/// nsq_to_http consuming `topic` from `nsqd`, with `args` after `--topic` and
+/// `--nsqd-tcp-address`.
+fn from_nsqd(nsqd: &Nsqd, topic: &str, args: &[&str]) -> Tool {
+    let (t, addr) = (format!("--topic={topic}"), nsqd.tcp_addr.to_string());
+    let mut all = vec![t.as_str(), "--nsqd-tcp-address", &addr];
+    all.extend_from_slice(args);
+    nsq_to_http(&all)
 }
 
 fn numbered(prefix: &str, n: usize) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| format!("{prefix}{i}").into_bytes())
         .collect()
-}
-
-/// Waits until the channel has every one of `count` messages finished: none left in the
-/// queue, in flight or deferred. Returns the channel's stats.
-fn wait_drained(nsqd: &Nsqd, topic: &str, channel: &str, count: i64) -> Value {
-    let stats = nsqd.wait_stats("every message finished", TIMEOUT, |s| {
-        nsq_integration_tests::find_channel(s, topic, channel).is_some_and(|c| {
-            int(c, "message_count") >= count
-                && int(c, "depth") == 0
-                && int(c, "in_flight_count") == 0
-                && int(c, "deferred_count") == 0
-        })
-    });
-    nsq_integration_tests::find_channel(&stats, topic, channel)
-        .unwrap()
-        .clone()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -318,30 +245,30 @@ fn post_sends_body_content_type_headers_and_user_agents() {
         b"bin\x00\xff\x01".to_vec(),
         b"with space & more".to_vec(),
     ];
-    publish_all(&nsqd, "posted", &bodies);
-    let nsqd_addr = nsqd.tcp_addr.to_string();
+    publish(&nsqd, "posted", &bodies);
     let url = sink.url("/in?src=nsq");
-    let tool = Tool::start(&[
-        "--topic=posted",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &url,
-        "--content-type",
-        "text/plain; charset=utf-8",
-        "--header",
-        "X-Custom: v1",
-        "--header",
-        "  X-Trim :  spaced value  ",
-        "--header",
-        "X-Url: http://a:1/b",
-        "-n",
-        "1",
-        "--max-in-flight",
-        "7",
-        "--consumer-opt",
-        "max_in_flight,999",
-    ]);
+    let tool = from_nsqd(
+        &nsqd,
+        "posted",
+        &[
+            "--post",
+            &url,
+            "--content-type",
+            "text/plain; charset=utf-8",
+            "--header",
+            "X-Custom: v1",
+            "--header",
+            "  X-Trim :  spaced value  ",
+            "--header",
+            "X-Url: http://a:1/b",
+            "-n",
+            "1",
+            "--max-in-flight",
+            "7",
+            "--consumer-opt",
+            "max_in_flight,999",
+        ],
+    );
     let reqs = sink.wait("3 POSTs", |r| r.len() >= 3);
     assert_eq!(reqs.len(), 3);
     for (r, body) in reqs.iter().zip(&bodies) {
@@ -356,13 +283,13 @@ fn post_sends_body_content_type_headers_and_user_agents() {
         let len = body.len().to_string();
         assert_eq!(r.header("Content-Length"), Some(len.as_str()));
     }
-    let ch = wait_drained(&nsqd, "posted", "nsq_to_http", 3);
+    let ch = wait_finished(&nsqd, "posted", "nsq_to_http", 3);
     assert_eq!(int(&ch, "requeue_count"), 0);
     let client = &ch["clients"][0];
     assert_eq!(client["user_agent"], "nsq_to_http/1.3.0 go-nsq/1.1.0");
     // --max-in-flight is the RDY; --consumer-opt cannot change it.
     assert_eq!(client["ready_count"], 7);
-    let (status, err) = tool.sigterm();
+    let (status, err) = tool.stop("TERM");
     assert_eq!(status.code(), Some(0), "{err}");
 }
 
@@ -372,14 +299,10 @@ fn get_substitutes_the_query_escaped_body_and_only_200_counts() {
     // The first GET is answered 201: a success for POST, a failure for GET.
     let sink = Sink::start(|n| Reply::Status(if n == 0 { 201 } else { 200 }));
     let bodies: Vec<Vec<u8>> = vec!["a b&c=d/é?".as_bytes().to_vec(), b"plain".to_vec()];
-    publish_all(&nsqd, "got", &bodies);
-    let nsqd_addr = nsqd.tcp_addr.to_string();
+    publish(&nsqd, "got", &bodies);
     let template = sink.url("/g/x?d=%s&t=1");
     let mut args = vec![
-        "--topic=got",
         "--channel=getter",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
         "--get",
         &template,
         "--header",
@@ -387,7 +310,7 @@ fn get_substitutes_the_query_escaped_body_and_only_200_counts() {
         "-n=1",
     ];
     args.extend(QUICK_RETRY);
-    let tool = Tool::start(&args);
+    let tool = from_nsqd(&nsqd, "got", &args);
     let reqs = sink.wait("both messages answered 200", |r| {
         r.iter().filter(|r| r.delivered()).count() >= 2
     });
@@ -407,9 +330,9 @@ fn get_substitutes_the_query_escaped_body_and_only_200_counts() {
         // A --header replaces the default User-Agent.
         assert_eq!(r.header("User-Agent"), Some("custom/2"));
     }
-    let ch = wait_drained(&nsqd, "got", "getter", 2);
+    let ch = wait_finished(&nsqd, "got", "getter", 2);
     assert_eq!(int(&ch, "requeue_count"), 1, "{ch}");
-    let (status, err) = tool.sigterm();
+    let (status, err) = tool.stop("TERM");
     assert_eq!(status.code(), Some(0), "{err}");
     assert_eq!(sink.requests().len(), 3);
 }
@@ -419,24 +342,24 @@ fn round_robin_alternates_and_other_modes_fan_out() {
     let nsqd = Nsqd::start(&[]);
     let (a, b) = (Sink::ok(), Sink::ok());
     let bodies = numbered("m", 6);
-    publish_all(&nsqd, "spread", &bodies);
-    let nsqd_addr = nsqd.tcp_addr.to_string();
+    publish(&nsqd, "spread", &bodies);
     let (ua, ub) = (a.url("/a"), b.url("/b"));
-    let rr = Tool::start(&[
-        "--topic=spread",
-        "--channel=rr",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &ua,
-        "--post",
-        &ub,
-        "--mode",
-        "round-robin",
-        "-n",
-        "1",
-    ]);
-    wait_drained(&nsqd, "spread", "rr", 6);
+    let rr = from_nsqd(
+        &nsqd,
+        "spread",
+        &[
+            "--channel=rr",
+            "--post",
+            &ua,
+            "--post",
+            &ub,
+            "--mode",
+            "round-robin",
+            "-n",
+            "1",
+        ],
+    );
+    wait_finished(&nsqd, "spread", "rr", 6);
     // The counter is incremented before use: the first message goes to the second address.
     let (got_a, got_b) = (a.delivered_bodies(), b.delivered_bodies());
     assert_eq!(
@@ -447,68 +370,53 @@ fn round_robin_alternates_and_other_modes_fan_out() {
         got_a,
         [bodies[1].clone(), bodies[3].clone(), bodies[5].clone()]
     );
-    assert_eq!(rr.sigterm().0.code(), Some(0));
+    assert_eq!(rr.stop("TERM").0.code(), Some(0));
 
     // Any mode other than round-robin/hostpool/epsilon-greedy sends to every address.
     let (c, d) = (Sink::ok(), Sink::ok());
     let (uc, ud) = (c.url("/c"), d.url("/d"));
-    publish_all(&nsqd, "both", &bodies);
-    let fan = Tool::start(&[
-        "--topic=both",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &uc,
-        "--post",
-        &ud,
-        "--mode=multicast",
-    ]);
-    wait_drained(&nsqd, "both", "nsq_to_http", 6);
+    publish(&nsqd, "both", &bodies);
+    let fan = from_nsqd(
+        &nsqd,
+        "both",
+        &["--post", &uc, "--post", &ud, "--mode=multicast"],
+    );
+    wait_finished(&nsqd, "both", "nsq_to_http", 6);
     let mut got_c = c.delivered_bodies();
     let mut got_d = d.delivered_bodies();
     got_c.sort();
     got_d.sort();
     assert_eq!(got_c, bodies);
     assert_eq!(got_d, bodies);
-    assert_eq!(fan.sigterm().0.code(), Some(0));
+    assert_eq!(fan.stop("TERM").0.code(), Some(0));
 
     // epsilon-greedy: one destination per message, every message once.
     let (e, f) = (Sink::ok(), Sink::ok());
     let (ue, uf) = (e.url("/e"), f.url("/f"));
-    publish_all(&nsqd, "greedy", &bodies);
-    let greedy = Tool::start(&[
-        "--topic=greedy",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &ue,
-        "--post",
-        &uf,
-        "--mode=epsilon-greedy",
-    ]);
-    wait_drained(&nsqd, "greedy", "nsq_to_http", 6);
+    publish(&nsqd, "greedy", &bodies);
+    let greedy = from_nsqd(
+        &nsqd,
+        "greedy",
+        &["--post", &ue, "--post", &uf, "--mode=epsilon-greedy"],
+    );
+    wait_finished(&nsqd, "greedy", "nsq_to_http", 6);
     let mut got = e.delivered_bodies();
     got.extend(f.delivered_bodies());
     got.sort();
     assert_eq!(got, bodies);
-    assert_eq!(greedy.sigterm().0.code(), Some(0));
+    assert_eq!(greedy.stop("TERM").0.code(), Some(0));
 }
 
 #[test]
 fn discovers_nsqd_via_lookupd() {
-    let lookupd = nsq_integration_tests::Nsqlookupd::start(&[]);
-    let reg = format!("--lookupd-tcp-address={}", lookupd.tcp_addr);
-    let nsqd = Nsqd::start(&["--broadcast-address=127.0.0.1", &reg]);
+    let lookupd = Nsqlookupd::start(&[]);
+    let nsqd = nsqd_registered_with(&lookupd);
     let bodies = numbered("found", 3);
-    publish_all(&nsqd, "found", &bodies);
-    let deadline = Instant::now() + TIMEOUT;
-    while lookupd.get("/lookup?topic=found").status != 200 {
-        assert!(Instant::now() < deadline, "no registration");
-        thread::sleep(Duration::from_millis(50));
-    }
+    publish(&nsqd, "found", &bodies);
+    wait_registered(&lookupd, "found");
     let sink = Sink::ok();
     let (lh, url) = (lookupd.http_addr.to_string(), sink.url("/found"));
-    let tool = Tool::start(&[
+    let tool = nsq_to_http(&[
         "--topic=found",
         "--lookupd-http-address",
         &lh,
@@ -516,9 +424,9 @@ fn discovers_nsqd_via_lookupd() {
         &url,
         "-n=1",
     ]);
-    wait_drained(&nsqd, "found", "nsq_to_http", 3);
+    wait_finished(&nsqd, "found", "nsq_to_http", 3);
     assert_eq!(sink.delivered_bodies(), bodies);
-    assert_eq!(tool.sigterm().0.code(), Some(0));
+    assert_eq!(tool.stop("TERM").0.code(), Some(0));
 }
 
 #[test]
@@ -530,30 +438,21 @@ fn hostpool_leaves_a_dead_destination_and_requeues_its_message() {
     };
     let live = Sink::ok();
     let bodies = numbered("h", 8);
-    publish_all(&nsqd, "pool", &bodies);
-    let nsqd_addr = nsqd.tcp_addr.to_string();
+    publish(&nsqd, "pool", &bodies);
     let live_url = live.url("/live");
     let mut args = vec![
-        "--topic=pool",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
         // The default mode is hostpool; the dead address comes first, so it is tried.
-        "--post",
-        &dead,
-        "--post",
-        &live_url,
-        "-n",
-        "1",
+        "--post", &dead, "--post", &live_url, "-n", "1",
     ];
     args.extend(QUICK_RETRY);
-    let tool = Tool::start(&args);
-    let ch = wait_drained(&nsqd, "pool", "nsq_to_http", 8);
+    let tool = from_nsqd(&nsqd, "pool", &args);
+    let ch = wait_finished(&nsqd, "pool", "nsq_to_http", 8);
     // Once marked dead the address is left alone for 30 s: one failure, one requeue.
     assert_eq!(int(&ch, "requeue_count"), 1, "{ch}");
     let mut got = live.delivered_bodies();
     got.sort();
     assert_eq!(got, bodies);
-    assert_eq!(tool.sigterm().0.code(), Some(0));
+    assert_eq!(tool.stop("TERM").0.code(), Some(0));
 }
 
 #[test]
@@ -568,21 +467,12 @@ fn failing_answers_and_dropped_connections_are_retried_until_all_arrive() {
         _ => Reply::Status(200),
     });
     let bodies = numbered("retry-", 40);
-    publish_all(&nsqd, "flaky", &bodies);
-    let nsqd_addr = nsqd.tcp_addr.to_string();
+    publish(&nsqd, "flaky", &bodies);
     let url = sink.url("/flaky");
-    let mut args = vec![
-        "--topic=flaky",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &url,
-        "-n",
-        "4",
-    ];
+    let mut args = vec!["--post", &url, "-n", "4"];
     args.extend(QUICK_RETRY);
-    let tool = Tool::start(&args);
-    let ch = wait_drained(&nsqd, "flaky", "nsq_to_http", 40);
+    let tool = from_nsqd(&nsqd, "flaky", &args);
+    let ch = wait_finished(&nsqd, "flaky", "nsq_to_http", 40);
     let reqs = sink.requests();
     let failures = reqs.iter().filter(|r| !r.delivered()).count();
     assert!(
@@ -599,7 +489,7 @@ fn failing_answers_and_dropped_connections_are_retried_until_all_arrive() {
     assert_eq!(counts.len(), 40, "{counts:?}");
     assert!(counts.values().all(|&c| c == 1), "{counts:?}");
     assert!(counts.keys().all(|k| bodies.contains(k)));
-    assert_eq!(tool.sigterm().0.code(), Some(0));
+    assert_eq!(tool.stop("TERM").0.code(), Some(0));
 }
 
 #[test]
@@ -614,13 +504,9 @@ fn request_timeout_requeues_the_message() {
         }
     });
     let bodies = numbered("slow", 3);
-    publish_all(&nsqd, "slow", &bodies);
-    let nsqd_addr = nsqd.tcp_addr.to_string();
+    publish(&nsqd, "slow", &bodies);
     let url = sink.url("/slow");
     let mut args = vec![
-        "--topic=slow",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
         "--post",
         &url,
         "--http-client-request-timeout=1s",
@@ -629,8 +515,8 @@ fn request_timeout_requeues_the_message() {
         "1",
     ];
     args.extend(QUICK_RETRY);
-    let tool = Tool::start(&args);
-    let ch = wait_drained(&nsqd, "slow", "nsq_to_http", 3);
+    let tool = from_nsqd(&nsqd, "slow", &args);
+    let ch = wait_finished(&nsqd, "slow", "nsq_to_http", 3);
     // (More than one requeue only if the loaded machine made a prompt answer take 1 s too.)
     assert!(int(&ch, "requeue_count") >= 1, "{ch}");
     let reqs = sink.requests();
@@ -643,7 +529,7 @@ fn request_timeout_requeues_the_message() {
     got.sort();
     got.dedup();
     assert_eq!(got, bodies);
-    assert_eq!(tool.sigterm().0.code(), Some(0));
+    assert_eq!(tool.stop("TERM").0.code(), Some(0));
 }
 
 /// `<prefix> finished <n> - 99th: <x>ms - 95th: <x>ms - avg: <x>ms`, `x` with two decimals.
@@ -672,23 +558,23 @@ fn is_status_line(msg: &str, prefix: &str, n: usize) -> bool {
 fn status_every_lines_per_address_and_aggregate() {
     let nsqd = Nsqd::start(&[]);
     let (a, b) = (Sink::ok(), Sink::ok());
-    publish_all(&nsqd, "timed", &numbered("t", 6));
-    let nsqd_addr = nsqd.tcp_addr.to_string();
+    publish(&nsqd, "timed", &numbered("t", 6));
     let (ua, ub) = (a.url("/a"), b.url("/b"));
-    let tool = Tool::start(&[
-        "--topic=timed",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &ua,
-        "--post",
-        &ub,
-        "--mode=round-robin",
-        "--status-every=2",
-        "-n=1",
-    ]);
-    wait_drained(&nsqd, "timed", "nsq_to_http", 6);
-    let (status, err) = tool.sigterm();
+    let tool = from_nsqd(
+        &nsqd,
+        "timed",
+        &[
+            "--post",
+            &ua,
+            "--post",
+            &ub,
+            "--mode=round-robin",
+            "--status-every=2",
+            "-n=1",
+        ],
+    );
+    wait_finished(&nsqd, "timed", "nsq_to_http", 6);
+    let (status, err) = tool.stop("TERM");
     assert_eq!(status.code(), Some(0), "{err}");
     let lines: Vec<&str> = err.lines().collect();
     for l in &lines {
@@ -715,19 +601,11 @@ fn status_every_lines_per_address_and_aggregate() {
 fn single_address_logs_only_the_aggregate_and_zero_disables() {
     let nsqd = Nsqd::start(&[]);
     let sink = Sink::ok();
-    publish_all(&nsqd, "one", &numbered("o", 3));
-    let nsqd_addr = nsqd.tcp_addr.to_string();
+    publish(&nsqd, "one", &numbered("o", 3));
     let url = sink.url("/");
-    let tool = Tool::start(&[
-        "--topic=one",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &url,
-        "--status-every=2",
-    ]);
-    wait_drained(&nsqd, "one", "nsq_to_http", 3);
-    let (status, err) = tool.sigterm();
+    let tool = from_nsqd(&nsqd, "one", &["--post", &url, "--status-every=2"]);
+    wait_finished(&nsqd, "one", "nsq_to_http", 3);
+    let (status, err) = tool.stop("TERM");
     assert_eq!(status.code(), Some(0), "{err}");
     let msgs: Vec<&str> = err.lines().map(|l| &l[20..]).collect();
     assert_eq!(msgs.len(), 2, "{err}");
@@ -737,17 +615,10 @@ fn single_address_logs_only_the_aggregate_and_zero_disables() {
     );
     assert!(is_status_line(msgs[1], "[aggregate]:", 2), "{err}");
 
-    publish_all(&nsqd, "quiet", &numbered("q", 3));
-    let tool = Tool::start(&[
-        "--topic=quiet",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &url,
-        "--status-every=0",
-    ]);
-    wait_drained(&nsqd, "quiet", "nsq_to_http", 3);
-    let (status, err) = tool.sigterm();
+    publish(&nsqd, "quiet", &numbered("q", 3));
+    let tool = from_nsqd(&nsqd, "quiet", &["--post", &url, "--status-every=0"]);
+    wait_finished(&nsqd, "quiet", "nsq_to_http", 3);
+    let (status, err) = tool.stop("TERM");
     assert_eq!(status.code(), Some(0));
     assert_eq!(err, "");
 }
@@ -755,12 +626,7 @@ fn single_address_logs_only_the_aggregate_and_zero_disables() {
 #[test]
 fn validation_messages_and_exit_codes() {
     let bin = nsq_to_http_bin();
-    let run = |args: &[&str]| run_tool(&bin, args, b"", TIMEOUT);
-    let fatal = |args: &[&str], msg: &str| {
-        let out = run(args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
-        assert_go_log_line(&out.stderr, msg);
-    };
+    let fatal = |args: &[&str], msg: &str| assert_fatal(&bin, args, msg);
     let nsqd = ["--nsqd-tcp-address", "127.0.0.1:4150"];
     let with = |extra: &[&'static str]| -> Vec<&'static str> {
         let mut v = vec!["--topic", "t", "--nsqd-tcp-address", "127.0.0.1:4150"];
@@ -830,15 +696,8 @@ fn validation_messages_and_exit_codes() {
     );
     fatal(&with(&["--post", "http://h/", "-n", "0"]), "no handlers");
 
-    let usage_error = |args: &[&str], first: &str| {
-        let out = run(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.starts_with(&format!("{first}\nUsage of nsq_to_http:\n")),
-            "{err}"
-        );
-    };
+    let usage_error =
+        |args: &[&str], first: &str| assert_usage_error(&bin, "nsq_to_http", args, first);
     usage_error(
         &["--sample", "half"],
         "invalid value \"half\" for flag -sample: parse error",
@@ -857,11 +716,9 @@ fn validation_messages_and_exit_codes() {
         "flag provided but not defined: -round-robin",
     );
 
-    let out = run(&["--version"]);
-    assert_eq!(out.status.code(), Some(0));
-    assert_eq!(out.stdout, b"nsq_to_http v1.3.0\n");
+    assert_version(&bin, "nsq_to_http");
 
-    let out = run(&["-h"]);
+    let out = run_tool(&bin, &["-h"], b"", TIMEOUT);
     assert_eq!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
     for flag in [
@@ -894,23 +751,14 @@ fn sigterm_lets_requests_in_flight_finish() {
     // Every answer takes a second: SIGTERM arrives while both requests are waiting for one.
     let sink = Sink::start(|_| Reply::Late(Duration::from_secs(1), 200));
     let bodies = numbered("late", 2);
-    publish_all(&nsqd, "late", &bodies);
-    let nsqd_addr = nsqd.tcp_addr.to_string();
+    publish(&nsqd, "late", &bodies);
     let url = sink.url("/late");
-    let tool = Tool::start(&[
-        "--topic=late",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &url,
-        "-n",
-        "2",
-    ]);
+    let tool = from_nsqd(&nsqd, "late", &["--post", &url, "-n", "2"]);
     sink.wait("both requests", |r| r.len() == 2);
-    let (status, err) = tool.sigterm();
+    let (status, err) = tool.stop("TERM");
     assert_eq!(status.code(), Some(0), "{err}");
     // Both answers were awaited and the messages finished, not requeued.
-    let ch = wait_drained(&nsqd, "late", "nsq_to_http", 2);
+    let ch = wait_finished(&nsqd, "late", "nsq_to_http", 2);
     assert_eq!(int(&ch, "requeue_count"), 0, "{ch}");
     assert_eq!(int(&ch, "timeout_count"), 0, "{ch}");
     assert_eq!(sink.requests().len(), 2);
@@ -941,13 +789,9 @@ fn connect_timeout_requeues_the_message() {
         assert!(held.len() < 10_000, "the accept queue never filled");
     }
     let nsqd = Nsqd::start(&[]);
-    publish_all(&nsqd, "unreachable", &numbered("u", 1));
-    let nsqd_addr = nsqd.tcp_addr.to_string();
+    publish(&nsqd, "unreachable", &numbered("u", 1));
     let url = format!("http://{addr}/never");
     let mut args = vec![
-        "--topic=unreachable",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
         "--post",
         &url,
         "--http-client-connect-timeout=300ms",
@@ -956,12 +800,12 @@ fn connect_timeout_requeues_the_message() {
         "--http-client-request-timeout=5m",
     ];
     args.extend(QUICK_RETRY);
-    let tool = Tool::start(&args);
+    let tool = from_nsqd(&nsqd, "unreachable", &args);
     nsqd.wait_stats("requeues after connect timeouts", TIMEOUT, |s| {
         nsq_integration_tests::find_channel(s, "unreachable", "nsq_to_http")
             .is_some_and(|c| int(c, "requeue_count") >= 2)
     });
-    assert_eq!(tool.sigterm().0.code(), Some(0));
+    assert_eq!(tool.stop("TERM").0.code(), Some(0));
     drop(held);
 }
 
@@ -969,24 +813,17 @@ fn connect_timeout_requeues_the_message() {
 fn a_message_that_always_fails_is_given_up_after_max_attempts() {
     let nsqd = Nsqd::start(&[]);
     let sink = Sink::start(|_| Reply::Status(503));
-    publish_all(&nsqd, "doomed", &numbered("d", 1));
-    let nsqd_addr = nsqd.tcp_addr.to_string();
+    publish(&nsqd, "doomed", &numbered("d", 1));
     let url = sink.url("/doomed");
-    let mut args = vec![
-        "--topic=doomed",
-        "--nsqd-tcp-address",
-        &nsqd_addr,
-        "--post",
-        &url,
-    ];
+    let mut args = vec!["--post", &url];
     args.extend(QUICK_RETRY);
     // The later option wins over QUICK_RETRY's max_attempts,0.
     args.extend(["--consumer-opt", "max_attempts,3"]);
-    let tool = Tool::start(&args);
+    let tool = from_nsqd(&nsqd, "doomed", &args);
     // Attempts 1..3 are sent and requeued; the 4th delivery is finished unsent (go-nsq's
     // "attempted 4 times, giving up").
-    let ch = wait_drained(&nsqd, "doomed", "nsq_to_http", 1);
+    let ch = wait_finished(&nsqd, "doomed", "nsq_to_http", 1);
     assert_eq!(int(&ch, "requeue_count"), 3, "{ch}");
     assert_eq!(sink.requests().len(), 3);
-    assert_eq!(tool.sigterm().0.code(), Some(0));
+    assert_eq!(tool.stop("TERM").0.code(), Some(0));
 }

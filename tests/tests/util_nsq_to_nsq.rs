@@ -10,98 +10,33 @@
 //! NSQ_TO_NSQ_BIN).
 
 use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nsq_integration_tests::util::{
+    assert_fatal, assert_help_lists, assert_usage_error, assert_version, nsqd_registered_with,
+    publish, wait_registered, Tool,
+};
 use nsq_integration_tests::{
-    assert_go_log_line, find_channel, find_topic, int, run_tool, util_bin, Bytes, Nsqd, V2Conn,
-    Value,
+    find_channel, find_topic, int, nsq_to_nsq_bin, Nsqd, Nsqlookupd, V2Conn, Value,
 };
 use nsq_protocol::command::Command as Cmd;
 
 const TIMEOUT: Duration = Duration::from_secs(300);
 
-fn bin() -> PathBuf {
-    util_bin("NSQ_TO_NSQ_BIN", "nsq_to_nsq", "nsq_to_nsq-bin")
+/// A running nsq_to_nsq (stderr collected, killed on drop unless stopped).
+fn bridge(args: &[&str]) -> Tool {
+    Tool::start(&nsq_to_nsq_bin(), args)
 }
 
-/// A running nsq_to_nsq with its stderr in a file; killed on drop unless stopped.
-struct Bridge {
-    child: Option<Child>,
-    _dir: tempfile::TempDir,
-    stderr: PathBuf,
-}
-
-impl Bridge {
-    fn start(args: &[&str]) -> Bridge {
-        let dir = tempfile::tempdir().unwrap();
-        let stderr = dir.path().join("stderr");
-        let child = Command::new(bin())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        Bridge {
-            child: Some(child),
-            _dir: dir,
-            stderr,
-        }
+/// nsq_to_nsq from `topic` on `src` to the nsqd at `dests`, with `extra` arguments.
+fn bridge_from(src: &Nsqd, topic: &str, dests: &[&str], extra: &[&str]) -> Tool {
+    let (t, s) = (format!("--topic={topic}"), src.tcp_addr.to_string());
+    let mut args = vec![t.as_str(), "--nsqd-tcp-address", &s];
+    for d in dests {
+        args.extend(["--destination-nsqd-tcp-address", d]);
     }
-
-    fn log(&self) -> String {
-        String::from_utf8_lossy(&std::fs::read(&self.stderr).unwrap()).into_owned()
-    }
-
-    /// SIGTERM; asserts exit status 0; returns stderr.
-    fn sigterm(self) -> String {
-        self.stop_with("-TERM")
-    }
-
-    /// Sends `signal` (`-TERM`, `-INT`); asserts exit status 0; returns stderr.
-    fn stop_with(mut self, signal: &str) -> String {
-        let mut child = self.child.take().unwrap();
-        let sent = Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        let deadline = Instant::now() + TIMEOUT;
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(Instant::now() < deadline, "nsq_to_nsq ignored {signal}");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let log = self.log();
-        assert_eq!(status.code(), Some(0), "{log}");
-        log
-    }
-}
-
-impl Drop for Bridge {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-            if std::thread::panicking() {
-                eprintln!("nsq_to_nsq stderr:\n{}", self.log());
-            }
-        }
-    }
-}
-
-fn publish(nsqd: &Nsqd, topic: &str, bodies: &[Vec<u8>]) {
-    let mut c = nsqd.connect();
-    for chunk in bodies.chunks(1000) {
-        c.mpublish(
-            topic,
-            chunk.iter().map(|b| Bytes::from(b.clone())).collect(),
-        );
-    }
+    args.extend_from_slice(extra);
+    bridge(&args)
 }
 
 /// Waits until the source channel has nothing queued or in flight and the destination topic
@@ -130,6 +65,28 @@ fn wait_copied(
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Waits until `bodies`, published to `topic` on `src`, are on `dst_topic` of `dst`, each
+/// exactly once (in any order).
+fn assert_copied_once(src: &Nsqd, topic: &str, dst: &Nsqd, dst_topic: &str, bodies: &[Vec<u8>]) {
+    let n = bodies.len();
+    let got = wait_copied(src, topic, "nsq_to_nsq", dst, dst_topic, n as i64);
+    assert_eq!(got, n as i64);
+    let mut want = bodies.to_vec();
+    want.sort();
+    assert!(drain(dst, dst_topic, n) == want);
+}
+
+/// Waits until `d1` and `d2` together have `n` messages on `topic`; returns their counts.
+fn wait_total(topic: &str, d1: &Nsqd, d2: &Nsqd, n: i64) -> (i64, i64) {
+    let deadline = Instant::now() + TIMEOUT;
+    let count = |d: &Nsqd| d.topic_stats(topic).map_or(0, |t| int(&t, "message_count"));
+    while count(d1) + count(d2) < n {
+        assert!(Instant::now() < deadline, "{} + {}", count(d1), count(d2));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (count(d1), count(d2))
 }
 
 /// Subscribes to `topic` and takes exactly `n` messages (FINishing them), then checks that no
@@ -190,22 +147,22 @@ fn copies_100k_exactly_once_with_json_filtering() {
     want.sort();
     publish(&src, "orders", &bodies);
 
-    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = Bridge::start(&[
-        "--topic=orders",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &d,
-        "--destination-topic=copy",
-        "--require-json-field=k",
-        "--require-json-value=v",
-        "--whitelist-json-field=k",
-        "--whitelist-json-field=id",
-        "--whitelist-json-field=f",
-        "--whitelist-json-field=missing",
-        "--max-in-flight=500",
-    ]);
+    let d = dst.tcp_addr.to_string();
+    let bridge = bridge_from(
+        &src,
+        "orders",
+        &[&d],
+        &[
+            "--destination-topic=copy",
+            "--require-json-field=k",
+            "--require-json-value=v",
+            "--whitelist-json-field=k",
+            "--whitelist-json-field=id",
+            "--whitelist-json-field=f",
+            "--whitelist-json-field=missing",
+            "--max-in-flight=500",
+        ],
+    );
     let got = wait_copied(
         &src,
         "orders",
@@ -221,7 +178,7 @@ fn copies_100k_exactly_once_with_json_filtering() {
         "the copied bodies differ from the expected ones"
     );
 
-    let log = bridge.sigterm();
+    let log = bridge.stop_ok("TERM");
     let undecodable = log
         .lines()
         .filter(|l| l.contains(" ERROR: Unable to decode json: not json "))
@@ -248,36 +205,24 @@ fn round_robin_splits_between_two_destinations() {
     let d2 = Nsqd::start(&[]);
     let bodies: Vec<Vec<u8>> = (0..1000).map(|i| format!("m{i:04}").into_bytes()).collect();
     publish(&src, "rr", &bodies);
-    let (s, a1, a2) = (
-        src.tcp_addr.to_string(),
-        d1.tcp_addr.to_string(),
-        d2.tcp_addr.to_string(),
+    let (a1, a2) = (d1.tcp_addr.to_string(), d2.tcp_addr.to_string());
+    let bridge = bridge_from(
+        &src,
+        "rr",
+        &[&a1, &a2],
+        &[
+            "--channel=bridge",
+            "--mode=round-robin",
+            "--status-every=100",
+        ],
     );
-    let bridge = Bridge::start(&[
-        "--topic=rr",
-        "--channel=bridge",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &a1,
-        "--destination-nsqd-tcp-address",
-        &a2,
-        "--mode=round-robin",
-        "--status-every=100",
-    ]);
-    let deadline = Instant::now() + TIMEOUT;
-    let count = |n: &Nsqd| n.topic_stats("rr").map_or(0, |t| int(&t, "message_count"));
-    while count(&d1) + count(&d2) < 1000 {
-        assert!(Instant::now() < deadline, "{} + {}", count(&d1), count(&d2));
-        std::thread::sleep(Duration::from_millis(100));
-    }
     // The shared counter alternates per message: an even split.
-    assert_eq!((count(&d1), count(&d2)), (500, 500));
+    assert_eq!(wait_total("rr", &d1, &d2, 1000), (500, 500));
     let mut all = drain(&d1, "rr", 500);
     all.extend(drain(&d2, "rr", 500));
     all.sort();
     assert!(all == bodies);
-    let log = bridge.sigterm();
+    let log = bridge.stop_ok("TERM");
     // Several destinations: a warning per series (below 100 is not), lines per address and
     // for the aggregate.
     for prefix in [
@@ -312,30 +257,25 @@ fn destination_down_at_start_requeues_then_delivers() {
     publish(&src, "later", &bodies);
     let port = free_port();
     let dest = format!("127.0.0.1:{port}");
-    let s = src.tcp_addr.to_string();
-    let bridge = Bridge::start(&[
-        "--topic=later",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &dest,
-        "--consumer-opt=default_requeue_delay,100ms",
-        "--consumer-opt=max_requeue_delay,200ms",
-        "--consumer-opt=backoff_multiplier,20ms",
-        "--consumer-opt=max_backoff_duration,200ms",
-        "--consumer-opt=max_attempts,0",
-    ]);
+    let bridge = bridge_from(
+        &src,
+        "later",
+        &[&dest],
+        &[
+            "--consumer-opt=default_requeue_delay,100ms",
+            "--consumer-opt=max_requeue_delay,200ms",
+            "--consumer-opt=backoff_multiplier,20ms",
+            "--consumer-opt=max_backoff_duration,200ms",
+            "--consumer-opt=max_attempts,0",
+        ],
+    );
     src.wait_stats("requeues while the destination is down", TIMEOUT, |s| {
         find_channel(s, "later", "nsq_to_nsq").is_some_and(|c| int(c, "requeue_count") >= 3)
     });
     let tcp = format!("--tcp-address={dest}");
     let dst = Nsqd::start(&[&tcp]);
-    let got = wait_copied(&src, "later", "nsq_to_nsq", &dst, "later", 200);
-    assert_eq!(got, 200);
-    let mut want = bodies.clone();
-    want.sort();
-    assert!(drain(&dst, "later", 200) == want);
-    let log = bridge.sigterm();
+    assert_copied_once(&src, "later", &dst, "later", &bodies);
+    let log = bridge.stop_ok("TERM");
     assert!(log.contains("connection refused"), "{log}");
 }
 
@@ -348,19 +288,19 @@ fn missing_field_with_required_value_is_requeued() {
         "req",
         &[br#"{"other":1}"#.to_vec(), br#"{"k":"v"}"#.to_vec()],
     );
-    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = Bridge::start(&[
-        "--topic=req",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &d,
-        "--require-json-field=k",
-        "--require-json-value=v",
-        "--consumer-opt=default_requeue_delay,50ms",
-        "--consumer-opt=backoff_multiplier,10ms",
-        "--consumer-opt=max_attempts,3",
-    ]);
+    let d = dst.tcp_addr.to_string();
+    let bridge = bridge_from(
+        &src,
+        "req",
+        &[&d],
+        &[
+            "--require-json-field=k",
+            "--require-json-value=v",
+            "--consumer-opt=default_requeue_delay,50ms",
+            "--consumer-opt=backoff_multiplier,10ms",
+            "--consumer-opt=max_attempts,3",
+        ],
+    );
     // Requeued until max_attempts, then given up; the matching one is copied unchanged.
     src.wait_stats("the missing-field message given up", TIMEOUT, |s| {
         find_channel(s, "req", "nsq_to_nsq").is_some_and(|c| {
@@ -368,7 +308,7 @@ fn missing_field_with_required_value_is_requeued() {
         })
     });
     assert!(drain(&dst, "req", 1) == vec![br#"{"k":"v"}"#.to_vec()]);
-    let log = bridge.sigterm();
+    let log = bridge.stop_ok("TERM");
     assert!(
         log.lines()
             .filter(|l| l.ends_with(" ERROR: missing field to check required value"))
@@ -383,17 +323,17 @@ fn user_agents_and_channel_at_both_ends() {
     let src = Nsqd::start(&[]);
     let dst = Nsqd::start(&[]);
     publish(&src, "ua", &[b"x".to_vec()]);
-    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = Bridge::start(&[
-        "--topic=ua",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &d,
-        "--consumer-opt=client_id,bridge-c",
-        "--producer-opt=client_id,bridge-p",
-        "--max-in-flight=17",
-    ]);
+    let d = dst.tcp_addr.to_string();
+    let bridge = bridge_from(
+        &src,
+        "ua",
+        &[&d],
+        &[
+            "--consumer-opt=client_id,bridge-c",
+            "--producer-opt=client_id,bridge-p",
+            "--max-in-flight=17",
+        ],
+    );
     let stats = src.wait_stats("the consumer", TIMEOUT, |s| {
         find_channel(s, "ua", "nsq_to_nsq")
             .is_some_and(|c| c["clients"].as_array().is_some_and(|a| a.len() == 1))
@@ -409,18 +349,13 @@ fn user_agents_and_channel_at_both_ends() {
     assert_eq!(p["user_agent"], "nsq_to_nsq/1.3.0 go-nsq/1.1.0", "{p}");
     assert_eq!(p["client_id"], "bridge-p", "{p}");
     // SIGINT stops it like SIGTERM.
-    bridge.stop_with("-INT");
+    bridge.stop_ok("INT");
 }
 
 #[test]
 fn validation_messages_and_exit_codes() {
-    let bin = bin();
-    let run = |args: &[&str]| run_tool(&bin, args, b"", TIMEOUT);
-    let fatal = |args: &[&str], msg: &str| {
-        let out = run(args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
-        assert_go_log_line(&out.stderr, msg);
-    };
+    let bin = nsq_to_nsq_bin();
+    let fatal = |args: &[&str], msg: &str| assert_fatal(&bin, args, msg);
     let n = ["--nsqd-tcp-address", "127.0.0.1:4150"];
 
     fatal(&[], "--topic and --channel are required");
@@ -453,56 +388,51 @@ fn validation_messages_and_exit_codes() {
     );
 
     for (flag, value) in [("--consumer-opt", "bogus,1"), ("--producer-opt", "bogus,1")] {
-        let out = run(&[flag, value]);
-        assert_eq!(out.status.code(), Some(2));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.starts_with(&format!(
-                "invalid value \"bogus,1\" for flag {}: invalid option bogus\nUsage of nsq_to_nsq:\n",
+        assert_usage_error(
+            &bin,
+            "nsq_to_nsq",
+            &[flag, value],
+            &format!(
+                "invalid value \"bogus,1\" for flag {}: invalid option bogus",
                 &flag[1..]
-            )),
-            "{err}"
+            ),
         );
     }
-    let out = run(&["--bogus"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr)
-        .starts_with("flag provided but not defined: -bogus\nUsage of nsq_to_nsq:\n"));
-
-    let out = run(&["--version"]);
-    assert_eq!(out.status.code(), Some(0));
-    assert_eq!(out.stdout, b"nsq_to_nsq v1.3.0\n");
-
-    let out = run(&["-h"]);
-    assert_eq!(out.status.code(), Some(0));
-    let err = String::from_utf8_lossy(&out.stderr);
-    for flag in [
-        "-channel string\n    \tnsq channel (default \"nsq_to_nsq\")",
-        "-consumer-opt value",
-        "-destination-nsqd-tcp-address value",
-        "-destination-topic string",
-        "-lookupd-http-address value",
-        "-max-in-flight int\n    \tmax number of messages to allow in flight (default 200)",
-        "-mode string\n    \tthe upstream request mode options: round-robin, hostpool (default), epsilon-greedy (default \"hostpool\")",
-        "-nsqd-tcp-address value",
-        "-producer-opt value",
-        "-require-json-field string",
-        "-require-json-value string",
-        "-status-every int\n    \tthe # of requests between logging status (per destination), 0 disables (default 250)",
-        "-topic value",
-        "-version",
-        "-whitelist-json-field value",
-    ] {
-        assert!(err.contains(&format!("  {flag}\n")), "{flag}: {err}");
-    }
+    assert_usage_error(
+        &bin,
+        "nsq_to_nsq",
+        &["--bogus"],
+        "flag provided but not defined: -bogus",
+    );
+    assert_version(&bin, "nsq_to_nsq");
+    assert_help_lists(
+        &bin,
+        &[
+            "-channel string\n    \tnsq channel (default \"nsq_to_nsq\")",
+            "-consumer-opt value",
+            "-destination-nsqd-tcp-address value",
+            "-destination-topic string",
+            "-lookupd-http-address value",
+            "-max-in-flight int\n    \tmax number of messages to allow in flight (default 200)",
+            "-mode string\n    \tthe upstream request mode options: round-robin, hostpool (default), epsilon-greedy (default \"hostpool\")",
+            "-nsqd-tcp-address value",
+            "-producer-opt value",
+            "-require-json-field string",
+            "-require-json-value string",
+            "-status-every int\n    \tthe # of requests between logging status (per destination), 0 disables (default 250)",
+            "-topic value",
+            "-version",
+            "-whitelist-json-field value",
+        ],
+    );
 }
 
 #[test]
 fn refused_source_is_fatal_with_go_text() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let out = run_tool(
-        &bin(),
+    assert_fatal(
+        &nsq_to_nsq_bin(),
         &[
             "--topic=t",
             "--nsqd-tcp-address",
@@ -510,12 +440,6 @@ fn refused_source_is_fatal_with_go_text() {
             "--destination-nsqd-tcp-address",
             &addr,
         ],
-        b"",
-        TIMEOUT,
-    );
-    assert_eq!(out.status.code(), Some(1));
-    assert_go_log_line(
-        &out.stderr,
         &format!("dial tcp {addr}: connect: connection refused"),
     );
 }
@@ -529,30 +453,24 @@ fn hostpool_moves_traffic_off_a_dead_destination() {
         .collect();
     publish(&src, "hp", &bodies);
     let dead = format!("127.0.0.1:{}", free_port());
-    let (s, l) = (src.tcp_addr.to_string(), live.tcp_addr.to_string());
+    let l = live.tcp_addr.to_string();
     // The default mode is hostpool: the dead destination is tried first, marked failed and
     // then left alone for 30 s, so everything (the requeued messages too) goes to the live one.
-    let bridge = Bridge::start(&[
-        "--topic=hp",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &dead,
-        "--destination-nsqd-tcp-address",
-        &l,
-        "--consumer-opt=default_requeue_delay,50ms",
-        "--consumer-opt=backoff_multiplier,10ms",
-        "--consumer-opt=max_backoff_duration,100ms",
-        "--consumer-opt=max_attempts,0",
-    ]);
-    let got = wait_copied(&src, "hp", "nsq_to_nsq", &live, "hp", 1000);
-    assert_eq!(got, 1000);
-    let mut want = bodies.clone();
-    want.sort();
-    assert!(drain(&live, "hp", 1000) == want);
+    let bridge = bridge_from(
+        &src,
+        "hp",
+        &[&dead, &l],
+        &[
+            "--consumer-opt=default_requeue_delay,50ms",
+            "--consumer-opt=backoff_multiplier,10ms",
+            "--consumer-opt=max_backoff_duration,100ms",
+            "--consumer-opt=max_attempts,0",
+        ],
+    );
+    assert_copied_once(&src, "hp", &live, "hp", &bodies);
     let ch = src.channel_stats("hp", "nsq_to_nsq").unwrap();
     assert!(int(&ch, "requeue_count") >= 1, "{ch}");
-    let log = bridge.sigterm();
+    let log = bridge.stop_ok("TERM");
     assert!(
         log.contains(&format!("dial tcp {dead}: connect: connection refused")),
         "{log}"
@@ -561,19 +479,14 @@ fn hostpool_moves_traffic_off_a_dead_destination() {
 
 #[test]
 fn discovers_the_source_via_lookupd() {
-    let lookupd = nsq_integration_tests::Nsqlookupd::start(&[]);
-    let reg = format!("--lookupd-tcp-address={}", lookupd.tcp_addr);
-    let src = Nsqd::start(&["--broadcast-address=127.0.0.1", &reg]);
+    let lookupd = Nsqlookupd::start(&[]);
+    let src = nsqd_registered_with(&lookupd);
     let dst = Nsqd::start(&[]);
     let bodies: Vec<Vec<u8>> = (0..50).map(|i| format!("lk{i:02}").into_bytes()).collect();
     publish(&src, "found", &bodies);
-    let deadline = Instant::now() + TIMEOUT;
-    while lookupd.get("/lookup?topic=found").status != 200 {
-        assert!(Instant::now() < deadline, "no registration");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_registered(&lookupd, "found");
     let (lh, d) = (lookupd.http_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = Bridge::start(&[
+    let bridge = bridge(&[
         "--topic=found",
         "--lookupd-http-address",
         &lh,
@@ -581,12 +494,8 @@ fn discovers_the_source_via_lookupd() {
         &d,
         "--destination-topic=copied",
     ]);
-    let got = wait_copied(&src, "found", "nsq_to_nsq", &dst, "copied", 50);
-    assert_eq!(got, 50);
-    let mut want = bodies.clone();
-    want.sort();
-    assert!(drain(&dst, "copied", 50) == want);
-    bridge.sigterm();
+    assert_copied_once(&src, "found", &dst, "copied", &bodies);
+    bridge.stop_ok("TERM");
 }
 
 #[test]
@@ -595,7 +504,7 @@ fn a_body_the_destination_refuses_does_not_hold_back_the_others() {
     // The destination takes bodies of at most 100 bytes: an MPUB holding a bigger one is
     // refused as a whole, and the messages are then published one by one.
     let dst = Nsqd::start(&["--max-msg-size=100"]);
-    let mut bodies: Vec<Vec<u8>> = (0..300).map(|i| format!("ok{i:03}").into_bytes()).collect();
+    let bodies: Vec<Vec<u8>> = (0..300).map(|i| format!("ok{i:03}").into_bytes()).collect();
     // Published among the first ones, so that they travel in MPUBs with small ones (without
     // the one-by-one retry, those would be requeued with them until max_attempts, and lost).
     let mut sent = bodies.clone();
@@ -603,26 +512,23 @@ fn a_body_the_destination_refuses_does_not_hold_back_the_others() {
         sent.insert(1 + 40 * usize::from(i), vec![b'0' + i; 150]);
     }
     publish(&src, "big", &sent);
-    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = Bridge::start(&[
-        "--topic=big",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &d,
-        "--consumer-opt=default_requeue_delay,20ms",
-        "--consumer-opt=backoff_multiplier,10ms",
-        "--consumer-opt=max_backoff_duration,50ms",
-        "--consumer-opt=max_attempts,3",
-    ]);
+    let d = dst.tcp_addr.to_string();
+    let bridge = bridge_from(
+        &src,
+        "big",
+        &[&d],
+        &[
+            "--consumer-opt=default_requeue_delay,20ms",
+            "--consumer-opt=backoff_multiplier,10ms",
+            "--consumer-opt=max_backoff_duration,50ms",
+            "--consumer-opt=max_attempts,3",
+        ],
+    );
     // The big ones are requeued until max_attempts and then given up; the others are copied.
-    let got = wait_copied(&src, "big", "nsq_to_nsq", &dst, "big", 300);
-    assert_eq!(got, 300);
-    bodies.sort();
-    assert!(drain(&dst, "big", 300) == bodies);
+    assert_copied_once(&src, "big", &dst, "big", &bodies);
     let ch = src.channel_stats("big", "nsq_to_nsq").unwrap();
     assert!(int(&ch, "requeue_count") >= 3, "{ch}");
-    bridge.sigterm();
+    bridge.stop_ok("TERM");
 }
 
 #[test]
@@ -632,20 +538,13 @@ fn large_bodies_are_split_into_mpubs_the_destination_accepts() {
     let dst = Nsqd::start(&["--max-msg-size=500000", "--max-body-size=1100000"]);
     let bodies: Vec<Vec<u8>> = (0..12u8).map(|i| vec![b'a' + i; 400_000]).collect();
     publish(&src, "large", &bodies);
-    let (s, d) = (src.tcp_addr.to_string(), dst.tcp_addr.to_string());
-    let bridge = Bridge::start(&[
-        "--topic=large",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &d,
-    ]);
-    let got = wait_copied(&src, "large", "nsq_to_nsq", &dst, "large", 12);
-    assert_eq!(got, 12);
-    assert!(drain(&dst, "large", 12) == bodies);
+    let d = dst.tcp_addr.to_string();
+    let bridge = bridge_from(&src, "large", &[&d], &[]);
+    // (The bodies are in sorted order already.)
+    assert_copied_once(&src, "large", &dst, "large", &bodies);
     let ch = src.channel_stats("large", "nsq_to_nsq").unwrap();
     assert_eq!(int(&ch, "requeue_count"), 0, "{ch}");
-    let log = bridge.sigterm();
+    let log = bridge.stop_ok("TERM");
     assert!(!log.contains("one by one"), "{log}");
 }
 
@@ -656,32 +555,13 @@ fn epsilon_greedy_delivers_everything_across_two_destinations() {
     let d2 = Nsqd::start(&[]);
     let bodies: Vec<Vec<u8>> = (0..500).map(|i| format!("eg{i:03}").into_bytes()).collect();
     publish(&src, "eg", &bodies);
-    let (s, a1, a2) = (
-        src.tcp_addr.to_string(),
-        d1.tcp_addr.to_string(),
-        d2.tcp_addr.to_string(),
-    );
-    let bridge = Bridge::start(&[
-        "--topic=eg",
-        "--nsqd-tcp-address",
-        &s,
-        "--destination-nsqd-tcp-address",
-        &a1,
-        "--destination-nsqd-tcp-address",
-        &a2,
-        "--mode=epsilon-greedy",
-    ]);
-    let deadline = Instant::now() + TIMEOUT;
-    let count = |n: &Nsqd| n.topic_stats("eg").map_or(0, |t| int(&t, "message_count"));
-    while count(&d1) + count(&d2) < 500 {
-        assert!(Instant::now() < deadline, "{} + {}", count(&d1), count(&d2));
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let (n1, n2) = (count(&d1), count(&d2));
+    let (a1, a2) = (d1.tcp_addr.to_string(), d2.tcp_addr.to_string());
+    let bridge = bridge_from(&src, "eg", &[&a1, &a2], &["--mode=epsilon-greedy"]);
+    let (n1, n2) = wait_total("eg", &d1, &d2, 500);
     assert_eq!(n1 + n2, 500);
     let mut all = drain(&d1, "eg", n1 as usize);
     all.extend(drain(&d2, "eg", n2 as usize));
     all.sort();
     assert!(all == bodies);
-    bridge.sigterm();
+    bridge.stop_ok("TERM");
 }

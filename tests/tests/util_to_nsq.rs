@@ -6,10 +6,10 @@
 //! Build first: `cargo build -p nsqd-bin -p to_nsq-bin` (or set NSQD_BIN / TO_NSQ_BIN).
 
 use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nsq_integration_tests::{assert_go_log_line, run_tool, to_nsq_bin, Nsqd};
+use nsq_integration_tests::util::{assert_fatal, assert_help_lists, assert_usage_error, Tool};
+use nsq_integration_tests::{run_tool, to_nsq_bin, Nsqd};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -169,14 +169,10 @@ fn publish_error_is_fatal() {
 fn sigterm_with_open_stdin_exits_zero() {
     let nsqd = Nsqd::start(&[]);
     let addr = nsqd.tcp_addr.to_string();
-    let mut child = Command::new(to_nsq_bin())
-        .args(["--topic", "open", "--nsqd-tcp-address", &addr])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
+    let (tool, mut stdin) = Tool::start_with_stdin(
+        &to_nsq_bin(),
+        &["--topic", "open", "--nsqd-tcp-address", &addr],
+    );
     stdin.write_all(b"first\n").unwrap();
     stdin.flush().unwrap();
     nsqd.wait_stats("the first message", TIMEOUT, |s| {
@@ -185,19 +181,7 @@ fn sigterm_with_open_stdin_exits_zero() {
                 .any(|t| t["topic_name"] == "open" && t["message_count"] == 1)
         })
     });
-    let sent = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-    let deadline = Instant::now() + TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "to_nsq ignored SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (status, _) = tool.stop("TERM");
     drop(stdin);
     assert_eq!(status.code(), Some(0));
 }
@@ -205,60 +189,47 @@ fn sigterm_with_open_stdin_exits_zero() {
 #[test]
 fn validation_messages_and_exit_codes() {
     let bin = to_nsq_bin();
-    let run = |args: &[&str]| run_tool(&bin, args, b"", TIMEOUT);
-
-    let out = run(&[]);
-    assert_eq!(out.status.code(), Some(1));
-    assert_go_log_line(&out.stderr, "--topic required");
-
-    let out = run(&["--topic", "t", "--delimiter", "ab"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert_go_log_line(&out.stderr, "--delimiter must be a single byte");
-
-    let out = run(&["--topic", "t", "--delimiter", ""]);
-    assert_eq!(out.status.code(), Some(1));
-    assert_go_log_line(&out.stderr, "--delimiter must be a single byte");
-
-    let out = run(&["--topic", "t"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert_go_log_line(&out.stderr, "--nsqd-tcp-address required");
+    assert_fatal(&bin, &[], "--topic required");
+    assert_fatal(
+        &bin,
+        &["--topic", "t", "--delimiter", "ab"],
+        "--delimiter must be a single byte",
+    );
+    assert_fatal(
+        &bin,
+        &["--topic", "t", "--delimiter", ""],
+        "--delimiter must be a single byte",
+    );
+    assert_fatal(&bin, &["--topic", "t"], "--nsqd-tcp-address required");
 
     // Flag errors: message, usage, exit 2.
-    let out = run(&["--topic", "t", "--producer-opt", "bogus,1"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.starts_with(
-            "invalid value \"bogus,1\" for flag -producer-opt: invalid option bogus\n\
-             Usage of to_nsq:\n"
-        ),
-        "{err}"
+    assert_usage_error(
+        &bin,
+        "to_nsq",
+        &["--topic", "t", "--producer-opt", "bogus,1"],
+        "invalid value \"bogus,1\" for flag -producer-opt: invalid option bogus",
     );
-
     // to_nsq has no -version flag.
-    let out = run(&["--version"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.starts_with("flag provided but not defined: -version\n"),
-        "{err}"
+    assert_usage_error(
+        &bin,
+        "to_nsq",
+        &["--version"],
+        "flag provided but not defined: -version",
     );
 
-    let out = run(&["--rate", "x"]);
+    let out = run_tool(&bin, &["--rate", "x"], b"", TIMEOUT);
     assert_eq!(out.status.code(), Some(2));
 
-    let out = run(&["-h"]);
-    assert_eq!(out.status.code(), Some(0));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = assert_help_lists(
+        &bin,
+        &[
+            "-delimiter string",
+            "-nsqd-tcp-address value",
+            "-producer-opt value",
+            "-rate int",
+            "-topic string",
+        ],
+    );
     assert!(err.starts_with("Usage of to_nsq:\n"), "{err}");
-    for flag in [
-        "-delimiter string",
-        "-nsqd-tcp-address value",
-        "-producer-opt value",
-        "-rate int",
-        "-topic string",
-    ] {
-        assert!(err.contains(&format!("  {flag}\n")), "{flag}: {err}");
-    }
     assert!(!err.contains("-version"), "{err}");
 }

@@ -8,52 +8,43 @@ use std::io::Write;
 
 use nsq_client::{Consumer, Message};
 use nsq_go::flag::FlagSet;
-use nsq_go::flags;
-use nsq_utils::{fatal, log, ConfigFlag};
+use nsq_utils::consumer_flags::{self, ConsumerFlags};
+use nsq_utils::{fatal, log};
 use tokio::sync::mpsc;
 
 #[derive(Debug, Clone)]
 struct Options {
-    channel: String,
-    max_in_flight: i64,
+    consumer: ConsumerFlags,
     total_messages: i64,
     print_topic: bool,
-    nsqd_tcp_addresses: Vec<String>,
-    lookupd_http_addresses: Vec<String>,
     topics: Vec<String>,
-    consumer_opt: ConfigFlag,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
-            channel: String::new(),
-            max_in_flight: 200,
+            // Empty: a random ephemeral channel (see `random_channel`).
+            consumer: ConsumerFlags::new(""),
             total_messages: 0,
             print_topic: false,
-            nsqd_tcp_addresses: Vec::new(),
-            lookupd_http_addresses: Vec::new(),
             topics: Vec::new(),
-            consumer_opt: ConfigFlag::default(),
         }
     }
 }
 
+/// nsq_tail.go writes "NSQ" in capitals.
+const USAGE: consumer_flags::Usage = consumer_flags::Usage {
+    channel: "NSQ channel",
+    ..consumer_flags::USAGE
+};
+
 /// The flags of nsq_tail.go (plus the built-in `-version`).
 static FLAGS: FlagSet<Options> = FlagSet {
     program: "nsq_tail",
-    flags: flags![Options;
-        "channel" => channel: Str, None, "NSQ channel";
-        "max-in-flight" => max_in_flight: Int, None, "max number of messages to allow in flight";
+    flags: nsq_utils::consumer_flags![Options; consumer, USAGE;
         "n" => total_messages: Int, None, "total messages to show (will wait if starved)";
         "print-topic" => print_topic: Bool, None, "print topic name where message was received";
-        "nsqd-tcp-address" => nsqd_tcp_addresses: StrList, None,
-            "nsqd TCP address (may be given multiple times)";
-        "lookupd-http-address" => lookupd_http_addresses: StrList, None,
-            "lookupd HTTP address (may be given multiple times)";
         "topic" => topics: StrList, None, "NSQ topic (may be given multiple times)";
-        "consumer-opt" => consumer_opt: Custom, None,
-            "option to passthrough to nsq.Consumer (may be given multiple times, http://godoc.org/github.com/nsqio/go-nsq#Config)";
     ],
     config_checks: &[],
 };
@@ -67,21 +58,19 @@ fn random_channel() -> String {
 fn main() {
     let mut opts =
         nsq_utils::parse_or_exit(&FLAGS, Options::default(), std::env::args().collect(), true);
-    if opts.channel.is_empty() {
-        opts.channel = random_channel();
+    let consumer = &mut opts.consumer;
+    if consumer.channel.is_empty() {
+        consumer.channel = random_channel();
     }
-    if opts.nsqd_tcp_addresses.is_empty() && opts.lookupd_http_addresses.is_empty() {
-        fatal("--nsqd-tcp-address or --lookupd-http-address required");
-    }
-    if !opts.nsqd_tcp_addresses.is_empty() && !opts.lookupd_http_addresses.is_empty() {
-        fatal("use --nsqd-tcp-address or --lookupd-http-address not both");
+    if let Err(e) = consumer.check_addresses() {
+        fatal(&e.to_string());
     }
     if opts.topics.is_empty() {
         fatal("--topic required");
     }
     // Don't ask for more messages than we want.
-    if opts.total_messages > 0 && opts.total_messages < opts.max_in_flight {
-        opts.max_in_flight = opts.total_messages;
+    if opts.total_messages > 0 && opts.total_messages < consumer.max_in_flight {
+        consumer.max_in_flight = opts.total_messages;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -93,10 +82,7 @@ fn main() {
 
 async fn run(opts: Options) {
     let sigterm = nsq_utils::termination();
-    let mut cfg = opts.consumer_opt.0.clone();
-    // The tool overwrites these two after applying --consumer-opt, as the reference does.
-    cfg.user_agent = nsq_utils::user_agent("nsq_tail");
-    cfg.max_in_flight = usize::try_from(opts.max_in_flight.max(0)).unwrap_or(0);
+    let cfg = opts.consumer.config("nsq_tail");
 
     // Every consumer task forwards (topic index, message) to the one writer below, which owns
     // stdout and the per-topic counts.
@@ -105,17 +91,10 @@ async fn run(opts: Options) {
     let mut tasks = Vec::new();
     for (i, topic) in opts.topics.iter().enumerate() {
         log(&format!("Adding consumer for topic: {topic}"));
-        let mut consumer = Consumer::new(topic.clone(), opts.channel.clone(), cfg.clone())
+        let mut consumer = Consumer::new(topic.clone(), opts.consumer.channel.clone(), cfg.clone())
             .unwrap_or_else(|e| fatal(&e.to_string()));
-        for addr in &opts.nsqd_tcp_addresses {
-            if let Err(e) = consumer.connect_to_nsqd(addr.clone()).await {
-                fatal(&e.to_string());
-            }
-        }
-        for addr in &opts.lookupd_http_addresses {
-            if let Err(e) = consumer.connect_to_lookupd(addr.clone()) {
-                fatal(&e.to_string());
-            }
+        if let Err(e) = opts.consumer.connect(&consumer).await {
+            fatal(&e.to_string());
         }
         stops.push(consumer.stop_handle());
         let tx = tx.clone();

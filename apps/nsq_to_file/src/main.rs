@@ -22,9 +22,9 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use nsq_client::{Consumer, StopHandle};
 use nsq_go::flag::{FlagError, FlagSet};
-use nsq_go::flags;
 use nsq_go::lg::LogLevel;
-use nsq_utils::{fatal, ConfigFlag};
+use nsq_utils::consumer_flags::{AddressError, ConsumerFlags, USAGE};
+use nsq_utils::fatal;
 
 use file_logger::{Input, Settings};
 use filename::NameOptions;
@@ -34,11 +34,7 @@ struct Options {
     topics: Vec<String>,
     topic_pattern: String,
     topic_refresh: Duration,
-    channel: String,
-    nsqd_tcp_addresses: Vec<String>,
-    lookupd_http_addresses: Vec<String>,
-    consumer_opts: Vec<String>,
-    max_in_flight: i64,
+    consumer: ConsumerFlags,
     http_connect_timeout: Duration,
     http_request_timeout: Duration,
     log_prefix: String,
@@ -59,15 +55,15 @@ struct Options {
 /// options.go, `NewOptions`.
 impl Default for Options {
     fn default() -> Self {
+        let mut consumer = ConsumerFlags::new("nsq_to_file");
+        // nsq_to_file.go, `main`: --consumer-opt is applied after parsing, and invalid
+        // options are ignored.
+        consumer.consumer_opt.ignore_invalid = true;
         Options {
             topics: Vec::new(),
             topic_pattern: String::new(),
             topic_refresh: Duration::from_secs(60),
-            channel: "nsq_to_file".to_string(),
-            nsqd_tcp_addresses: Vec::new(),
-            lookupd_http_addresses: Vec::new(),
-            consumer_opts: Vec::new(),
-            max_in_flight: 200,
+            consumer,
             http_connect_timeout: Duration::from_secs(2),
             http_request_timeout: Duration::from_secs(5),
             log_prefix: "[nsq_to_file] ".to_string(),
@@ -90,11 +86,9 @@ impl Default for Options {
 /// nsq_to_file.go, `flagSet` (plus the built-in `-version`).
 static FLAGS: FlagSet<Options> = FlagSet {
     program: "nsq_to_file",
-    flags: flags![Options;
+    flags: nsq_utils::consumer_flags![Options; consumer, USAGE;
         "log-level" => log_level: Str, None, "set log verbosity: debug, info, warn, error, or fatal";
         "log-prefix" => log_prefix: Str, None, "log message prefix";
-        "channel" => channel: Str, None, "nsq channel";
-        "max-in-flight" => max_in_flight: Int, None, "max number of messages to allow in flight";
         "output-dir" => output_dir: Str, None, "directory to write output files to";
         "work-dir" => work_dir: Str, None, "directory for in-progress files before moving to output-dir";
         "datetime-format" => datetime_format: Str, None,
@@ -113,12 +107,7 @@ static FLAGS: FlagSet<Options> = FlagSet {
         "sync-interval" => sync_interval: Dur, None, "sync file to disk every duration";
         "http-client-connect-timeout" => http_connect_timeout: Dur, None, "timeout for HTTP connect";
         "http-client-request-timeout" => http_request_timeout: Dur, None, "timeout for HTTP request";
-        "nsqd-tcp-address" => nsqd_tcp_addresses: StrList, None, "nsqd TCP address (may be given multiple times)";
-        "lookupd-http-address" => lookupd_http_addresses: StrList, None,
-            "lookupd HTTP address (may be given multiple times)";
         "topic" => topics: StrList, None, "nsq topic (may be given multiple times)";
-        "consumer-opt" => consumer_opts: StrList, None,
-            "option to passthrough to nsq.Consumer (may be given multiple times, http://godoc.org/github.com/nsqio/go-nsq#Config)";
     ],
     config_checks: &[],
 };
@@ -155,7 +144,7 @@ fn parse(args: Vec<String>) -> (Options, LogLevel) {
         println!("nsq_to_file v{}", nsq_utils::VERSION);
         std::process::exit(0);
     }
-    if o.channel.is_empty() {
+    if o.consumer.channel.is_empty() {
         fatal("--channel is required");
     }
     if o.http_connect_timeout.is_zero() {
@@ -164,11 +153,11 @@ fn parse(args: Vec<String>) -> (Options, LogLevel) {
     if o.http_request_timeout.is_zero() {
         fatal("--http-client-request-timeout should be positive");
     }
-    if o.nsqd_tcp_addresses.is_empty() && o.lookupd_http_addresses.is_empty() {
-        fatal("--nsqd-tcp-address or --lookupd-http-address required.");
-    }
-    if !o.nsqd_tcp_addresses.is_empty() && !o.lookupd_http_addresses.is_empty() {
-        fatal("use --nsqd-tcp-address or --lookupd-http-address not both");
+    match o.consumer.check_addresses() {
+        Ok(()) => {}
+        // nsq_to_file.go's text has a period at the end.
+        Err(AddressError::Missing) => fatal(&format!("{}.", AddressError::Missing)),
+        Err(e) => fatal(&e.to_string()),
     }
     if !(1..=9).contains(&o.gzip_level) {
         fatal(&format!(
@@ -179,7 +168,7 @@ fn parse(args: Vec<String>) -> (Options, LogLevel) {
     if o.topics.is_empty() && o.topic_pattern.is_empty() {
         fatal("--topic or --topic-pattern required");
     }
-    if o.topics.is_empty() && o.lookupd_http_addresses.is_empty() {
+    if o.topics.is_empty() && o.consumer.lookupd_http_addresses.is_empty() {
         fatal("--lookupd-http-address must be specified when no --topic specified");
     }
     if o.work_dir.is_empty() {
@@ -273,18 +262,11 @@ impl Discoverer {
             topic,
         )
         .map_err(|e| e.to_string())?;
-        let mut consumer =
-            Consumer::new(topic, o.channel.clone(), self.cfg.clone()).map_err(|e| e.to_string())?;
-        for addr in &o.nsqd_tcp_addresses {
-            if let Err(e) = consumer.connect_to_nsqd(addr.clone()).await {
-                consumer.stop().await;
-                return Err(e.to_string());
-            }
-        }
-        for addr in &o.lookupd_http_addresses {
-            consumer
-                .connect_to_lookupd(addr.clone())
-                .map_err(|e| e.to_string())?;
+        let mut consumer = Consumer::new(topic, o.consumer.channel.clone(), self.cfg.clone())
+            .map_err(|e| e.to_string())?;
+        if let Err(e) = o.consumer.connect(&consumer).await {
+            consumer.stop().await;
+            return Err(e.to_string());
         }
         let (tx, rx) = std::sync::mpsc::channel();
         let writer = file_logger::spawn(topic.to_string(), template, self.settings.clone(), rx);
@@ -381,18 +363,10 @@ async fn run(opts: Options) {
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .unwrap_or_else(|e| fatal(&e.to_string()));
 
-    // nsq_to_file.go, `main`: --consumer-opt is applied after parsing, and invalid options
-    // are ignored; user agent and max-in-flight are the tool's.
-    let mut cfg = ConfigFlag::default();
-    for opt in &opts.consumer_opts {
-        let _ = cfg.apply(opt);
-    }
-    let mut cfg = cfg.0;
-    cfg.user_agent = nsq_utils::user_agent("nsq_to_file");
-    cfg.max_in_flight = usize::try_from(opts.max_in_flight).unwrap_or(0);
+    let cfg = opts.consumer.config("nsq_to_file");
 
     let settings = Arc::new(Settings {
-        channel: opts.channel.clone(),
+        channel: opts.consumer.channel.clone(),
         output_dir: opts.output_dir.clone(),
         work_dir: opts.work_dir.clone(),
         datetime_format: opts.datetime_format.clone(),
@@ -403,7 +377,7 @@ async fn run(opts: Options) {
         rotate_size: opts.rotate_size,
         rotate_interval: opts.rotate_interval,
         sync_interval: opts.sync_interval,
-        max_in_flight: usize::try_from(opts.max_in_flight).unwrap_or(0).max(1),
+        max_in_flight: cfg.max_in_flight.max(1),
     });
     let http = nsq_http::client::HttpClient::plain(
         opts.http_connect_timeout,
@@ -441,7 +415,7 @@ async fn run(opts: Options) {
                     None => std::future::pending::<()>().await,
                 }
             } => {
-                match lookupd_topics(&http, &d.opts.lookupd_http_addresses).await {
+                match lookupd_topics(&http, &d.opts.consumer.lookupd_http_addresses).await {
                     Ok(topics) => d.update_topics(&topics).await,
                     Err(e) => logf!(Error, "could not retrieve topic list: {e}"),
                 }

@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use nsq_client::{Consumer, Message};
 use nsq_go::flag::{FlagSet, Value};
-use nsq_go::flags;
+use nsq_utils::consumer_flags::{ConsumerFlags, USAGE};
+use nsq_utils::fatal;
 use nsq_utils::nsq_to_http::forward::{
     parse_headers, valid_get_template, Forwarder, Method, Settings,
 };
-use nsq_utils::{fatal, ConfigFlag};
 
 /// Go's `flag.Float64` (the `--sample` flag); nsq-go's flag set has no float slot of its own.
 #[derive(Debug, Clone, Copy)]
@@ -46,8 +46,7 @@ impl Value for Float {
 #[derive(Debug, Clone)]
 struct Options {
     topic: String,
-    channel: String,
-    max_in_flight: i64,
+    consumer: ConsumerFlags,
     publishers: i64,
     mode: String,
     sample: Float,
@@ -58,9 +57,6 @@ struct Options {
     get: Vec<String>,
     post: Vec<String>,
     headers: Vec<String>,
-    nsqd_tcp_addresses: Vec<String>,
-    lookupd_http_addresses: Vec<String>,
-    consumer_opt: ConfigFlag,
 }
 
 /// The `--content-type` default; any other value needs `--post`.
@@ -70,8 +66,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             topic: String::new(),
-            channel: "nsq_to_http".to_string(),
-            max_in_flight: 200,
+            consumer: ConsumerFlags::new("nsq_to_http"),
             publishers: 100,
             mode: "hostpool".to_string(),
             sample: Float(1.0),
@@ -82,9 +77,6 @@ impl Default for Options {
             get: Vec::new(),
             post: Vec::new(),
             headers: Vec::new(),
-            nsqd_tcp_addresses: Vec::new(),
-            lookupd_http_addresses: Vec::new(),
-            consumer_opt: ConfigFlag::default(),
         }
     }
 }
@@ -95,10 +87,8 @@ impl Default for Options {
 /// them as undefined flags, and so does this.
 static FLAGS: FlagSet<Options> = FlagSet {
     program: "nsq_to_http",
-    flags: flags![Options;
+    flags: nsq_utils::consumer_flags![Options; consumer, USAGE;
         "topic" => topic: Str, None, "nsq topic";
-        "channel" => channel: Str, None, "nsq channel";
-        "max-in-flight" => max_in_flight: Int, None, "max number of messages to allow in flight";
         "n" => publishers: Int, None, "number of concurrent publishers";
         "mode" => mode: Str, None,
             "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy";
@@ -114,12 +104,6 @@ static FLAGS: FlagSet<Options> = FlagSet {
             "HTTP address to make a POST request to.  data will be in the body (may be given multiple times)";
         "header" => headers: StrList, None,
             "Custom header for HTTP requests (may be given multiple times)";
-        "nsqd-tcp-address" => nsqd_tcp_addresses: StrList, None,
-            "nsqd TCP address (may be given multiple times)";
-        "lookupd-http-address" => lookupd_http_addresses: StrList, None,
-            "lookupd HTTP address (may be given multiple times)";
-        "consumer-opt" => consumer_opt: Custom, None,
-            "option to passthrough to nsq.Consumer (may be given multiple times, http://godoc.org/github.com/nsqio/go-nsq#Config)";
     ],
     config_checks: &[],
 };
@@ -127,7 +111,7 @@ static FLAGS: FlagSet<Options> = FlagSet {
 /// The checks of nsq_to_http.go's `main`, in its order; the first failure is fatal.
 fn validate(o: &Options) -> Result<Vec<(String, String)>, String> {
     let headers = parse_headers(&o.headers).map_err(|e| e.to_string())?;
-    if o.topic.is_empty() || o.channel.is_empty() {
+    if o.topic.is_empty() || o.consumer.channel.is_empty() {
         return Err("--topic and --channel are required".into());
     }
     if o.content_type != DEFAULT_CONTENT_TYPE {
@@ -138,12 +122,7 @@ fn validate(o: &Options) -> Result<Vec<(String, String)>, String> {
             return Err("--content-type requires a value when used".into());
         }
     }
-    if o.nsqd_tcp_addresses.is_empty() && o.lookupd_http_addresses.is_empty() {
-        return Err("--nsqd-tcp-address or --lookupd-http-address required".into());
-    }
-    if !o.nsqd_tcp_addresses.is_empty() && !o.lookupd_http_addresses.is_empty() {
-        return Err("use --nsqd-tcp-address or --lookupd-http-address not both".into());
-    }
+    o.consumer.check_addresses().map_err(|e| e.to_string())?;
     if o.get.is_empty() && o.post.is_empty() {
         return Err("--get or --post required".into());
     }
@@ -179,13 +158,13 @@ async fn run(opts: Options, headers: Vec<(String, String)>) {
     } else {
         (Method::Post, opts.post.clone())
     };
-    let mut cfg = opts.consumer_opt.0.clone();
-    // The tool overwrites these two after applying --consumer-opt, as the reference does;
-    // go-nsq's `NewConsumer` then refuses a negative one (config.go, `Validate`).
-    cfg.user_agent = nsq_utils::user_agent("nsq_to_http");
-    cfg.max_in_flight = usize::try_from(opts.max_in_flight)
-        .unwrap_or_else(|_| fatal(&format!("invalid MaxInFlight ! {} < 0", opts.max_in_flight)));
-    let consumer = Consumer::new(opts.topic.clone(), opts.channel.clone(), cfg)
+    // go-nsq's `NewConsumer` refuses a negative MaxInFlight (config.go, `Validate`).
+    let max_in_flight = opts.consumer.max_in_flight;
+    if max_in_flight < 0 {
+        fatal(&format!("invalid MaxInFlight ! {max_in_flight} < 0"));
+    }
+    let cfg = opts.consumer.config("nsq_to_http");
+    let consumer = Consumer::new(opts.topic.clone(), opts.consumer.channel.clone(), cfg)
         .unwrap_or_else(|e| fatal(&e.to_string()));
 
     let forwarder = Arc::new(Forwarder::new(Settings {
@@ -207,15 +186,8 @@ async fn run(opts: Options, headers: Vec<(String, String)>) {
         .filter(|&n| n > 0)
         .unwrap_or_else(|| fatal("no handlers"));
 
-    for addr in &opts.nsqd_tcp_addresses {
-        if let Err(e) = consumer.connect_to_nsqd(addr.clone()).await {
-            fatal(&e.to_string());
-        }
-    }
-    for addr in &opts.lookupd_http_addresses {
-        if let Err(e) = consumer.connect_to_lookupd(addr.clone()) {
-            fatal(&e.to_string());
-        }
+    if let Err(e) = opts.consumer.connect(&consumer).await {
+        fatal(&e.to_string());
     }
 
     let stop = consumer.stop_handle();

@@ -10,26 +10,22 @@ use std::sync::Arc;
 
 use nsq_client::{Consumer, Producer};
 use nsq_go::flag::FlagSet;
-use nsq_go::flags;
 use nsq_protocol::names::{is_valid_channel_name, is_valid_topic_name};
+use nsq_utils::consumer_flags::{self, ConsumerFlags};
 use nsq_utils::nsq_to_nsq::{forward, JsonFilter, Mode, Publisher};
 use nsq_utils::{fatal, ConfigFlag};
 
 #[derive(Debug, Clone)]
 struct Options {
     topics: Vec<String>,
-    channel: String,
+    consumer: ConsumerFlags,
     destination_topic: String,
-    max_in_flight: i64,
     status_every: i64,
     mode: String,
-    nsqd_tcp_addresses: Vec<String>,
-    lookupd_http_addresses: Vec<String>,
     destination_nsqd_tcp_addresses: Vec<String>,
     whitelist_json_fields: Vec<String>,
     require_json_field: String,
     require_json_value: String,
-    consumer_opt: ConfigFlag,
     producer_opt: ConfigFlag,
 }
 
@@ -37,41 +33,37 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             topics: Vec::new(),
-            channel: "nsq_to_nsq".to_string(),
+            consumer: ConsumerFlags::new("nsq_to_nsq"),
             destination_topic: String::new(),
-            max_in_flight: 200,
             status_every: 250,
             mode: "hostpool".to_string(),
-            nsqd_tcp_addresses: Vec::new(),
-            lookupd_http_addresses: Vec::new(),
             destination_nsqd_tcp_addresses: Vec::new(),
             whitelist_json_fields: Vec::new(),
             require_json_field: String::new(),
             require_json_value: String::new(),
-            consumer_opt: ConfigFlag::default(),
             producer_opt: ConfigFlag::default(),
         }
     }
 }
 
+/// nsq_to_nsq.go's `--consumer-opt` usage says "see" before the link.
+const USAGE: consumer_flags::Usage = consumer_flags::Usage {
+    consumer_opt: "option to passthrough to nsq.Consumer (may be given multiple times, see http://godoc.org/github.com/nsqio/go-nsq#Config)",
+    ..consumer_flags::USAGE
+};
+
 /// The flags of nsq_to_nsq.go (plus the built-in `-version`).
 static FLAGS: FlagSet<Options> = FlagSet {
     program: "nsq_to_nsq",
-    flags: flags![Options;
-        "channel" => channel: Str, None, "nsq channel";
+    flags: nsq_utils::consumer_flags![Options; consumer, USAGE;
         "destination-topic" => destination_topic: Str, None,
             "use this destination topic for all consumed topics (default is consumed topic name)";
-        "max-in-flight" => max_in_flight: Int, None, "max number of messages to allow in flight";
         "status-every" => status_every: Int, None,
             "the # of requests between logging status (per destination), 0 disables";
         "mode" => mode: Str, None,
             "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy";
-        "nsqd-tcp-address" => nsqd_tcp_addresses: StrList, None,
-            "nsqd TCP address (may be given multiple times)";
         "destination-nsqd-tcp-address" => destination_nsqd_tcp_addresses: StrList, None,
             "destination nsqd TCP address (may be given multiple times)";
-        "lookupd-http-address" => lookupd_http_addresses: StrList, None,
-            "lookupd HTTP address (may be given multiple times)";
         "topic" => topics: StrList, None, "nsq topic (may be given multiple times)";
         "whitelist-json-field" => whitelist_json_fields: StrList, None,
             "for JSON messages: pass this field (may be given multiple times)";
@@ -79,8 +71,6 @@ static FLAGS: FlagSet<Options> = FlagSet {
             "for JSON messages: only pass messages that contain this field";
         "require-json-value" => require_json_value: Str, None,
             "for JSON messages: only pass messages in which the required field has this value";
-        "consumer-opt" => consumer_opt: Custom, None,
-            "option to passthrough to nsq.Consumer (may be given multiple times, see http://godoc.org/github.com/nsqio/go-nsq#Config)";
         "producer-opt" => producer_opt: Custom, None,
             "option to passthrough to nsq.Producer (may be given multiple times, see http://godoc.org/github.com/nsqio/go-nsq#Config)";
     ],
@@ -91,7 +81,7 @@ fn main() {
     let opts =
         nsq_utils::parse_or_exit(&FLAGS, Options::default(), std::env::args().collect(), true);
     // Validation in the reference's order (nsq_to_nsq.go, main).
-    if opts.topics.is_empty() || opts.channel.is_empty() {
+    if opts.topics.is_empty() || opts.consumer.channel.is_empty() {
         fatal("--topic and --channel are required");
     }
     if opts
@@ -105,14 +95,11 @@ fn main() {
     {
         fatal("--destination-topic is invalid");
     }
-    if !is_valid_channel_name(opts.channel.as_bytes()) {
+    if !is_valid_channel_name(opts.consumer.channel.as_bytes()) {
         fatal("--channel is invalid");
     }
-    if opts.nsqd_tcp_addresses.is_empty() && opts.lookupd_http_addresses.is_empty() {
-        fatal("--nsqd-tcp-address or --lookupd-http-address required");
-    }
-    if !opts.nsqd_tcp_addresses.is_empty() && !opts.lookupd_http_addresses.is_empty() {
-        fatal("use --nsqd-tcp-address or --lookupd-http-address not both");
+    if let Err(e) = opts.consumer.check_addresses() {
+        fatal(&e.to_string());
     }
     if opts.destination_nsqd_tcp_addresses.is_empty() {
         fatal("--destination-nsqd-tcp-address required");
@@ -127,12 +114,9 @@ fn main() {
 
 async fn run(opts: Options) {
     let sigterm = nsq_utils::termination();
-    let user_agent = nsq_utils::user_agent("nsq_to_nsq");
-    let mut ccfg = opts.consumer_opt.0.clone();
-    ccfg.user_agent = user_agent.clone();
-    ccfg.max_in_flight = usize::try_from(opts.max_in_flight.max(0)).unwrap_or(0);
+    let ccfg = opts.consumer.config("nsq_to_nsq");
     let mut pcfg = opts.producer_opt.0.clone();
-    pcfg.user_agent = user_agent;
+    pcfg.user_agent = nsq_utils::user_agent("nsq_to_nsq");
 
     // One producer per distinct address (the reference's map keyed by address); the address
     // list keeps its repeats for destination selection.
@@ -164,7 +148,7 @@ async fn run(opts: Options) {
 
     let mut consumers = Vec::new();
     for topic in &opts.topics {
-        let consumer = Consumer::new(topic.clone(), opts.channel.clone(), ccfg.clone())
+        let consumer = Consumer::new(topic.clone(), opts.consumer.channel.clone(), ccfg.clone())
             .unwrap_or_else(|e| fatal(&e.to_string()));
         let dest_topic = if opts.destination_topic.is_empty() {
             topic.clone()
@@ -173,18 +157,11 @@ async fn run(opts: Options) {
         };
         consumers.push((consumer, dest_topic));
     }
+    // Only one of the two address lists is set (checked in `main`), so connecting each
+    // consumer in turn is the reference's nsqd-then-lookupd order.
     for (consumer, _) in &consumers {
-        for addr in &opts.nsqd_tcp_addresses {
-            if let Err(e) = consumer.connect_to_nsqd(addr.clone()).await {
-                fatal(&e.to_string());
-            }
-        }
-    }
-    for (consumer, _) in &consumers {
-        for addr in &opts.lookupd_http_addresses {
-            if let Err(e) = consumer.connect_to_lookupd(addr.clone()) {
-                fatal(&e.to_string());
-            }
+        if let Err(e) = opts.consumer.connect(consumer).await {
+            fatal(&e.to_string());
         }
     }
 

@@ -69,7 +69,9 @@ impl FrameReader {
     /// the read timeout (no heartbeat either) is `TimedOut`.
     pub(crate) async fn next(&mut self) -> Result<Option<Frame>, Error> {
         loop {
-            if let Some(f) = frame::take_frame(&mut self.buf).map_err(Error::Protocol)? {
+            if let Some(f) =
+                frame::take_frame(&mut self.buf).map_err(|e| Error::Protocol(e.to_string()))?
+            {
                 return Ok(Some(f));
             }
             self.buf.reserve(READ_CHUNK);
@@ -91,7 +93,9 @@ impl FrameReader {
 async fn read_one_frame<R: AsyncRead + Unpin + ?Sized>(r: &mut R) -> Result<Frame, Error> {
     let size = r.read_u32().await? as usize;
     if size < 4 {
-        return Err(Error::Protocol(format!("invalid frame size {size}")));
+        return Err(Error::Protocol(
+            frame::FrameError::InvalidSize(size).to_string(),
+        ));
     }
     let frame_type = r.read_i32().await?;
     let mut data = vec![0; size - 4];

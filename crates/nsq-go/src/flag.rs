@@ -155,7 +155,10 @@ pub struct Flag<O> {
 }
 
 /// Declares a `&'static [Flag<O>]` table: `flags![O; "name" => field: Kind, Some("key"), "usage"; …]`
-/// where `Kind` is a [`Slot`] variant.
+/// where `Kind` is a [`Slot`] variant. The field may be a path into a nested struct
+/// (`consumer.channel`), so a block of flags several programs share can live in a struct of
+/// its own and be declared once by a macro that expands to `flags!` (nsq-utils'
+/// `consumer_flags!`).
 ///
 /// A table that starts with `@daemon;` gets the four flags every NSQ daemon declares first
 /// (apps/nsqd/options.go, apps/nsqlookupd/main.go, apps/nsqadmin/main.go): `-config`,
@@ -173,12 +176,12 @@ macro_rules! flags {
             $($rest)*
         ]
     };
-    ($O:ty; $( $name:literal => $field:ident : $kind:ident, $cfg:expr, $usage:expr; )*) => {
+    ($O:ty; $( $name:literal => $($field:ident).+ : $kind:ident, $cfg:expr, $usage:expr; )*) => {
         &[ $( $crate::flag::Flag::<$O> {
             name: $name,
             config_key: $cfg,
             usage: $usage,
-            slot: |o: &mut $O| $crate::flag::Slot::$kind(&mut o.$field),
+            slot: |o: &mut $O| $crate::flag::Slot::$kind(&mut o.$($field).+),
         } ),* ]
     };
 }

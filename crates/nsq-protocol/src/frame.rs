@@ -81,15 +81,30 @@ pub struct Frame {
     pub data: Bytes,
 }
 
+/// Why [`take_frame`] refused the bytes at the front of the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// The size field is below 4: no room for the frame type.
+    #[error("invalid frame size {0}")]
+    InvalidSize(usize),
+}
+
+/// For callers that carry errors as text (`?` into a `Result<_, String>`).
+impl From<FrameError> for String {
+    fn from(e: FrameError) -> String {
+        e.to_string()
+    }
+}
+
 /// Client side: takes one whole frame off the front of `buf`, or `None` if more bytes are needed.
 /// Returns `Err` for a size below 4 (no room for the type field).
-pub fn take_frame(buf: &mut BytesMut) -> Result<Option<Frame>, String> {
+pub fn take_frame(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
     if buf.len() < 4 {
         return Ok(None);
     }
     let size = u32::from_be_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
     if size < 4 {
-        return Err(format!("invalid frame size {size}"));
+        return Err(FrameError::InvalidSize(size));
     }
     if buf.len() < 4 + size {
         return Ok(None);
@@ -126,6 +141,20 @@ mod tests {
         let mut b = Vec::new();
         put_error(&mut b, b"E_INVALID invalid command FOO");
         assert_eq!(&b[..8], &[0, 0, 0, 0x21, 0, 0, 0, 1]);
+    }
+
+    #[test]
+    fn size_below_four_is_refused_and_partial_frames_wait() {
+        let mut b = BytesMut::from(&[0u8, 0, 0][..]);
+        assert_eq!(take_frame(&mut b), Ok(None));
+        b.extend_from_slice(&[3, 0, 0, 0]);
+        let e = take_frame(&mut b).unwrap_err();
+        assert_eq!(e, FrameError::InvalidSize(3));
+        assert_eq!(e.to_string(), "invalid frame size 3");
+        assert_eq!(String::from(e), "invalid frame size 3");
+        let mut b = BytesMut::from(&[0u8, 0, 0, 6, 0, 0, 0, 0, b'O'][..]);
+        assert_eq!(take_frame(&mut b), Ok(None));
+        assert_eq!(b.len(), 9);
     }
 
     #[test]

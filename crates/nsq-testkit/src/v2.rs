@@ -111,7 +111,9 @@ impl V2Conn {
     pub fn read_frame(&mut self, timeout: Duration) -> Result<Frame, ReadError> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(f) = take_frame(&mut self.buf).map_err(ReadError::Protocol)? {
+            if let Some(f) =
+                take_frame(&mut self.buf).map_err(|e| ReadError::Protocol(e.to_string()))?
+            {
                 return Ok(f);
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -143,7 +145,9 @@ impl V2Conn {
     pub fn read_batch(&mut self, timeout: Duration) -> Result<Vec<Frame>, ReadError> {
         let first = self.read_non_heartbeat(timeout)?;
         let mut out = vec![first];
-        while let Some(f) = take_frame(&mut self.buf).map_err(ReadError::Protocol)? {
+        while let Some(f) =
+            take_frame(&mut self.buf).map_err(|e| ReadError::Protocol(e.to_string()))?
+        {
             if f.frame_type == 0 && f.data == HEARTBEAT {
                 if self.auto_nop {
                     let _ = self.write_raw(b"NOP\n");

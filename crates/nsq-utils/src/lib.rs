@@ -1,9 +1,11 @@
 //! What the NSQ utilities share (nsq's apps/*/main.go all follow one pattern): the
 //! `--consumer-opt` / `--producer-opt` flag value ([`ConfigFlag`], go-nsq's `ConfigFlag`), the
+//! consumer flags of the four consuming tools ([`consumer_flags`](mod@consumer_flags)), the
 //! Go standard-logger lines their fatal errors use ([`log`], [`fatal`]), the command-line
 //! outcome handling ([`parse_or_exit`]) and the user agent / version texts.
 
 pub mod configflag;
+pub mod consumer_flags;
 pub mod golog;
 pub mod hostpool;
 pub mod nsq_to_http;
@@ -14,7 +16,12 @@ use std::process::exit;
 
 use nsq_go::flag::{FlagError, FlagSet, ParseOutcome};
 
+/// For [`consumer_flags!`], which expands to `nsq_go::flags!` in the tools' crates.
+#[doc(hidden)]
+pub use nsq_go as __nsq_go;
+
 pub use configflag::ConfigFlag;
+pub use consumer_flags::ConsumerFlags;
 pub use golog::{fatal, log};
 
 /// The release the tools report (`nsq_tail v1.3.0`).
