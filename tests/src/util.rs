@@ -242,6 +242,22 @@ pub fn assert_usage_error(bin: &Path, program: &str, args: &[&str], first: &str)
     );
 }
 
+/// `bin -h` exits 0 and its usage text (stderr) starts `Usage of <program>:`. A Go tool
+/// whose flags live on the global `flag.CommandLine` names itself by `os.Args[0]`, the path
+/// it was started as ([`argv0`]).
+#[track_caller]
+pub fn assert_help_header(bin: &Path, program: &str) {
+    let out = run_tool(bin, &["-h"], b"", PATIENCE);
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with(&format!("Usage of {program}:\n")), "{err}");
+}
+
+/// The `os.Args[0]` a tool started by [`run_tool`] sees: the binary's path.
+pub fn argv0(bin: &Path) -> String {
+    bin.to_string_lossy().into_owned()
+}
+
 /// `bin --version` prints `<program> v1.3.0` and exits 0.
 #[track_caller]
 pub fn assert_version(bin: &Path, program: &str) {

@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use nsq_integration_tests::util::{
-    assert_exit, assert_fatal, assert_version, nsqd_registered_with, wait_registered,
+    argv0, assert_exit, assert_fatal, assert_help_header, assert_version, nsqd_registered_with,
+    wait_registered,
 };
 use nsq_integration_tests::{http_post, nsq_stat_bin, run_tool, Nsqd, Nsqlookupd};
 
@@ -174,6 +175,7 @@ fn validation_messages_and_exit_codes() {
         assert_fatal(&bin, args, msg);
     }
     assert_version(&bin, "nsq_stat");
+    assert_help_header(&bin, &argv0(&bin));
     let out = run_tool(&bin, &["--count", "x"], b"", TIMEOUT);
     assert_eq!(out.status.code(), Some(2));
 }

@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use nsq_integration_tests::util::{
-    assert_exit, assert_fatal, assert_help_lists, assert_usage_error, assert_version,
-    nsqd_registered_with, publish, wait_registered, Tool,
+    argv0, assert_exit, assert_fatal, assert_help_header, assert_help_lists, assert_usage_error,
+    assert_version, nsqd_registered_with, publish, wait_registered, Tool,
 };
 use nsq_integration_tests::{nsq_tail_bin, run_tool, Nsqd, Nsqlookupd, Value};
 
@@ -161,19 +161,30 @@ fn validation_messages_and_exit_codes() {
         &["--nsqd-tcp-address", "127.0.0.1:4150"],
         "--topic required",
     );
+    // go-nsq's NewConsumer refuses it (config.go, Validate); nsq_tail.go `log.Fatal`s that.
+    assert_fatal(
+        &bin,
+        &[
+            "--topic=t",
+            "--nsqd-tcp-address=127.0.0.1:1",
+            "--max-in-flight=-1",
+        ],
+        "invalid MaxInFlight ! -1 < 0",
+    );
     assert_usage_error(
         &bin,
-        "nsq_tail",
+        &argv0(&bin),
         &["--consumer-opt", "bogus,1"],
         "invalid value \"bogus,1\" for flag -consumer-opt: invalid option bogus",
     );
     assert_usage_error(
         &bin,
-        "nsq_tail",
+        &argv0(&bin),
         &["--bogus"],
         "flag provided but not defined: -bogus",
     );
     assert_version(&bin, "nsq_tail");
+    assert_help_header(&bin, &argv0(&bin));
     assert_help_lists(
         &bin,
         &[

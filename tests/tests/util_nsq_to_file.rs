@@ -15,8 +15,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use nsq_integration_tests::util::{
-    assert_fatal, assert_help_lists, assert_usage_error, assert_version, nsqd_registered_with,
-    publish, wait_finished, Tool,
+    assert_fatal, assert_help_header, assert_help_lists, assert_usage_error, assert_version,
+    nsqd_registered_with, publish, wait_finished, Tool,
 };
 use nsq_integration_tests::{
     find_channel, http_post, int, nsq_to_file_bin, Nsqd, Nsqlookupd, Value,
@@ -566,9 +566,10 @@ fn validation_messages_and_exit_codes() {
     );
 
     assert_version(&bin, "nsq_to_file");
+    assert_help_header(&bin, "nsqd");
     assert_usage_error(
         &bin,
-        "nsq_to_file",
+        "nsqd",
         &["--bogus"],
         "flag provided but not defined: -bogus",
     );
@@ -621,6 +622,28 @@ fn template_without_rev_skips_the_topic() {
         tool.stderr().contains(
             "ERROR: couldn't create logger for new topic t: missing <REV> in \
              --filename-format when gzip, rotation, or work dir enabled",
+        )
+    });
+    tool.stop_ok("TERM");
+    assert!(names(out.path()).is_empty());
+}
+
+/// go-nsq's `NewConsumer` refuses a negative MaxInFlight (config.go, `Validate`); in
+/// nsq_to_file that fails the topic's `NewFileLogger`, which topic_discoverer.go's
+/// `updateTopics` logs and skips: the tool keeps running and exits 0 on SIGTERM.
+#[test]
+fn negative_max_in_flight_skips_the_topic() {
+    let out = tempfile::tempdir().unwrap();
+    let tool = nsq_to_file(&[
+        "--topic=t",
+        "--nsqd-tcp-address=127.0.0.1:1",
+        "--output-dir",
+        out.path().to_str().unwrap(),
+        "--max-in-flight=-1",
+    ]);
+    tool.wait_for("the error line", TIMEOUT, || {
+        tool.stderr().contains(
+            "ERROR: couldn't create logger for new topic t: invalid MaxInFlight ! -1 < 0\n",
         )
     });
     tool.stop_ok("TERM");

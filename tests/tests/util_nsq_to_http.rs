@@ -18,8 +18,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use nsq_integration_tests::util::{
-    assert_fatal, assert_usage_error, assert_version, nsqd_registered_with, publish, wait_finished,
-    wait_registered, Tool,
+    argv0, assert_fatal, assert_help_header, assert_usage_error, assert_version,
+    nsqd_registered_with, publish, wait_finished, wait_registered, Tool,
 };
 use nsq_integration_tests::{assert_go_log_line, int, nsq_to_http_bin, run_tool, Nsqd, Nsqlookupd};
 
@@ -697,7 +697,7 @@ fn validation_messages_and_exit_codes() {
     fatal(&with(&["--post", "http://h/", "-n", "0"]), "no handlers");
 
     let usage_error =
-        |args: &[&str], first: &str| assert_usage_error(&bin, "nsq_to_http", args, first);
+        |args: &[&str], first: &str| assert_usage_error(&bin, &argv0(&bin), args, first);
     usage_error(
         &["--sample", "half"],
         "invalid value \"half\" for flag -sample: parse error",
@@ -717,6 +717,7 @@ fn validation_messages_and_exit_codes() {
     );
 
     assert_version(&bin, "nsq_to_http");
+    assert_help_header(&bin, &argv0(&bin));
 
     let out = run_tool(&bin, &["-h"], b"", TIMEOUT);
     assert_eq!(out.status.code(), Some(0));

@@ -13,8 +13,8 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use nsq_integration_tests::util::{
-    assert_fatal, assert_help_lists, assert_usage_error, assert_version, nsqd_registered_with,
-    publish, wait_registered, Tool,
+    argv0, assert_fatal, assert_help_header, assert_help_lists, assert_usage_error, assert_version,
+    nsqd_registered_with, publish, wait_registered, Tool,
 };
 use nsq_integration_tests::{
     find_channel, find_topic, int, nsq_to_nsq_bin, Nsqd, Nsqlookupd, V2Conn, Value,
@@ -359,6 +359,16 @@ fn validation_messages_and_exit_codes() {
     let n = ["--nsqd-tcp-address", "127.0.0.1:4150"];
 
     fatal(&[], "--topic and --channel are required");
+    // go-nsq's NewConsumer refuses it (config.go, Validate); nsq_to_nsq.go `log.Fatal`s that.
+    fatal(
+        &[
+            "--topic=t",
+            "--nsqd-tcp-address=127.0.0.1:1",
+            "--destination-nsqd-tcp-address=127.0.0.1:1",
+            "--max-in-flight=-2",
+        ],
+        "invalid MaxInFlight ! -2 < 0",
+    );
     fatal(
         &["--topic=t", "--channel="],
         "--topic and --channel are required",
@@ -390,7 +400,7 @@ fn validation_messages_and_exit_codes() {
     for (flag, value) in [("--consumer-opt", "bogus,1"), ("--producer-opt", "bogus,1")] {
         assert_usage_error(
             &bin,
-            "nsq_to_nsq",
+            &argv0(&bin),
             &[flag, value],
             &format!(
                 "invalid value \"bogus,1\" for flag {}: invalid option bogus",
@@ -400,11 +410,12 @@ fn validation_messages_and_exit_codes() {
     }
     assert_usage_error(
         &bin,
-        "nsq_to_nsq",
+        &argv0(&bin),
         &["--bogus"],
         "flag provided but not defined: -bogus",
     );
     assert_version(&bin, "nsq_to_nsq");
+    assert_help_header(&bin, &argv0(&bin));
     assert_help_lists(
         &bin,
         &[

@@ -8,7 +8,9 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use nsq_integration_tests::util::{assert_fatal, assert_help_lists, assert_usage_error, Tool};
+use nsq_integration_tests::util::{
+    argv0, assert_fatal, assert_help_lists, assert_usage_error, Tool,
+};
 use nsq_integration_tests::{run_tool, to_nsq_bin, Nsqd};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -205,14 +207,14 @@ fn validation_messages_and_exit_codes() {
     // Flag errors: message, usage, exit 2.
     assert_usage_error(
         &bin,
-        "to_nsq",
+        &argv0(&bin),
         &["--topic", "t", "--producer-opt", "bogus,1"],
         "invalid value \"bogus,1\" for flag -producer-opt: invalid option bogus",
     );
     // to_nsq has no -version flag.
     assert_usage_error(
         &bin,
-        "to_nsq",
+        &argv0(&bin),
         &["--version"],
         "flag provided but not defined: -version",
     );
@@ -230,6 +232,9 @@ fn validation_messages_and_exit_codes() {
             "-topic string",
         ],
     );
-    assert!(err.starts_with("Usage of to_nsq:\n"), "{err}");
+    assert!(
+        err.starts_with(&format!("Usage of {}:\n", argv0(&bin))),
+        "{err}"
+    );
     assert!(!err.contains("-version"), "{err}");
 }

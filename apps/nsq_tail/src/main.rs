@@ -82,7 +82,11 @@ fn main() {
 
 async fn run(opts: Options) {
     let sigterm = nsq_utils::termination();
-    let cfg = opts.consumer.config("nsq_tail");
+    // nsq_tail.go, `main`: `nsq.NewConsumer` fails on config.Validate(); `log.Fatal(err)`.
+    let cfg = opts
+        .consumer
+        .config("nsq_tail")
+        .unwrap_or_else(|e| fatal(&e.to_string()));
 
     // Every consumer task forwards (topic index, message) to the one writer below, which owns
     // stdout and the per-topic counts.

@@ -83,9 +83,10 @@ impl Default for Options {
     }
 }
 
-/// nsq_to_file.go, `flagSet` (plus the built-in `-version`).
+/// nsq_to_file.go, `flagSet` (plus the built-in `-version`). That function names its set
+/// `nsqd` (`flag.NewFlagSet("nsqd", flag.ExitOnError)`), so `-h` says `Usage of nsqd:`.
 static FLAGS: FlagSet<Options> = FlagSet {
-    program: "nsq_to_file",
+    program: "nsqd",
     flags: nsq_utils::consumer_flags![Options; consumer, USAGE;
         "log-level" => log_level: Str, None, "set log verbosity: debug, info, warn, error, or fatal";
         "log-prefix" => log_prefix: Str, None, "log message prefix";
@@ -206,7 +207,7 @@ struct TopicLogger {
 struct Discoverer {
     opts: Options,
     settings: Arc<Settings>,
-    cfg: nsq_client::Config,
+    cfg: Result<nsq_client::Config, nsq_client::ConfigError>,
     pattern: Option<regex::Regex>,
     hostname: String,
     topics: HashMap<String, TopicLogger>,
@@ -262,8 +263,9 @@ impl Discoverer {
             topic,
         )
         .map_err(|e| e.to_string())?;
-        let mut consumer = Consumer::new(topic, o.consumer.channel.clone(), self.cfg.clone())
-            .map_err(|e| e.to_string())?;
+        let cfg = self.cfg.clone().map_err(|e| e.to_string())?;
+        let mut consumer =
+            Consumer::new(topic, o.consumer.channel.clone(), cfg).map_err(|e| e.to_string())?;
         if let Err(e) = o.consumer.connect(&consumer).await {
             consumer.stop().await;
             return Err(e.to_string());
@@ -363,6 +365,8 @@ async fn run(opts: Options) {
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .unwrap_or_else(|e| fatal(&e.to_string()));
 
+    // An invalid config fails each topic's `NewFileLogger` (its `nsq.NewConsumer`), which
+    // topic_discoverer.go's `updateTopics` logs and skips: the tool keeps running.
     let cfg = opts.consumer.config("nsq_to_file");
 
     let settings = Arc::new(Settings {
@@ -377,7 +381,7 @@ async fn run(opts: Options) {
         rotate_size: opts.rotate_size,
         rotate_interval: opts.rotate_interval,
         sync_interval: opts.sync_interval,
-        max_in_flight: cfg.max_in_flight.max(1),
+        max_in_flight: cfg.as_ref().map_or(1, |c| c.max_in_flight.max(1)),
     });
     let http = nsq_http::client::HttpClient::plain(
         opts.http_connect_timeout,

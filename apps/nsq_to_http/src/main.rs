@@ -158,12 +158,11 @@ async fn run(opts: Options, headers: Vec<(String, String)>) {
     } else {
         (Method::Post, opts.post.clone())
     };
-    // go-nsq's `NewConsumer` refuses a negative MaxInFlight (config.go, `Validate`).
-    let max_in_flight = opts.consumer.max_in_flight;
-    if max_in_flight < 0 {
-        fatal(&format!("invalid MaxInFlight ! {max_in_flight} < 0"));
-    }
-    let cfg = opts.consumer.config("nsq_to_http");
+    // nsq_to_http.go, `main`: `nsq.NewConsumer` fails on config.Validate(); `log.Fatal(err)`.
+    let cfg = opts
+        .consumer
+        .config("nsq_to_http")
+        .unwrap_or_else(|e| fatal(&e.to_string()));
     let consumer = Consumer::new(opts.topic.clone(), opts.consumer.channel.clone(), cfg)
         .unwrap_or_else(|e| fatal(&e.to_string()));
 

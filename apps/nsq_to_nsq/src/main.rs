@@ -114,7 +114,11 @@ fn main() {
 
 async fn run(opts: Options) {
     let sigterm = nsq_utils::termination();
-    let ccfg = opts.consumer.config("nsq_to_nsq");
+    // nsq_to_nsq.go, `main`: `nsq.NewConsumer` fails on config.Validate(); `log.Fatal(err)`.
+    let ccfg = opts
+        .consumer
+        .config("nsq_to_nsq")
+        .unwrap_or_else(|e| fatal(&e.to_string()));
     let mut pcfg = opts.producer_opt.0.clone();
     pcfg.user_agent = nsq_utils::user_agent("nsq_to_nsq");
 

@@ -451,6 +451,18 @@ impl Config {
         Ok(())
     }
 
+    /// A signed in-flight count (a tool's `--max-in-flight` is a Go `int`) checked as
+    /// go-nsq's `Config.Validate` checks the `MaxInFlight` field's `min:"0"` tag before
+    /// `NewConsumer` accepts the config (config.go, `structTagsConfig.Validate`): the error
+    /// names the Go field, `invalid MaxInFlight ! -1 < 0`.
+    pub fn max_in_flight_from(n: i64) -> Result<usize, ConfigError> {
+        usize::try_from(n).map_err(|_| ConfigError::BelowMin {
+            option: "MaxInFlight".into(),
+            value: n.to_string(),
+            bound: "0".into(),
+        })
+    }
+
     /// The checks go-nsq's `Config.Validate` makes across fields.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Some(hb) = self.heartbeat_interval {

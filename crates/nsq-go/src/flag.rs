@@ -371,6 +371,13 @@ impl<O: Clone> FlagSet<O> {
     /// `FlagSet.PrintDefaults` after `Usage of <program>:`, with the values of `defaults` as
     /// the defaults shown.
     pub fn usage(&self, defaults: &O) -> String {
+        self.usage_named(self.program, defaults)
+    }
+
+    /// [`FlagSet::usage`] under another name: a Go program that declares its flags on the
+    /// global `flag.CommandLine` prints `Usage of <os.Args[0]>:` (flag.go, `CommandLine` is
+    /// `NewFlagSet(os.Args[0], ExitOnError)`), the path it was started as.
+    pub fn usage_named(&self, name: &str, defaults: &O) -> String {
         let mut scratch = defaults.clone();
         let mut lines: Vec<(&str, String)> = self
             .flags
@@ -385,7 +392,7 @@ impl<O: Clone> FlagSet<O> {
             usage_line("version", &Slot::Bool(&mut false), "print version string"),
         ));
         lines.sort_by(|a, b| a.0.cmp(b.0));
-        let mut out = format!("Usage of {}:\n", self.program);
+        let mut out = format!("Usage of {name}:\n");
         for (_, l) in lines {
             out.push_str(&l);
         }

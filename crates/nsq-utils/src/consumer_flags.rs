@@ -11,7 +11,7 @@
 //! `--topic` is not among them: nsq_to_http takes one topic (`flag.String`), the others
 //! several (`StringArray`), with different usage texts, so each tool declares its own.
 
-use nsq_client::{Config, Consumer};
+use nsq_client::{Config, ConfigError, Consumer};
 use nsq_go::flag::Value;
 
 use crate::ConfigFlag;
@@ -128,12 +128,13 @@ impl ConsumerFlags {
     /// The consumer config: `--consumer-opt` applied to go-nsq's defaults, then the tool's
     /// user agent and `--max-in-flight` over them (the tools set `cfg.UserAgent` and
     /// `cfg.MaxInFlight` after the options, so those win). A negative `--max-in-flight` is
-    /// taken as 0; nsq_to_http refuses it before asking.
-    pub fn config(&self, tool: &str) -> Config {
+    /// the error go-nsq's `NewConsumer` returns from `config.Validate()`
+    /// (`invalid MaxInFlight ! -1 < 0`), which each tool reports where it reports that one.
+    pub fn config(&self, tool: &str) -> Result<Config, ConfigError> {
         let mut cfg = self.consumer_opt.flag.0.clone();
         cfg.user_agent = crate::user_agent(tool);
-        cfg.max_in_flight = usize::try_from(self.max_in_flight.max(0)).unwrap_or(0);
-        cfg
+        cfg.max_in_flight = Config::max_in_flight_from(self.max_in_flight)?;
+        Ok(cfg)
     }
 
     /// Connects `consumer` to every `--nsqd-tcp-address`, then every
@@ -229,14 +230,17 @@ mod tests {
         assert_eq!(o.consumer.channel, "c");
         assert_eq!(o.consumer.nsqd_tcp_addresses, ["a:1", "b:2"]);
         assert_eq!(o.consumer.check_addresses(), Ok(()));
-        let cfg = o.consumer.config("nsq_tail");
+        let cfg = o.consumer.config("nsq_tail").unwrap();
         assert_eq!(cfg.max_attempts, 9);
         // --max-in-flight wins over the consumer option.
         assert_eq!(cfg.max_in_flight, 7);
         assert_eq!(cfg.user_agent, "nsq_tail/1.3.0 go-nsq/1.1.0");
         let mut o = o;
         o.consumer.max_in_flight = -5;
-        assert_eq!(o.consumer.config("x").max_in_flight, 0);
+        assert_eq!(
+            o.consumer.config("x").unwrap_err().to_string(),
+            "invalid MaxInFlight ! -5 < 0"
+        );
     }
 
     #[test]
@@ -253,7 +257,7 @@ mod tests {
             &["--consumer-opt=bogus,1", "--consumer-opt=max_attempts,2"],
         )
         .unwrap();
-        assert_eq!(o.consumer.config("x").max_attempts, 2);
+        assert_eq!(o.consumer.config("x").unwrap().max_attempts, 2);
     }
 
     #[test]

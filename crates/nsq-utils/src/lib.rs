@@ -39,14 +39,18 @@ pub fn user_agent(tool: &str) -> String {
 /// outcome but "run": `--version` prints `<tool> v1.3.0` and exits 0 (or, for a tool without
 /// that flag, is an undefined flag), `-h` prints the usage and exits 0, a command-line error
 /// prints the message and usage and exits 2 (Go's `flag.ExitOnError`).
+///
+/// These tools declare their flags on Go's global `flag.CommandLine`, so the usage is headed
+/// `Usage of <argv[0]>:` (the path the tool was started as), not the set's program name.
 pub fn parse_or_exit<O: Clone>(
     set: &FlagSet<O>,
     defaults: O,
     args: Vec<String>,
     has_version: bool,
 ) -> O {
+    let argv0 = args.first().cloned().unwrap_or_default();
     let usage = || {
-        let text = set.usage(&defaults);
+        let text = set.usage_named(&argv0, &defaults);
         if has_version {
             text
         } else {
