@@ -283,6 +283,44 @@ fn gzip_members(data: &[u8]) -> Vec<Vec<u8>> {
     out
 }
 
+/// What Go's `gzip.Writer.Close` writes at level 9 when nothing was written to the writer.
+const EMPTY_LEVEL_9: [u8; 23] = [
+    0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 2, 0xff, 0x01, 0x00, 0x00, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0,
+];
+
+/// The member layout of the reference's gzip files (apps/nsq_to_file/file_logger.go): every
+/// `Sync` closes the gzip writer (ending a member with the synced messages) and opens a
+/// fresh one, and `Close` closes that fresh one too, which in Go's compress/gzip writes a
+/// member with no data (header, empty stored block, zero CRC and size; 23 bytes). So a file
+/// synced and then closed is: members with data, then exactly that empty member. Every
+/// header is Go's: no mtime, XFL 2 at level 9, OS 255. Returns the data members.
+fn assert_go_gzip_layout(data: &[u8]) -> Vec<Vec<u8>> {
+    assert!(
+        data.ends_with(&EMPTY_LEVEL_9),
+        "{:02x?}",
+        &data[data.len().saturating_sub(32)..]
+    );
+    let mut members = gzip_members(data);
+    assert!(members.len() >= 2, "{} members", members.len());
+    assert_eq!(members.pop(), Some(Vec::new()));
+    assert!(
+        members.iter().all(|m| !m.is_empty()),
+        "an empty member before the last"
+    );
+    // Each member's header.
+    let mut rest = data;
+    let mut headers = 0;
+    while !rest.is_empty() {
+        assert_eq!(rest[..10], [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 2, 0xff]);
+        headers += 1;
+        let mut d = flate2::bufread::GzDecoder::new(rest);
+        std::io::copy(&mut d, &mut std::io::sink()).unwrap();
+        rest = d.into_inner();
+    }
+    assert_eq!(headers, members.len() + 1);
+    members
+}
+
 #[test]
 fn gzip_multi_member_files() {
     let nsqd = Nsqd::start(&[]);
@@ -315,9 +353,10 @@ fn gzip_multi_member_files() {
             .any(|h| name == &format!("packed.h-000000.{h}.log.gz")),
         "{name}"
     );
-    // Every sync ends a member (1000 messages with 200 in flight need several syncs).
-    let members = gzip_members(data);
-    assert!(members.len() >= 2, "{} members", members.len());
+    // Every sync ends a member (1000 messages with 200 in flight need several syncs); the
+    // close at shutdown adds the empty one.
+    let members = assert_go_gzip_layout(data);
+    assert!(members.len() >= 2, "{} data members", members.len());
     assert_eq!(members.concat(), lines(&want));
     let mut all = Vec::new();
     flate2::read::MultiGzDecoder::new(&data[..])
@@ -648,4 +687,48 @@ fn negative_max_in_flight_skips_the_topic() {
     });
     tool.stop_ok("TERM");
     assert!(names(out.path()).is_empty());
+}
+
+/// SIGHUP syncs and closes the file (file_logger.go, `router`), so it too ends with Go's
+/// empty member; the next message opens the next revision.
+#[test]
+fn gzip_files_closed_by_sighup_end_with_an_empty_member() {
+    let nsqd = Nsqd::start(&[]);
+    let out = tempfile::tempdir().unwrap();
+    let addr = nsqd.tcp_addr.to_string();
+    let first = bodies("before", 0..300);
+    let second = bodies("after", 0..300);
+    publish(&nsqd, "hupped", &first);
+    let tool = nsq_to_file(&[
+        "--topic=hupped",
+        "--nsqd-tcp-address",
+        &addr,
+        "--output-dir",
+        out.path().to_str().unwrap(),
+        "--gzip",
+        "--gzip-level=9",
+        "--host-identifier=h",
+        "--datetime-format=fixed",
+    ]);
+    wait_finished(&nsqd, "hupped", "nsq_to_file", 300);
+    tool.signal("HUP");
+    let closed = out.path().join("hupped.h-000000.fixed.log.gz");
+    tool.wait_for("the file to be closed", TIMEOUT, || {
+        std::fs::read(&closed).is_ok_and(|d| d.ends_with(&EMPTY_LEVEL_9))
+    });
+    publish(&nsqd, "hupped", &second);
+    wait_finished(&nsqd, "hupped", "nsq_to_file", 600);
+    tool.stop_ok("TERM");
+
+    let got = files(out.path());
+    let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "hupped.h-000000.fixed.log.gz",
+            "hupped.h-000001.fixed.log.gz"
+        ]
+    );
+    assert_eq!(assert_go_gzip_layout(&got[0].1).concat(), lines(&first));
+    assert_eq!(assert_go_gzip_layout(&got[1].1).concat(), lines(&second));
 }

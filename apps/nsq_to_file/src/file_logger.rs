@@ -24,7 +24,8 @@
 //!
 //! With `--gzip` every sync point ends the current gzip member (its trailer's checksum shows
 //! which messages were acknowledged) and the next write starts a new one, so files are
-//! multi-member gzip streams, as the reference writes them.
+//! multi-member gzip streams, as the reference writes them; closing a file whose last member
+//! is complete appends the empty member Go's `gzip.Writer.Close` writes ([`empty_gzip_member`]).
 
 use std::fs::File;
 use std::io::Write;
@@ -111,8 +112,6 @@ struct Out {
     file: Arc<File>,
     /// The open gzip member, if any.
     gz: Option<GzEncoder<FileSink>>,
-    /// Whether a gzip member was ever completed in this file.
-    members: bool,
 }
 
 /// A batch for the syncer: sync `file`, then FIN `msgs`.
@@ -336,7 +335,6 @@ impl Writer {
         if let Some(out) = self.out.as_mut() {
             if let Some(gz) = out.gz.take() {
                 gz.finish()?;
-                out.members = true;
             }
         }
         Ok(())
@@ -525,7 +523,6 @@ impl Writer {
                 path: abs,
                 file: Arc::new(file),
                 gz: None,
-                members: false,
             });
             break;
         }
@@ -564,15 +561,18 @@ impl Writer {
             return;
         }
         self.drain_buf();
+        // The reference always has a gzip writer open (one from `updateFile`, a fresh one after
+        // every `Sync`), and `Close` closes it: a writer with unsynced data ends its member; a
+        // fresh one, never written to, writes a member of its own with no data. So a file
+        // synced before it is closed (rotation on the tick, SIGHUP, shutdown) ends with an
+        // empty member.
+        let open_member = self.out.as_ref().is_some_and(|o| o.gz.is_some());
         if let Err(e) = self.finish_member() {
             fatalf!("{} failed to close GZIP writer: {e}", self.label());
         }
         let Some(out) = self.out.take() else { return };
-        if self.s.gzip.is_some() && !out.members {
-            // A file without any member would not be a gzip file: write an empty one, as
-            // the reference's `gzip.Writer.Close` does.
-            let level = Compression::new(self.s.gzip.unwrap_or(6));
-            if let Err(e) = GzEncoder::new(FileSink(out.file.clone()), level).finish() {
+        if let (Some(level), false) = (self.s.gzip, open_member) {
+            if let Err(e) = FileSink(out.file.clone()).write_all(&empty_gzip_member(level)) {
                 fatalf!("{} failed to close GZIP writer: {e}", self.label());
             }
         }
@@ -644,6 +644,24 @@ impl Writer {
 }
 
 /// `exclusiveRename`: hard link, then remove the source; fails if `dst` exists.
+/// What Go's `gzip.Writer.Close` writes for a writer that was never written to
+/// (compress/gzip/gzip.go, `Writer.Write` and `Close`; compress/flate/deflate.go,
+/// `compressor.close`): the 10-byte header (no mtime, XFL 2 for level 9 and 4 for level 1,
+/// OS 255), a final empty stored block, and a trailer of CRC-32 0 and size 0. flate2 writes the
+/// same header but ends an empty stream with a fixed-Huffman block, so it is spelled out here.
+pub(crate) fn empty_gzip_member(level: u32) -> [u8; 23] {
+    let xfl = match level {
+        9 => 2,
+        1 => 4,
+        _ => 0,
+    };
+    [
+        0x1f, 0x8b, 8, 0, 0, 0, 0, 0, xfl, 0xff, // header
+        0x01, 0x00, 0x00, 0xff, 0xff, // BFINAL stored block, LEN 0, NLEN 0xffff
+        0, 0, 0, 0, 0, 0, 0, 0, // CRC-32, ISIZE
+    ]
+}
+
 fn exclusive_rename(src: &str, dst: &str) -> std::io::Result<()> {
     std::fs::hard_link(src, dst)?;
     std::fs::remove_file(src)
@@ -694,5 +712,31 @@ fn sync_loop(rx: Receiver<SyncJob>, label: String, idle: Arc<AtomicBool>) {
                 m.finish();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::empty_gzip_member;
+    use std::io::Read;
+
+    #[test]
+    fn empty_member_is_a_valid_gzip_stream_with_no_data() {
+        for level in 1..=9 {
+            let bytes = empty_gzip_member(level);
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(&bytes[..])
+                .read_to_end(&mut out)
+                .unwrap();
+            assert!(out.is_empty());
+            // The same header flate2 writes for that level (mtime 0, XFL, OS 255).
+            let mut enc =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
+            std::io::Write::write_all(&mut enc, b"x").unwrap();
+            assert_eq!(enc.finish().unwrap()[..10], bytes[..10], "level {level}");
+        }
+        assert_eq!(empty_gzip_member(9)[8], 2);
+        assert_eq!(empty_gzip_member(1)[8], 4);
+        assert_eq!(empty_gzip_member(6)[8], 0);
     }
 }
