@@ -116,6 +116,23 @@ pub fn assert_go_log_line(stderr: &[u8], msg: &str) {
     assert_eq!(rest, format!(" {msg}"), "{text:?}");
 }
 
+/// The messages of `stderr`'s Go standard-logger lines, the `YYYY/MM/DD HH:MM:SS ` stamp of
+/// each checked and stripped (as [`assert_go_log_line`] does for one line).
+pub fn go_log_msgs(stderr: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(stderr);
+    text.lines()
+        .map(|line| {
+            let (stamp, rest) = line.split_at(20.min(line.len()));
+            let shape: String = stamp
+                .chars()
+                .map(|c| if c.is_ascii_digit() { '9' } else { c })
+                .collect();
+            assert_eq!(shape, "9999/99/99 99:99:99 ", "{text:?}");
+            rest.to_string()
+        })
+        .collect()
+}
+
 /// Runs `program args`, feeding `stdin` and closing it, and returns its exit status, stdout
 /// and stderr; kills it and panics if it has not exited within `timeout`.
 pub fn run_tool(

@@ -242,6 +242,27 @@ pub fn assert_usage_error(bin: &Path, program: &str, args: &[&str], first: &str)
     );
 }
 
+/// Whether `line` (a Go standard-logger line) is one of go-nsq's own lines, which every tool
+/// prints through go-nsq's default logger: `INF    1 [t/c] (addr) connecting to nsqd`.
+pub fn is_go_nsq_line(line: &str) -> bool {
+    let msg = line.get(20..).unwrap_or("");
+    let (lvl, rest) = msg.split_at(msg.len().min(4));
+    matches!(lvl, "DBG " | "INF " | "WRN " | "ERR ")
+        && rest.len() > 4
+        && rest[..4].trim_start().chars().all(|c| c.is_ascii_digit())
+        && rest.as_bytes()[3] != b' '
+        && rest.as_bytes()[4] == b' '
+}
+
+/// `stderr` without go-nsq's own lines: what the tool itself logged.
+pub fn tool_lines(stderr: &str) -> String {
+    stderr
+        .lines()
+        .filter(|l| !is_go_nsq_line(l))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 /// `bin -h` exits 0 and its usage text (stderr) starts `Usage of <program>:`. A Go tool
 /// whose flags live on the global `flag.CommandLine` names itself by `os.Args[0]`, the path
 /// it was started as ([`argv0`]).

@@ -12,7 +12,7 @@ use nsq_integration_tests::util::{
     argv0, assert_exit, assert_fatal, assert_help_header, assert_help_lists, assert_usage_error,
     assert_version, nsqd_registered_with, publish, wait_registered, Tool,
 };
-use nsq_integration_tests::{nsq_tail_bin, run_tool, Nsqd, Nsqlookupd, Value};
+use nsq_integration_tests::{go_log_msgs, nsq_tail_bin, run_tool, Nsqd, Nsqlookupd, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -35,12 +35,19 @@ fn prints_bodies_byte_for_byte_and_stops_after_n() {
         want.push(b'\n');
     }
     assert_eq!(out.stdout, want);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.lines()
-            .next()
-            .is_some_and(|l| l.ends_with(" Adding consumer for topic: tailed")),
-        "{err}"
+    // The tool's line, then go-nsq's (consumer.go, ConnectToNSQD) through go-nsq's default
+    // logger; -n exits from the handler, so nothing is logged after that.
+    let msgs = go_log_msgs(&out.stderr);
+    assert_eq!(msgs.len(), 2, "{msgs:?}");
+    assert_eq!(msgs[0], "Adding consumer for topic: tailed");
+    let (head, channel_and_rest) = msgs[1].split_at("INF    1 [tailed/tail".len());
+    assert_eq!(head, "INF    1 [tailed/tail");
+    let (digits, rest) = channel_and_rest.split_at(6);
+    assert!(digits.chars().all(|c| c.is_ascii_digit()), "{msgs:?}");
+    assert_eq!(
+        rest,
+        format!("#ephemeral] ({addr}) connecting to nsqd"),
+        "{msgs:?}"
     );
 }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use nsq_integration_tests::util::{
     argv0, assert_fatal, assert_help_header, assert_usage_error, assert_version,
-    nsqd_registered_with, publish, wait_finished, wait_registered, Tool,
+    nsqd_registered_with, publish, tool_lines, wait_finished, wait_registered, Tool,
 };
 use nsq_integration_tests::{assert_go_log_line, int, nsq_to_http_bin, run_tool, Nsqd, Nsqlookupd};
 
@@ -576,6 +576,7 @@ fn status_every_lines_per_address_and_aggregate() {
     wait_finished(&nsqd, "timed", "nsq_to_http", 6);
     let (status, err) = tool.stop("TERM");
     assert_eq!(status.code(), Some(0), "{err}");
+    let err = tool_lines(&err);
     let lines: Vec<&str> = err.lines().collect();
     for l in &lines {
         assert_go_log_line(format!("{l}\n").as_bytes(), &l[20.min(l.len())..]);
@@ -607,6 +608,7 @@ fn single_address_logs_only_the_aggregate_and_zero_disables() {
     wait_finished(&nsqd, "one", "nsq_to_http", 3);
     let (status, err) = tool.stop("TERM");
     assert_eq!(status.code(), Some(0), "{err}");
+    let err = tool_lines(&err);
     let msgs: Vec<&str> = err.lines().map(|l| &l[20..]).collect();
     assert_eq!(msgs.len(), 2, "{err}");
     assert_eq!(
@@ -620,7 +622,7 @@ fn single_address_logs_only_the_aggregate_and_zero_disables() {
     wait_finished(&nsqd, "quiet", "nsq_to_http", 3);
     let (status, err) = tool.stop("TERM");
     assert_eq!(status.code(), Some(0));
-    assert_eq!(err, "");
+    assert_eq!(tool_lines(&err), "", "{err}");
 }
 
 #[test]

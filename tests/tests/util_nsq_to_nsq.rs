@@ -13,11 +13,12 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use nsq_integration_tests::util::{
-    argv0, assert_fatal, assert_help_header, assert_help_lists, assert_usage_error, assert_version,
-    nsqd_registered_with, publish, wait_registered, Tool,
+    argv0, assert_exit, assert_fatal, assert_help_header, assert_help_lists, assert_usage_error,
+    assert_version, nsqd_registered_with, publish, wait_registered, Tool,
 };
 use nsq_integration_tests::{
-    find_channel, find_topic, int, nsq_to_nsq_bin, Nsqd, Nsqlookupd, V2Conn, Value,
+    find_channel, find_topic, go_log_msgs, int, nsq_to_nsq_bin, run_tool, Nsqd, Nsqlookupd, V2Conn,
+    Value,
 };
 use nsq_protocol::command::Command as Cmd;
 
@@ -442,7 +443,7 @@ fn validation_messages_and_exit_codes() {
 fn refused_source_is_fatal_with_go_text() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    assert_fatal(
+    let out = run_tool(
         &nsq_to_nsq_bin(),
         &[
             "--topic=t",
@@ -451,7 +452,18 @@ fn refused_source_is_fatal_with_go_text() {
             "--destination-nsqd-tcp-address",
             &addr,
         ],
-        &format!("dial tcp {addr}: connect: connection refused"),
+        b"",
+        TIMEOUT,
+    );
+    assert_exit(&out, 1);
+    // go-nsq's own line as it dials (instance 2: the producer was made first), then the
+    // tool's `log.Fatal(err)`.
+    assert_eq!(
+        go_log_msgs(&out.stderr),
+        [
+            format!("INF    2 [t/nsq_to_nsq] ({addr}) connecting to nsqd"),
+            format!("dial tcp {addr}: connect: connection refused"),
+        ]
     );
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use nsq_integration_tests::util::{
     argv0, assert_fatal, assert_help_lists, assert_usage_error, Tool,
 };
-use nsq_integration_tests::{run_tool, to_nsq_bin, Nsqd};
+use nsq_integration_tests::{go_log_msgs, run_tool, to_nsq_bin, Nsqd};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -237,4 +237,32 @@ fn validation_messages_and_exit_codes() {
         "{err}"
     );
     assert!(!err.contains("-version"), "{err}");
+}
+
+/// go-nsq's own lines through its default logger (producer.go, `connect` and `Stop`; conn.go,
+/// the close): the connection is dialed at the first publish and closed at EOF.
+#[test]
+fn go_nsq_logs_connecting_and_stopping() {
+    let nsqd = Nsqd::start(&[]);
+    let addr = nsqd.tcp_addr.to_string();
+    let out = run_tool(
+        &to_nsq_bin(),
+        &["--topic", "logged", "--nsqd-tcp-address", &addr],
+        b"one\ntwo\n",
+        TIMEOUT,
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        go_log_msgs(&out.stderr),
+        [
+            format!("INF    1 ({addr}) connecting to nsqd"),
+            "INF    1 stopping".to_string(),
+            format!("INF    1 ({addr}) beginning close"),
+            format!("INF    1 ({addr}) readLoop exiting"),
+            format!("INF    1 ({addr}) breaking out of writeLoop"),
+            format!("INF    1 ({addr}) writeLoop exiting"),
+            "INF    1 exiting router".to_string(),
+        ]
+    );
+    assert_eq!(consume(&nsqd, "logged", 2), bodies(&["one", "two"]));
 }

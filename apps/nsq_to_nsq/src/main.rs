@@ -121,6 +121,7 @@ async fn run(opts: Options) {
         .unwrap_or_else(|e| fatal(&e.to_string()));
     let mut pcfg = opts.producer_opt.0.clone();
     pcfg.user_agent = nsq_utils::user_agent("nsq_to_nsq");
+    pcfg.logger = Some(nsq_utils::go_nsq_logger());
 
     // One producer per distinct address (the reference's map keyed by address); the address
     // list keeps its repeats for destination selection.

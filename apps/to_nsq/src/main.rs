@@ -77,6 +77,7 @@ async fn run(opts: Options) {
     let sigterm = nsq_utils::termination();
     let mut cfg = opts.producer_opt.0.clone();
     cfg.user_agent = nsq_utils::user_agent("to_nsq");
+    cfg.logger = Some(nsq_utils::go_nsq_logger());
     // to_nsq.go keeps its producers in a map keyed by address: one per distinct address.
     let producers: Vec<Producer> = nsq_utils::dedup(&opts.nsqd_tcp_addresses)
         .into_iter()

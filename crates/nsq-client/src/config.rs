@@ -116,6 +116,8 @@ pub struct Config {
     /// How long a consumer's graceful stop waits for in-flight messages before closing
     /// anyway (30s, hard-coded in go-nsq's `Consumer.Stop`; not a go-nsq option).
     pub stop_timeout: Duration,
+    /// go-nsq's own log lines (its `SetLogger(l, lvl)`): `None`, the default, prints none.
+    pub logger: Option<crate::golog::GoLogger>,
 }
 
 impl Default for Config {
@@ -154,6 +156,7 @@ impl Default for Config {
             msg_timeout: Duration::ZERO,
             auth_secret: None,
             stop_timeout: Duration::from_secs(30),
+            logger: None,
         }
     }
 }

@@ -32,6 +32,7 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::conn::{self, BoxWrite, FrameReader};
 use crate::error::{Error, ServerError};
+use crate::golog::{GoLog, LogLevel};
 use crate::lookupd;
 use crate::message::Message;
 
@@ -75,6 +76,8 @@ pub(crate) struct ConsumerShared {
     pub(crate) channel: String,
     pub(crate) config: Config,
     pub(crate) stats: Counters,
+    /// go-nsq's log lines, when `config.logger` asks for them.
+    pub(crate) golog: GoLog,
     events: mpsc::UnboundedSender<Event>,
     /// The coordinator's backoff counter, mirrored so verdicts know whether to report.
     backoff_counter: AtomicI32,
@@ -241,7 +244,14 @@ impl Consumer {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (msg_tx, msg_rx) = mpsc::unbounded_channel();
         let (done_tx, done_rx) = watch::channel(false);
+        let golog = GoLog::consumer(
+            config.logger.clone(),
+            crate::golog::next_instance(),
+            &topic,
+            &channel,
+        );
         let shared = Arc::new(ConsumerShared {
+            golog,
             topic,
             channel,
             stats: Counters::default(),
@@ -385,6 +395,9 @@ async fn handle_one<H: Handler>(handler: &H, msg: Message) {
         Ok(Ok(())) => msg.finish(),
         Ok(Err(e)) => {
             tracing::error!("Handler returned error ({e}) for msg {}", msg.id());
+            msg.golog().log(LogLevel::Error, || {
+                format!("Handler returned error ({e}) for msg {}", msg.id())
+            });
             msg.requeue(None);
         }
         Err(_) => {
@@ -434,6 +447,12 @@ async fn dial_inner(
             c.identify.max_rdy_count,
             shared.config.max_in_flight
         );
+        shared.golog.log(LogLevel::Warning, || {
+            format!(
+                "({addr}) max RDY count {} < consumer max in flight {}, truncation possible",
+                c.identify.max_rdy_count, shared.config.max_in_flight
+            )
+        });
     }
     let mut buf = BytesMut::new();
     command::put_sub(&mut buf, &shared.topic, &shared.channel);
@@ -490,18 +509,30 @@ async fn conn_task(
     msg_tx: MsgTx,
     id: u64,
 ) {
+    let golog = &conn.consumer.golog;
     tokio::select! {
         r = read_loop(&conn, reader, msg_tx) => {
-            if let Err(e) = r {
-                tracing::error!("({}) IO error - {e}", conn.addr);
+            match r {
+                Err(e) => {
+                    tracing::error!("({}) IO error - {e}", conn.addr);
+                    golog.conn(LogLevel::Error, &conn.addr, &format!("IO error - {e}"));
+                }
+                // nsqd hung up without being asked: Go's read fails with io.EOF
+                // (conn.go, readLoop).
+                Ok(()) if !conn.closing.load(Ordering::Acquire) => {
+                    golog.conn(LogLevel::Error, &conn.addr, "IO error - EOF");
+                }
+                Ok(()) => {}
             }
         }
         r = write_loop(&conn, writer, cmd_rx) => {
             if let Err(e) = r {
                 tracing::error!("({}) IO error - {e}", conn.addr);
+                golog.conn(LogLevel::Error, &conn.addr, &format!("IO error - {e}"));
             }
         }
     }
+    golog.conn_closed(&conn.addr, true);
     let _ = conn.consumer.events.send(Event::Closed {
         addr: conn.addr.clone(),
         id,
@@ -522,6 +553,9 @@ async fn read_loop(conn: &Arc<ConnShared>, mut r: FrameReader, msg_tx: MsgTx) ->
                 let msg = Message::new(m.id, m.attempts, m.timestamp_ns, m.body, conn.clone());
                 if max_attempts > 0 && m.attempts > max_attempts {
                     tracing::warn!("msg {} attempted {} times, giving up", m.id, m.attempts);
+                    consumer.golog.log(LogLevel::Warning, || {
+                        format!("msg {} attempted {} times, giving up", m.id, m.attempts)
+                    });
                     if let Some(hook) = &consumer.give_up {
                         hook(&msg);
                     }
@@ -536,6 +570,9 @@ async fn read_loop(conn: &Arc<ConnShared>, mut r: FrameReader, msg_tx: MsgTx) ->
             }
             Some(FrameType::Response) if &frame.data[..] == CLOSE_WAIT => {
                 tracing::info!("({}) received CLOSE_WAIT from nsqd", conn.addr);
+                consumer
+                    .golog
+                    .conn(LogLevel::Info, &conn.addr, "received CLOSE_WAIT from nsqd");
                 conn.closing.store(true, Ordering::Release);
                 let _ = conn.cmd_tx.send(ConnCmd::Wake);
             }
@@ -545,6 +582,11 @@ async fn read_loop(conn: &Arc<ConnShared>, mut r: FrameReader, msg_tx: MsgTx) ->
                     "({}) protocol error - {}",
                     conn.addr,
                     String::from_utf8_lossy(&frame.data)
+                );
+                consumer.golog.conn(
+                    LogLevel::Error,
+                    &conn.addr,
+                    &format!("protocol error - {}", String::from_utf8_lossy(&frame.data)),
                 );
             }
             None => {
@@ -697,6 +739,16 @@ impl Coordinator {
         }
         self.msg_tx = None;
         self.shared.stats.connections.store(0, Ordering::Relaxed);
+        // go-nsq consumer.go: the last connection closed while stopping (or none was open)
+        // runs stopHandlers; then exit stops rdyLoop and lookupdLoop.
+        let golog = &self.shared.golog;
+        if self.conns.is_empty() {
+            golog.log(LogLevel::Info, || "stopping handlers".into());
+        }
+        golog.log(LogLevel::Info, || "rdyLoop exiting".into());
+        if !self.lookupd_addrs.is_empty() {
+            golog.log(LogLevel::Info, || "exiting lookupdLoop".into());
+        }
         let _ = done.send(true);
     }
 
@@ -804,6 +856,10 @@ impl Coordinator {
                     self.nsqd_addrs.retain(|a| *a != addr);
                     let _ = r.send(Err(e));
                 } else {
+                    // go-nsq consumer.go, queryLookupd / the reconnect loop.
+                    self.shared.golog.log(LogLevel::Error, || {
+                        format!("({addr}) error connecting to nsqd - {e}")
+                    });
                     self.schedule_reconnect(&addr);
                 }
             }
@@ -829,6 +885,9 @@ impl Coordinator {
                     return;
                 }
                 tracing::info!("stopping...");
+                self.shared
+                    .golog
+                    .log(LogLevel::Info, || "stopping...".into());
                 self.stopping = true;
                 self.stop_deadline = Some(Instant::now() + self.shared.config.stop_timeout);
                 self.reconnect_at.clear();
@@ -894,6 +953,9 @@ impl Coordinator {
         self.pending.insert(addr.clone());
         self.next_id += 1;
         tracing::info!("({addr}) connecting to nsqd");
+        self.shared
+            .golog
+            .conn(LogLevel::Info, &addr, "connecting to nsqd");
         tokio::spawn(dial(self.shared.clone(), addr, self.next_id, msg_tx));
     }
 
@@ -910,6 +972,12 @@ impl Coordinator {
                 "({addr}) re-connecting in {:?}",
                 self.shared.config.lookupd_poll_interval
             );
+            self.shared.golog.log(LogLevel::Info, || {
+                format!(
+                    "({addr}) re-connecting in {}",
+                    nsq_go::duration::format(self.shared.config.lookupd_poll_interval)
+                )
+            });
             self.reconnect_at.insert(addr.to_string(), at);
         }
     }
@@ -940,6 +1008,9 @@ impl Coordinator {
         self.publish_conn_count();
         let left = self.conns.len() as i64;
         tracing::warn!("there are {left} connections left alive");
+        self.shared.golog.log(LogLevel::Warning, || {
+            format!("there are {left} connections left alive")
+        });
         if (c.retry.is_some() || c.rdy > 0)
             && (left == self.max_in_flight || self.backoff_counter > 0)
         {
@@ -1055,6 +1126,9 @@ impl Coordinator {
         if counter == 0 && updated {
             let count = self.per_conn_max_in_flight();
             tracing::warn!("exiting backoff, returning all to RDY {count}");
+            self.shared.golog.log(LogLevel::Warning, || {
+                format!("exiting backoff, returning all to RDY {count}")
+            });
             let addrs: Vec<String> = self.conns.keys().cloned().collect();
             for a in addrs {
                 self.update_rdy(&a, count);
@@ -1062,6 +1136,12 @@ impl Coordinator {
         } else if counter > 0 {
             let d = self.calc_backoff(counter).min(max);
             tracing::warn!("backing off for {d:?} (backoff level {counter}), setting all to RDY 0");
+            self.shared.golog.log(LogLevel::Warning, || {
+                format!(
+                    "backing off for {} (backoff level {counter}), setting all to RDY 0",
+                    nsq_go::duration::format(d)
+                )
+            });
             let addrs: Vec<String> = self.conns.keys().cloned().collect();
             for a in addrs {
                 self.update_rdy(&a, 0);
@@ -1084,6 +1164,9 @@ impl Coordinator {
         }
         let choice = &addrs[self.rng.gen_range(0..addrs.len())];
         tracing::warn!("({choice}) backoff timeout expired, sending RDY 1");
+        self.shared.golog.log(LogLevel::Warning, || {
+            format!("({choice}) backoff timeout expired, sending RDY 1")
+        });
         self.backoff_until = None;
         if !self.update_rdy(choice, 1) {
             self.backoff_until = Some(Instant::now() + Duration::from_secs(1));
@@ -1169,13 +1252,29 @@ impl Coordinator {
         let shared = self.shared.clone();
         tokio::spawn(async move {
             // Up to 3 tries, each with the next lookupd (go-nsq consumer.go, queryLookupd).
-            for addr in order.iter().cycle().take(3) {
+            for (i, addr) in order.iter().cycle().take(3).enumerate() {
+                // go-nsq logs the endpoint: the lookup URL with the topic.
+                let endpoint = lookupd::lookup_url(addr, &shared.topic)
+                    .map_or_else(|_| addr.clone(), |u| u.to_string());
+                shared
+                    .golog
+                    .log(LogLevel::Info, || format!("querying nsqlookupd {endpoint}"));
                 match lookupd::query(addr, &shared.topic, &shared.config).await {
                     Ok(addrs) => {
                         let _ = shared.events.send(Event::Lookup(addrs));
                         return;
                     }
-                    Err(e) => tracing::error!("error querying nsqlookupd ({addr}) - {e}"),
+                    Err(e) => {
+                        tracing::error!("error querying nsqlookupd ({addr}) - {e}");
+                        shared.golog.log(LogLevel::Error, || {
+                            format!("error querying nsqlookupd ({endpoint}) - {e}")
+                        });
+                        if i < 2 {
+                            shared
+                                .golog
+                                .log(LogLevel::Info, || "retrying with next nsqlookupd".into());
+                        }
+                    }
                 }
             }
             let _ = shared.events.send(Event::LookupFailed);

@@ -53,6 +53,11 @@ impl Message {
         }
     }
 
+    /// The consumer's go-nsq log lines.
+    pub(crate) fn golog(&self) -> &crate::golog::GoLog {
+        &self.conn.consumer.golog
+    }
+
     /// The 16-character hex ID nsqd assigned.
     pub fn id(&self) -> &MessageId {
         &self.id

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::config::Config;
 use crate::conn::{self, BoxWrite, FrameReader};
 use crate::error::{Error, ServerError};
+use crate::golog::{GoLog, LogLevel};
 
 /// Queued commands per connection before `publish` waits for the writer.
 const QUEUE: usize = 4096;
@@ -65,7 +66,10 @@ struct Inner {
     conn: parking_lot::Mutex<Option<Live>>,
     /// Serialises dialing so that concurrent callers after a drop open one connection.
     connecting: tokio::sync::Mutex<()>,
-    stopped: AtomicBool,
+    /// Shared with the connection's reader, which logs an unexpected close only.
+    stopped: Arc<AtomicBool>,
+    /// go-nsq's log lines, when `config.logger` asks for them.
+    golog: GoLog,
 }
 
 impl Producer {
@@ -73,13 +77,15 @@ impl Producer {
     /// (or [`Producer::connect`]).
     pub fn new(addr: impl Into<String>, config: Config) -> Result<Producer, Error> {
         config.validate()?;
+        let golog = GoLog::producer(config.logger.clone(), crate::golog::next_instance());
         Ok(Producer {
             inner: Arc::new(Inner {
                 addr: addr.into(),
                 config,
                 conn: parking_lot::Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(()),
-                stopped: AtomicBool::new(false),
+                stopped: Arc::new(AtomicBool::new(false)),
+                golog,
             }),
         })
     }
@@ -129,8 +135,18 @@ impl Producer {
     /// Closes the connection after the queued commands are written; later calls fail with
     /// [`Error::Stopped`].
     pub fn stop(&self) {
-        self.inner.stopped.store(true, Ordering::Release);
-        self.inner.conn.lock().take();
+        if self.inner.stopped.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let live = self.inner.conn.lock().take();
+        // go-nsq producer.go, Stop: `stopping`, then closing a live connection (conn.go's
+        // lines) ends the router.
+        let golog = &self.inner.golog;
+        golog.log(LogLevel::Info, || "stopping".into());
+        if live.is_some_and(|l| !l.tx.is_closed() && !l.dead.load(Ordering::Acquire)) {
+            golog.conn_closed(&self.inner.addr, false);
+            golog.log(LogLevel::Info, || "exiting router".into());
+        }
     }
 
     async fn request(&self, bytes: Bytes) -> Result<(), Error> {
@@ -170,7 +186,18 @@ impl Producer {
         if let Some(tx) = self.live() {
             return Ok(tx);
         }
-        let c = conn::connect(&self.inner.addr, &self.inner.config).await?;
+        let addr = &self.inner.addr;
+        let golog = &self.inner.golog;
+        golog.conn(LogLevel::Info, addr, "connecting to nsqd");
+        let c = match conn::connect(addr, &self.inner.config).await {
+            Ok(c) => c,
+            Err(e) => {
+                golog.log(LogLevel::Error, || {
+                    format!("({addr}) error connecting to nsqd - {e}")
+                });
+                return Err(e);
+            }
+        };
         let (tx, rx) = mpsc::channel(QUEUE);
         let (pending_tx, pending_rx) = mpsc::unbounded_channel();
         let write_timeout = self.inner.config.write_timeout;
@@ -182,6 +209,11 @@ impl Producer {
             tx.downgrade(),
             writer.abort_handle(),
             dead.clone(),
+            Unexpected {
+                addr: addr.clone(),
+                stopped: self.inner.stopped.clone(),
+                golog: golog.clone(),
+            },
         ));
         *self.inner.conn.lock() = Some(Live {
             tx: tx.clone(),
@@ -254,13 +286,18 @@ async fn read_loop(
     tx: mpsc::WeakSender<Request>,
     writer: tokio::task::AbortHandle,
     dead: Arc<AtomicBool>,
+    unexpected: Unexpected,
 ) {
     loop {
         let frame = match r.next().await {
             Ok(Some(f)) => f,
-            Ok(None) => break,
+            Ok(None) => {
+                unexpected.closed("EOF");
+                break;
+            }
             Err(e) => {
                 tracing::error!("producer read failed: {e}");
+                unexpected.closed(&e.to_string());
                 break;
             }
         };
@@ -302,4 +339,24 @@ async fn read_loop(
     }
     dead.store(true, Ordering::Release);
     writer.abort();
+}
+
+/// What the reader needs to log a connection lost while the producer runs (go-nsq conn.go,
+/// readLoop: `IO error - EOF`, then the close lines; producer.go, router: `exiting router`).
+struct Unexpected {
+    addr: String,
+    stopped: Arc<AtomicBool>,
+    golog: GoLog,
+}
+
+impl Unexpected {
+    fn closed(&self, err: &str) {
+        if self.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        self.golog
+            .conn(LogLevel::Error, &self.addr, &format!("IO error - {err}"));
+        self.golog.conn_closed(&self.addr, true);
+        self.golog.log(LogLevel::Info, || "exiting router".into());
+    }
 }

@@ -6,7 +6,8 @@
 //! [`ConsumerFlags`] holds them, [`consumer_flags!`](macro@crate::consumer_flags) declares
 //! them into a tool's flag table, [`ConsumerFlags::check_addresses`] is the "one of the two
 //! address kinds" check every tool makes, [`ConsumerFlags::config`] the go-nsq config each
-//! tool builds from them and [`ConsumerFlags::connect`] the connecting of one consumer.
+//! tool builds from them (with go-nsq's default logger, which no tool replaces) and
+//! [`ConsumerFlags::connect`] the connecting of one consumer.
 //!
 //! `--topic` is not among them: nsq_to_http takes one topic (`flag.String`), the others
 //! several (`StringArray`), with different usage texts, so each tool declares its own.
@@ -134,6 +135,7 @@ impl ConsumerFlags {
         let mut cfg = self.consumer_opt.flag.0.clone();
         cfg.user_agent = crate::user_agent(tool);
         cfg.max_in_flight = Config::max_in_flight_from(self.max_in_flight)?;
+        cfg.logger = Some(crate::go_nsq_logger());
         Ok(cfg)
     }
 

@@ -35,6 +35,13 @@ pub fn user_agent(tool: &str) -> String {
     format!("{tool}/{VERSION} go-nsq/{GO_NSQ_VERSION}")
 }
 
+/// The logger go-nsq gives every `NewConsumer` / `NewProducer` and none of the tools
+/// replaces (consumer.go / producer.go: `log.New(os.Stderr, "", log.Flags())` at
+/// `LogLevelInfo`): go-nsq's lines on stderr behind the standard logger's timestamp.
+pub fn go_nsq_logger() -> nsq_client::GoLogger {
+    nsq_client::GoLogger::new(nsq_client::LogLevel::Info, log)
+}
+
 /// Parses `args` (program name first) with Go `flag.Parse` semantics and handles every
 /// outcome but "run": `--version` prints `<tool> v1.3.0` and exits 0 (or, for a tool without
 /// that flag, is an undefined flag), `-h` prints the usage and exits 0, a command-line error
