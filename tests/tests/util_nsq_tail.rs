@@ -223,4 +223,36 @@ fn discovers_nsqd_via_lookupd() {
     );
     assert_exit(&out, 0);
     assert_eq!(out.stdout, b"x1\nx2\nx3\n");
+    // go-nsq's lines (consumer.go, queryLookupd and ConnectToNSQD), the random channel's
+    // digits masked.
+    let msgs: Vec<String> = go_log_msgs(&out.stderr)
+        .iter()
+        .map(|m| mask_channel(m))
+        .collect();
+    assert_eq!(
+        msgs,
+        [
+            "Adding consumer for topic: found".to_string(),
+            format!(
+                "INF    1 [found/tail#######ephemeral] querying nsqlookupd \
+                 http://{lh}/lookup?topic=found"
+            ),
+            format!(
+                "INF    1 [found/tail#######ephemeral] (127.0.0.1:{}) connecting to nsqd",
+                nsqd.tcp_addr.port()
+            ),
+        ]
+    );
+}
+
+/// `tail123456#ephemeral` → `tail#######ephemeral`.
+fn mask_channel(m: &str) -> String {
+    match m.find("/tail") {
+        Some(i) if m.len() >= i + 11 => {
+            let digits = &m[i + 5..i + 11];
+            assert!(digits.chars().all(|c| c.is_ascii_digit()), "{m}");
+            format!("{}/tail######{}", &m[..i], &m[i + 11..])
+        }
+        _ => m.to_string(),
+    }
 }

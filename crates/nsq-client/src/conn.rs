@@ -17,6 +17,7 @@ use tokio::net::{TcpSocket, TcpStream};
 
 use crate::config::Config;
 use crate::error::{Error, ServerError};
+use crate::golog::{GoLog, LogLevel};
 use crate::tls;
 
 /// The read side after the upgrades.
@@ -124,9 +125,15 @@ async fn write_flush<W: AsyncWrite + Unpin + ?Sized>(w: &mut W, data: &[u8]) -> 
 
 /// Dials `addr` (host:port) and bootstraps the connection. The whole handshake is bounded by
 /// the dial timeout plus the read timeout.
-pub(crate) async fn connect(addr: &str, config: &Config) -> Result<Connected, Error> {
+///
+/// `golog` gets go-nsq's lines of these steps (conn.go, `identify` and `auth`).
+pub(crate) async fn connect(
+    addr: &str,
+    config: &Config,
+    golog: &GoLog,
+) -> Result<Connected, Error> {
     let budget = config.dial_timeout + config.read_timeout;
-    tokio::time::timeout(budget, connect_inner(addr, config))
+    tokio::time::timeout(budget, connect_inner(addr, config, golog))
         .await
         .map_err(|_| Error::Io(io::Error::new(io::ErrorKind::TimedOut, "handshake timeout")))?
 }
@@ -175,7 +182,7 @@ async fn dial(addr: &str, config: &Config) -> Result<TcpStream, Error> {
     Ok(stream)
 }
 
-async fn connect_inner(addr: &str, config: &Config) -> Result<Connected, Error> {
+async fn connect_inner(addr: &str, config: &Config, golog: &GoLog) -> Result<Connected, Error> {
     let mut tcp = dial(addr, config).await?;
 
     let mut hello = BytesMut::with_capacity(512);
@@ -199,6 +206,7 @@ async fn connect_inner(addr: &str, config: &Config) -> Result<Connected, Error> 
     };
 
     let (mut reader, mut writer): (BoxRead, BoxWrite) = if identify.tls_v1 {
+        golog.conn(LogLevel::Info, addr, "upgrading to TLS");
         let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let connector = tokio_rustls::TlsConnector::from(tls::client_config(&config.tls)?);
@@ -216,10 +224,12 @@ async fn connect_inner(addr: &str, config: &Config) -> Result<Connected, Error> 
     };
 
     if identify.deflate {
+        golog.conn(LogLevel::Info, addr, "upgrading to Deflate");
         reader = Box::new(DeflateReader::new(reader));
         writer = Box::new(DeflateWriter::new(writer, config.deflate_level));
         expect_ok(&mut reader, "Deflate").await?;
     } else if identify.snappy {
+        golog.conn(LogLevel::Info, addr, "upgrading to Snappy");
         reader = Box::new(SnappyReader::new(reader));
         writer = Box::new(SnappyWriter::new(writer));
         expect_ok(&mut reader, "Snappy").await?;
@@ -244,6 +254,12 @@ async fn connect_inner(addr: &str, config: &Config) -> Result<Connected, Error> 
             resp.identity_url,
             resp.permission_count
         );
+        golog.log(LogLevel::Info, || {
+            format!(
+                "({addr}) Auth accepted. Identity: {:?} {} Permissions: {}",
+                resp.identity, resp.identity_url, resp.permission_count
+            )
+        });
     }
 
     Ok(Connected {

@@ -439,7 +439,7 @@ async fn dial_inner(
     id: u64,
     msg_tx: MsgTx,
 ) -> Result<(), Error> {
-    let mut c = conn::connect(addr, &shared.config).await?;
+    let mut c = conn::connect(addr, &shared.config, &shared.golog).await?;
     if c.identify.max_rdy_count > 0 && c.identify.max_rdy_count < shared.config.max_in_flight as i64
     {
         tracing::warn!(

@@ -189,7 +189,7 @@ impl Producer {
         let addr = &self.inner.addr;
         let golog = &self.inner.golog;
         golog.conn(LogLevel::Info, addr, "connecting to nsqd");
-        let c = match conn::connect(addr, &self.inner.config).await {
+        let c = match conn::connect(addr, &self.inner.config, golog).await {
             Ok(c) => c,
             Err(e) => {
                 golog.log(LogLevel::Error, || {
