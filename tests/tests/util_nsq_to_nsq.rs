@@ -349,8 +349,24 @@ fn user_agents_and_channel_at_both_ends() {
     let p: &Value = &stats["producers"][0];
     assert_eq!(p["user_agent"], "nsq_to_nsq/1.3.0 go-nsq/1.1.0", "{p}");
     assert_eq!(p["client_id"], "bridge-p", "{p}");
-    // SIGINT stops it like SIGTERM.
-    bridge.stop_ok("INT");
+    // SIGINT stops it like SIGTERM. go-nsq logs the consumer (instance 2; the producer,
+    // made first, is 1) dialing and stopping, and nothing of the producer's stopping: the
+    // reference never stops its producers (nsq_to_nsq.go, `main`).
+    let log = bridge.stop_ok("INT");
+    let msgs = go_log_msgs(log.as_bytes());
+    let src_addr = src.tcp_addr.to_string();
+    for want in [
+        format!("INF    2 [ua/nsq_to_nsq] ({src_addr}) connecting to nsqd"),
+        format!("INF    1 ({d}) connecting to nsqd"),
+        "INF    2 [ua/nsq_to_nsq] stopping...".to_string(),
+        "WRN    2 [ua/nsq_to_nsq] there are 0 connections left alive".to_string(),
+    ] {
+        assert!(msgs.contains(&want), "{want} not in {msgs:#?}");
+    }
+    assert!(
+        !msgs.iter().any(|m| m.starts_with("INF    1 stopping")),
+        "{msgs:#?}"
+    );
 }
 
 #[test]

@@ -190,5 +190,8 @@ async fn run(opts: Options) {
     for t in tasks {
         let _ = t.await;
     }
-    publisher.stop();
+    // The reference returns once its consumers have stopped, without stopping its producers
+    // (nsq_to_nsq.go, `main`), so go-nsq logs no producer `stopping`; every answer was awaited
+    // above and the connections close as the process exits.
+    drop(publisher);
 }
