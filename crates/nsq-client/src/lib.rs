@@ -10,6 +10,9 @@
 //!   Take messages as a stream ([`Consumer::next`]) or run a [`Handler`] ([`Consumer::run`]).
 //! * [`Config`]: go-nsq's options with their names and defaults ([`Config::set`] takes the
 //!   names tools pass as `--consumer-opt`), TLS (rustls), snappy, deflate and AUTH.
+//! * [`GoLogger`] in [`Config::logger`]: go-nsq's own log lines (`INF    1 [t/c] (addr)
+//!   connecting to nsqd`, …) at go-nsq's levels, for programs whose output must match a go-nsq
+//!   program's; off by default.
 //!
 //! The wire format comes from `nsq-protocol` and the compression layers from `nsq-compress`,
 //! the same code nsqd runs.

@@ -334,3 +334,65 @@ async fn fewer_slots_than_connections_redistributes_rdy() {
     }
     assert_eq!(consumer.stats().connections, 2);
 }
+
+/// With `Config::logger` set, a consumer prints go-nsq's lines (consumer.go and conn.go,
+/// their `log` functions) for a connect and a graceful stop, in go-nsq's format; the instance
+/// number (shared by every test in this process) is cut out of each line.
+#[tokio::test]
+async fn go_nsq_log_lines_of_a_connect_and_a_graceful_stop() {
+    use nsq_client::{GoLogger, LogLevel};
+    use std::sync::{Arc, Mutex};
+
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    let mut cfg = config(5);
+    cfg.logger = Some(GoLogger::new(LogLevel::Info, move |l| {
+        sink.lock().unwrap().push(l.to_string())
+    }));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let consumer = Consumer::new("t", "c", cfg).unwrap();
+    let server = async {
+        let (mut fake, _) = accept(&listener, b"OK").await;
+        subscribe(&mut fake).await;
+        fake
+    };
+    let (connected, mut fake) = tokio::join!(consumer.connect_to_nsqd(&addr), server);
+    connected.unwrap();
+    assert_eq!(fake.command().await, Command::Rdy { count: 5 });
+
+    let stop = consumer.stop_handle();
+    let stopping = tokio::spawn(async move { stop.stop().await });
+    assert_eq!(fake.command().await, Command::Cls);
+    fake.send(|b| frame::put_response(b, b"CLOSE_WAIT")).await;
+    drop(fake);
+    tokio::time::timeout(Duration::from_secs(60), stopping)
+        .await
+        .expect("stopped")
+        .unwrap();
+
+    let got: Vec<String> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|l| format!("{}{}", &l[..4], &l[8..]))
+        .collect();
+    let conn = |m: &str| format!("INF  [t/c] ({addr}) {m}");
+    assert_eq!(
+        got,
+        [
+            conn("connecting to nsqd"),
+            "INF  [t/c] stopping...".to_string(),
+            conn("received CLOSE_WAIT from nsqd"),
+            conn("beginning close"),
+            conn("readLoop exiting"),
+            conn("breaking out of writeLoop"),
+            conn("writeLoop exiting"),
+            conn("finished draining, cleanup exiting"),
+            conn("clean close complete"),
+            "WRN  [t/c] there are 0 connections left alive".to_string(),
+            "INF  [t/c] stopping handlers".to_string(),
+            "INF  [t/c] rdyLoop exiting".to_string(),
+        ]
+    );
+}
