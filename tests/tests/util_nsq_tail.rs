@@ -168,15 +168,25 @@ fn validation_messages_and_exit_codes() {
         &["--nsqd-tcp-address", "127.0.0.1:4150"],
         "--topic required",
     );
-    // go-nsq's NewConsumer refuses it (config.go, Validate); nsq_tail.go `log.Fatal`s that.
-    assert_fatal(
+    // go-nsq's NewConsumer refuses it (config.go, Validate); nsq_tail.go `log.Fatal`s that,
+    // after logging the topic it was adding.
+    let out = run_tool(
         &bin,
         &[
             "--topic=t",
             "--nsqd-tcp-address=127.0.0.1:1",
             "--max-in-flight=-1",
         ],
-        "invalid MaxInFlight ! -1 < 0",
+        b"",
+        TIMEOUT,
+    );
+    assert_exit(&out, 1);
+    assert_eq!(
+        go_log_msgs(&out.stderr),
+        [
+            "Adding consumer for topic: t",
+            "invalid MaxInFlight ! -1 < 0"
+        ]
     );
     assert_usage_error(
         &bin,

@@ -82,11 +82,9 @@ fn main() {
 
 async fn run(opts: Options) {
     let sigterm = nsq_utils::termination();
-    // nsq_tail.go, `main`: `nsq.NewConsumer` fails on config.Validate(); `log.Fatal(err)`.
-    let cfg = opts
-        .consumer
-        .config("nsq_tail")
-        .unwrap_or_else(|e| fatal(&e.to_string()));
+    // An invalid config is `nsq.NewConsumer`'s error (config.Validate()), which nsq_tail.go's
+    // `main` meets after logging the first topic, and `log.Fatal`s.
+    let cfg = opts.consumer.config("nsq_tail");
 
     // Every consumer task forwards (topic index, message) to the one writer below, which owns
     // stdout and the per-topic counts.
@@ -95,7 +93,8 @@ async fn run(opts: Options) {
     let mut tasks = Vec::new();
     for (i, topic) in opts.topics.iter().enumerate() {
         log(&format!("Adding consumer for topic: {topic}"));
-        let mut consumer = Consumer::new(topic.clone(), opts.consumer.channel.clone(), cfg.clone())
+        let cfg = cfg.clone().unwrap_or_else(|e| fatal(&e.to_string()));
+        let mut consumer = Consumer::new(topic.clone(), opts.consumer.channel.clone(), cfg)
             .unwrap_or_else(|e| fatal(&e.to_string()));
         if let Err(e) = opts.consumer.connect(&consumer).await {
             fatal(&e.to_string());
