@@ -317,6 +317,22 @@ fn missing_field_with_required_value_is_requeued() {
             >= 3,
         "{log}"
     );
+    // go-nsq logs the handler's "backoff" error, then gives the message up after
+    // max_attempts (consumer.go, handlerLoop and shouldFailMessage).
+    let msgs = go_log_msgs(log.as_bytes());
+    let failed = msgs
+        .iter()
+        .filter(|m| {
+            m.starts_with("ERR    2 [req/nsq_to_nsq] Handler returned error (backoff) for msg ")
+        })
+        .count();
+    assert!(failed >= 3, "{log}");
+    assert!(
+        msgs.iter()
+            .any(|m| m.starts_with("WRN    2 [req/nsq_to_nsq] msg ")
+                && m.ends_with(" attempted 4 times, giving up")),
+        "{log}"
+    );
 }
 
 #[test]

@@ -395,9 +395,7 @@ async fn handle_one<H: Handler>(handler: &H, msg: Message) {
         Ok(Ok(())) => msg.finish(),
         Ok(Err(e)) => {
             tracing::error!("Handler returned error ({e}) for msg {}", msg.id());
-            msg.golog().log(LogLevel::Error, || {
-                format!("Handler returned error ({e}) for msg {}", msg.id())
-            });
+            msg.log_handler_error(&e);
             msg.requeue(None);
         }
         Err(_) => {

@@ -53,9 +53,16 @@ impl Message {
         }
     }
 
-    /// The consumer's go-nsq log lines.
-    pub(crate) fn golog(&self) -> &crate::golog::GoLog {
-        &self.conn.consumer.golog
+    /// go-nsq's `Handler returned error (<err>) for msg <id>` line (consumer.go,
+    /// `handlerLoop`) through the consumer's [`Config::logger`](crate::Config::logger), for
+    /// code that takes messages from the stream and fails one as a go-nsq handler would.
+    pub fn log_handler_error(&self, err: &dyn std::fmt::Display) {
+        self.conn
+            .consumer
+            .golog
+            .log(crate::golog::LogLevel::Error, || {
+                format!("Handler returned error ({err}) for msg {}", self.id)
+            });
     }
 
     /// The 16-character hex ID nsqd assigned.

@@ -180,7 +180,12 @@ pub async fn forward(
         for m in taken.drain(..) {
             match filter.apply(m.body()) {
                 Verdict::Drop => m.finish(),
-                Verdict::Backoff => m.requeue(None),
+                Verdict::Backoff => {
+                    // The reference's handler returns `errors.New("backoff")`, which go-nsq
+                    // logs and requeues (nsq_to_nsq.go, `HandleMessage`).
+                    m.log_handler_error(&"backoff");
+                    m.requeue(None);
+                }
                 Verdict::Pass(body) => passed.push((m, body)),
             }
         }
