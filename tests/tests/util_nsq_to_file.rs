@@ -732,3 +732,41 @@ fn gzip_files_closed_by_sighup_end_with_an_empty_member() {
     assert_eq!(assert_go_gzip_layout(&got[0].1).concat(), lines(&first));
     assert_eq!(assert_go_gzip_layout(&got[1].1).concat(), lines(&second));
 }
+
+/// A refused nsqd fails the topic's `NewFileLogger` (file_logger.go, its
+/// `ConnectToNSQDs`): go-nsq logs the dial, the discoverer logs the error, and the abandoned
+/// consumer is never stopped, so go-nsq logs nothing more.
+#[test]
+fn refused_nsqd_skips_the_topic_with_go_nsqs_lines() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let out = tempfile::tempdir().unwrap();
+    let tool = nsq_to_file(&[
+        "--topic=t",
+        "--nsqd-tcp-address",
+        &addr,
+        "--output-dir",
+        out.path().to_str().unwrap(),
+    ]);
+    let error = format!(
+        " ERROR: couldn't create logger for new topic t: dial tcp {addr}: connect: connection \
+         refused"
+    );
+    tool.wait_for("the error line", TIMEOUT, || tool.stderr().contains(&error));
+    let err = tool.stop_ok("TERM");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].ends_with(&format!(
+            " INF    1 [t/nsq_to_file] ({addr}) connecting to nsqd"
+        )),
+        "{err}"
+    );
+    assert!(
+        lines[1].starts_with("[nsq_to_file] ") && lines[1].ends_with(&error),
+        "{err}"
+    );
+}

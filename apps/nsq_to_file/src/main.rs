@@ -267,7 +267,9 @@ impl Discoverer {
         let mut consumer =
             Consumer::new(topic, o.consumer.channel.clone(), cfg).map_err(|e| e.to_string())?;
         if let Err(e) = o.consumer.connect(&consumer).await {
-            consumer.stop().await;
+            // The reference abandons the consumer without `Stop` (file_logger.go,
+            // `NewFileLogger`), so go-nsq logs no stopping; dropping it closes what it opened.
+            drop(consumer);
             return Err(e.to_string());
         }
         let (tx, rx) = std::sync::mpsc::channel();

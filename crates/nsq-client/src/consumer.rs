@@ -414,6 +414,7 @@ impl futures_core::Stream for Consumer {
 
 impl Drop for Consumer {
     fn drop(&mut self) {
+        self.shared.golog.mute();
         let _ = self.shared.events.send(Event::Stop);
     }
 }
@@ -731,14 +732,9 @@ impl Coordinator {
                 break;
             }
         }
-        // Force-close what is left (stop timeout): nsqd requeues their in-flight messages.
-        for c in self.conns.values() {
-            let _ = c.conn.cmd_tx.send(ConnCmd::Close);
-        }
-        self.msg_tx = None;
-        self.shared.stats.connections.store(0, Ordering::Relaxed);
         // go-nsq consumer.go: the last connection closed while stopping (or none was open)
-        // runs stopHandlers; then exit stops rdyLoop and lookupdLoop.
+        // runs stopHandlers; then exit stops rdyLoop and lookupdLoop. (Logged before the
+        // message stream ends: its owner may drop the consumer then, which mutes it.)
         let golog = &self.shared.golog;
         if self.conns.is_empty() {
             golog.log(LogLevel::Info, || "stopping handlers".into());
@@ -747,6 +743,12 @@ impl Coordinator {
         if !self.lookupd_addrs.is_empty() {
             golog.log(LogLevel::Info, || "exiting lookupdLoop".into());
         }
+        // Force-close what is left (stop timeout): nsqd requeues their in-flight messages.
+        for c in self.conns.values() {
+            let _ = c.conn.cmd_tx.send(ConnCmd::Close);
+        }
+        self.msg_tx = None;
+        self.shared.stats.connections.store(0, Ordering::Relaxed);
         let _ = done.send(true);
     }
 

@@ -9,7 +9,7 @@
 //! Instance numbers count consumers and producers together from 1, per process, as go-nsq's
 //! `instCount` does (bumped by every successful `NewConsumer` / `NewProducer`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// go-nsq's `LogLevel` (`LogLevelDebug` … `LogLevelError`), ordered by severity.
@@ -73,6 +73,9 @@ pub(crate) fn next_instance() -> u64 {
 pub(crate) struct GoLog {
     logger: Option<GoLogger>,
     prefix: String,
+    /// Set when the owner is dropped: a Go program that abandons a consumer never stops it,
+    /// so the cleanup that follows a drop prints nothing.
+    muted: Arc<AtomicBool>,
 }
 
 impl GoLog {
@@ -81,6 +84,7 @@ impl GoLog {
         GoLog {
             logger,
             prefix: format!("{id:>3} [{topic}/{channel}]"),
+            muted: Arc::default(),
         }
     }
 
@@ -89,11 +93,20 @@ impl GoLog {
         GoLog {
             logger,
             prefix: format!("{id:>3}"),
+            muted: Arc::default(),
         }
+    }
+
+    /// No more lines from this instance (see `muted`).
+    pub(crate) fn mute(&self) {
+        self.muted.store(true, Ordering::Relaxed);
     }
 
     /// The instance's own line (`r.log` / `w.log`).
     pub(crate) fn log(&self, lvl: LogLevel, msg: impl FnOnce() -> String) {
+        if self.muted.load(Ordering::Relaxed) {
+            return;
+        }
         if let Some(l) = self.logger.as_ref().filter(|l| lvl >= l.level) {
             (l.sink)(&format!("{:<4} {} {}", lvl.as_str(), self.prefix, msg()));
         }
@@ -152,6 +165,15 @@ mod tests {
                 "INF   12 stopping",
             ]
         );
+    }
+
+    #[test]
+    fn muted_prints_nothing() {
+        let (logger, lines) = capture(LogLevel::Debug);
+        let c = GoLog::consumer(Some(logger), 3, "t", "c");
+        c.clone().mute();
+        c.log(LogLevel::Error, || unreachable!("not formatted"));
+        assert!(lines.lock().is_empty());
     }
 
     #[test]
