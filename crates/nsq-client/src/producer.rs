@@ -72,6 +72,14 @@ struct Inner {
     golog: GoLog,
 }
 
+impl Drop for Inner {
+    /// Every handle is gone: the connection closes without go-nsq lines, as a Go producer
+    /// that is never stopped logs nothing when its process ends.
+    fn drop(&mut self) {
+        self.golog.mute();
+    }
+}
+
 impl Producer {
     /// A producer for nsqd at `addr` (`host:port`). Nothing is dialed until the first call
     /// (or [`Producer::connect`]).
