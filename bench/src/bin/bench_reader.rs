@@ -41,6 +41,10 @@ const READ_BUF: usize = 1 << 20;
 const MIN_READ_ROOM: usize = 64 << 10;
 /// With `--drain`: stop when no message arrived for this long (after the first one).
 const DRAIN_IDLE: Duration = Duration::from_secs(1);
+/// With `--drain`: stop when no message at all arrived for this long (nothing to drain; else
+/// the in-flight messages an earlier reader left would arrive at their timeout and be timed
+/// as a drain).
+const DRAIN_NOTHING: Duration = Duration::from_secs(5);
 /// How often the main task checks the stop conditions.
 const POLL: Duration = Duration::from_millis(20);
 /// `--fin-mode nsq`: the size of Go's default `bufio.Writer`.
@@ -235,6 +239,8 @@ async fn run(args: Args) -> Result<(), String> {
             if idle >= DRAIN_IDLE.as_nanos() as u64 {
                 break;
             }
+        } else if args.drain && now >= start + DRAIN_NOTHING {
+            break;
         }
         tokio::time::sleep_until((now + POLL).min(end_time).into()).await;
     }
