@@ -1,7 +1,8 @@
 #!/bin/bash
 # bench/drain_once.sh NSQD [none|strace|perf] [fin-mode] [secs]
 #
-# One drain measurement for A/B comparisons: starts NSQD in memory on free ports, fills a
+# One drain measurement for A/B comparisons: starts NSQD in memory (MEMQ: --mem-queue-size,
+# default 100000000; 10000 puts the backlog on disk) on free ports, fills a
 # channel with MSGS (default 3,000,000) 200-byte messages, then runs bench_reader
 # --fin-mode MODE (default go) for SECS (default 5) and prints its RESULT line with the
 # daemon's CPU (utime+stime from /proc) per consumed message. With `strace` it also prints
@@ -16,7 +17,7 @@ NSQD=$1; TOOL=${2:-none}; MODE=${3:-go}; SECS=${4:-5}
 T=$(cd "$(dirname "$0")/.." && pwd)/target/release
 D=$(mktemp -d); PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 HP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-$NSQD --tcp-address=127.0.0.1:$PORT --http-address=127.0.0.1:$HP --data-path=$D --mem-queue-size=100000000 >$D/log 2>&1 &
+$NSQD --tcp-address=127.0.0.1:$PORT --http-address=127.0.0.1:$HP --data-path=$D --mem-queue-size=${MEMQ:-100000000} >$D/log 2>&1 &
 P=$!
 sleep 0.5
 A=--nsqd-tcp-address=127.0.0.1:$PORT
