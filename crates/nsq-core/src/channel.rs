@@ -450,32 +450,31 @@ impl Channel {
             self.notify.notify_waiters();
             return Ok(());
         }
+        // Memory takes what fits; the rest goes to the backend first.
         let mut msgs: Vec<Queued> = msgs.collect();
-        {
-            let rest = msgs.split_off(room);
-            if self.durable {
-                st.spill = true;
-            }
-            st.backend_writers += 1;
-            drop(st);
-            let t = match self.write_backend(&rest) {
-                Ok(t) => t,
-                Err(e) => {
-                    // Nothing went to disk: memory may take new puts again if it can.
-                    let mut st = self.state.lock();
-                    if st.backend_writers == 0 && self.backend.depth() <= 0 {
-                        st.spill = false;
-                    }
-                    return Err(e);
-                }
-            };
-            if let Some(receipt) = receipt {
-                if self.opts.durable {
-                    receipt.backend(&self.backend, t);
-                }
-            }
-            st = self.state.lock();
+        let rest = msgs.split_off(room);
+        if self.durable {
+            st.spill = true;
         }
+        st.backend_writers += 1;
+        drop(st);
+        let t = match self.write_backend(&rest) {
+            Ok(t) => t,
+            Err(e) => {
+                // Nothing went to disk: memory may take new puts again if it can.
+                let mut st = self.state.lock();
+                if st.backend_writers == 0 && self.backend.depth() <= 0 {
+                    st.spill = false;
+                }
+                return Err(e);
+            }
+        };
+        if let Some(receipt) = receipt {
+            if self.opts.durable {
+                receipt.backend(&self.backend, t);
+            }
+        }
+        st = self.state.lock();
         st.mem.extend(msgs);
         drop(st);
         self.notify.notify_waiters();
