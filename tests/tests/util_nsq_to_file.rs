@@ -29,6 +29,20 @@ fn nsq_to_file(args: &[&str]) -> Tool {
     Tool::start(&nsq_to_file_bin(), args)
 }
 
+/// nsq_to_file archiving `topic` from the nsqd at `nsqd` into `out`, plus `extra` flags.
+fn to_file(topic: &str, nsqd: &str, out: &str, extra: &[&str]) -> Tool {
+    let topic = format!("--topic={topic}");
+    let mut args = vec![
+        topic.as_str(),
+        "--nsqd-tcp-address",
+        nsqd,
+        "--output-dir",
+        out,
+    ];
+    args.extend_from_slice(extra);
+    nsq_to_file(&args)
+}
+
 fn short_hostname() -> String {
     let h = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
     h.trim().split('.').next().unwrap_or_default().to_string()
@@ -150,18 +164,18 @@ fn placeholders_and_size_rotation() {
     let want = bodies("msg", 0..100);
     publish(&nsqd, "sized", &want);
     let year = date("%Y");
-    let tool = nsq_to_file(&[
-        "--topic=sized",
-        "--nsqd-tcp-address",
+    let tool = to_file(
+        "sized",
         &addr,
-        "--output-dir",
         out.path().to_str().unwrap(),
-        "--filename-format=<TOPIC>/<HOST>.<PID><REV>.<DATETIME>.txt",
-        "--host-identifier=box-<SHORT_HOST>",
-        "--datetime-format=%Y",
-        "--rotate-size=200",
-        "--sync-interval=1s",
-    ]);
+        &[
+            "--filename-format=<TOPIC>/<HOST>.<PID><REV>.<DATETIME>.txt",
+            "--host-identifier=box-<SHORT_HOST>",
+            "--datetime-format=%Y",
+            "--rotate-size=200",
+            "--sync-interval=1s",
+        ],
+    );
     let pid = tool.pid();
     wait_finished(&nsqd, "sized", "nsq_to_file", 100);
     tool.stop_ok("TERM");
@@ -189,17 +203,17 @@ fn interval_rotation_keeps_every_message_in_order() {
     let first = bodies("a", 0..5);
     let second = bodies("b", 0..5);
     publish(&nsqd, "timed", &first);
-    let tool = nsq_to_file(&[
-        "--topic=timed",
-        "--nsqd-tcp-address",
+    let tool = to_file(
+        "timed",
         &addr,
-        "--output-dir",
         out.path().to_str().unwrap(),
-        "--filename-format=<TOPIC><REV>.log",
-        "--rotate-interval=1s",
-        "--skip-empty-files",
-        "--sync-interval=250ms",
-    ]);
+        &[
+            "--filename-format=<TOPIC><REV>.log",
+            "--rotate-interval=1s",
+            "--skip-empty-files",
+            "--sync-interval=250ms",
+        ],
+    );
     wait_finished(&nsqd, "timed", "nsq_to_file", 5);
     // The file is older than --rotate-interval at the next tick: it is closed (and with
     // --skip-empty-files no empty one is opened); the next message opens revision 1.
@@ -232,17 +246,17 @@ fn new_datetime_bucket_opens_a_new_file() {
     let first = bodies("s", 0..5);
     let second = bodies("t", 0..5);
     publish(&nsqd, "clock", &first);
-    let tool = nsq_to_file(&[
-        "--topic=clock",
-        "--nsqd-tcp-address",
+    let tool = to_file(
+        "clock",
         &addr,
-        "--output-dir",
         out.path().to_str().unwrap(),
-        "--filename-format=<TOPIC>.<DATETIME>.log",
-        "--datetime-format=%Y%m%d%H%M%S",
-        "--skip-empty-files",
-        "--sync-interval=200ms",
-    ]);
+        &[
+            "--filename-format=<TOPIC>.<DATETIME>.log",
+            "--datetime-format=%Y%m%d%H%M%S",
+            "--skip-empty-files",
+            "--sync-interval=200ms",
+        ],
+    );
     wait_finished(&nsqd, "clock", "nsq_to_file", 5);
     std::thread::sleep(Duration::from_millis(1100));
     publish(&nsqd, "clock", &second);
@@ -329,17 +343,17 @@ fn gzip_multi_member_files() {
     let want = bodies("zipped", 0..1000);
     publish(&nsqd, "packed", &want);
     let hour_before = date("%Y-%m-%d_%H");
-    let tool = nsq_to_file(&[
-        "--topic=packed",
-        "--nsqd-tcp-address",
+    let tool = to_file(
+        "packed",
         &addr,
-        "--output-dir",
         out.path().to_str().unwrap(),
-        "--gzip",
-        "--gzip-level=9",
-        "--host-identifier=h",
-        "--sync-interval=1s",
-    ]);
+        &[
+            "--gzip",
+            "--gzip-level=9",
+            "--host-identifier=h",
+            "--sync-interval=1s",
+        ],
+    );
     wait_finished(&nsqd, "packed", "nsq_to_file", 1000);
     tool.stop_ok("TERM");
     let hour_after = date("%Y-%m-%d_%H");
@@ -376,17 +390,17 @@ fn work_dir_files_move_to_output_dir_on_close_and_sighup() {
     let first = bodies("w", 0..10);
     let second = bodies("x", 0..10);
     publish(&nsqd, "moved", &first);
-    let tool = nsq_to_file(&[
-        "--topic=moved",
-        "--nsqd-tcp-address",
+    let tool = to_file(
+        "moved",
         &addr,
-        "--output-dir",
         out.path().to_str().unwrap(),
-        "--work-dir",
-        work.path().to_str().unwrap(),
-        "--filename-format=<TOPIC><REV>.log",
-        "--sync-interval=200ms",
-    ]);
+        &[
+            "--work-dir",
+            work.path().to_str().unwrap(),
+            "--filename-format=<TOPIC><REV>.log",
+            "--sync-interval=200ms",
+        ],
+    );
     wait_finished(&nsqd, "moved", "nsq_to_file", 10);
     // Being written: in the work dir only.
     assert_eq!(names(work.path()), ["moved-000001.log"]);
@@ -499,15 +513,12 @@ fn backlog_and_tool(n: usize, out: &Path) -> (Nsqd, Tool, HashSet<Vec<u8>>) {
     let r = http_post(nsqd.http_addr, "/mpub?topic=stream", &body);
     assert_eq!(r.status, 200, "{}", r.text());
     let addr = nsqd.tcp_addr.to_string();
-    let tool = nsq_to_file(&[
-        "--topic=stream",
-        "--nsqd-tcp-address",
+    let tool = to_file(
+        "stream",
         &addr,
-        "--output-dir",
         out.to_str().unwrap(),
-        "--filename-format=<TOPIC><REV>.log",
-        "--rotate-size=100000",
-    ]);
+        &["--filename-format=<TOPIC><REV>.log", "--rotate-size=100000"],
+    );
     tool.wait_for("some messages finished", TIMEOUT, || {
         find_channel(&nsqd.stats(), "stream", "nsq_to_file").is_some_and(|c| {
             int(c, "message_count") == n as i64
@@ -648,15 +659,12 @@ fn template_without_rev_skips_the_topic() {
     let nsqd = Nsqd::start(&[]);
     let out = tempfile::tempdir().unwrap();
     let addr = nsqd.tcp_addr.to_string();
-    let tool = nsq_to_file(&[
-        "--topic=t",
-        "--nsqd-tcp-address",
+    let tool = to_file(
+        "t",
         &addr,
-        "--output-dir",
         out.path().to_str().unwrap(),
-        "--gzip",
-        "--filename-format=<TOPIC>.log",
-    ]);
+        &["--gzip", "--filename-format=<TOPIC>.log"],
+    );
     tool.wait_for("the error line", TIMEOUT, || {
         tool.stderr().contains(
             "ERROR: couldn't create logger for new topic t: missing <REV> in \
@@ -699,17 +707,17 @@ fn gzip_files_closed_by_sighup_end_with_an_empty_member() {
     let first = bodies("before", 0..300);
     let second = bodies("after", 0..300);
     publish(&nsqd, "hupped", &first);
-    let tool = nsq_to_file(&[
-        "--topic=hupped",
-        "--nsqd-tcp-address",
+    let tool = to_file(
+        "hupped",
         &addr,
-        "--output-dir",
         out.path().to_str().unwrap(),
-        "--gzip",
-        "--gzip-level=9",
-        "--host-identifier=h",
-        "--datetime-format=fixed",
-    ]);
+        &[
+            "--gzip",
+            "--gzip-level=9",
+            "--host-identifier=h",
+            "--datetime-format=fixed",
+        ],
+    );
     wait_finished(&nsqd, "hupped", "nsq_to_file", 300);
     tool.signal("HUP");
     let closed = out.path().join("hupped.h-000000.fixed.log.gz");
@@ -744,13 +752,7 @@ fn refused_nsqd_skips_the_topic_with_go_nsqs_lines() {
     };
     let addr = format!("127.0.0.1:{port}");
     let out = tempfile::tempdir().unwrap();
-    let tool = nsq_to_file(&[
-        "--topic=t",
-        "--nsqd-tcp-address",
-        &addr,
-        "--output-dir",
-        out.path().to_str().unwrap(),
-    ]);
+    let tool = to_file("t", &addr, out.path().to_str().unwrap(), &[]);
     let error = format!(
         " ERROR: couldn't create logger for new topic t: dial tcp {addr}: connect: connection \
          refused"

@@ -89,6 +89,22 @@ async fn accept(
     (fake, identify)
 }
 
+type TcpFake = Fake<tokio::net::tcp::OwnedReadHalf, tokio::net::tcp::OwnedWriteHalf>;
+
+/// Connects `consumer` to the fake nsqd on `listener`, which answers IDENTIFY with `OK` and
+/// accepts the SUB; returns the fake, past the SUB.
+async fn connect_subscribed(consumer: &Consumer, listener: &TcpListener) -> TcpFake {
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = async {
+        let (mut fake, _) = accept(listener, b"OK").await;
+        subscribe(&mut fake).await;
+        fake
+    };
+    let (connected, fake) = tokio::join!(consumer.connect_to_nsqd(&addr), server);
+    connected.unwrap();
+    fake
+}
+
 async fn subscribe<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(fake: &mut Fake<R, W>) {
     assert_eq!(
         fake.command().await,
@@ -103,15 +119,8 @@ async fn subscribe<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(fake: &mut Fake<
 #[tokio::test(start_paused = true)]
 async fn backoff_sends_rdy_0_then_probes_with_rdy_1_then_resumes() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let mut consumer = Consumer::new("t", "c", config(10)).unwrap();
-    let server = async {
-        let (mut fake, _) = accept(&listener, b"OK").await;
-        subscribe(&mut fake).await;
-        fake
-    };
-    let (connected, mut fake) = tokio::join!(consumer.connect_to_nsqd(&addr), server);
-    connected.unwrap();
+    let mut fake = connect_subscribed(&consumer, &listener).await;
     assert_eq!(fake.command().await, Command::Rdy { count: 10 });
 
     // A failure: REQ with the default delay (90s × 1 attempt), then RDY 0 at once.
@@ -197,7 +206,6 @@ async fn backoff_sends_rdy_0_then_probes_with_rdy_1_then_resumes() {
 #[tokio::test(start_paused = true)]
 async fn max_attempts_gives_up_with_fin_and_the_hook() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let (hook_tx, mut hook_rx) = tokio::sync::mpsc::unbounded_channel();
     let hook: nsq_client::GiveUpHook = std::sync::Arc::new(move |m: &nsq_client::Message| {
         let _ = hook_tx.send(m.attempts());
@@ -205,13 +213,7 @@ async fn max_attempts_gives_up_with_fin_and_the_hook() {
     let mut cfg = config(1);
     cfg.max_attempts = 3;
     let mut consumer = Consumer::with_give_up("t", "c", cfg, Some(hook)).unwrap();
-    let server = async {
-        let (mut fake, _) = accept(&listener, b"OK").await;
-        subscribe(&mut fake).await;
-        fake
-    };
-    let (connected, mut fake) = tokio::join!(consumer.connect_to_nsqd(&addr), server);
-    connected.unwrap();
+    let mut fake = connect_subscribed(&consumer, &listener).await;
     assert_eq!(fake.command().await, Command::Rdy { count: 1 });
     let id = fake.message(1, 4).await;
     assert_eq!(fake.command().await, Command::Fin { id });
@@ -352,13 +354,7 @@ async fn go_nsq_log_lines_of_a_connect_and_a_graceful_stop() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let consumer = Consumer::new("t", "c", cfg).unwrap();
-    let server = async {
-        let (mut fake, _) = accept(&listener, b"OK").await;
-        subscribe(&mut fake).await;
-        fake
-    };
-    let (connected, mut fake) = tokio::join!(consumer.connect_to_nsqd(&addr), server);
-    connected.unwrap();
+    let mut fake = connect_subscribed(&consumer, &listener).await;
     assert_eq!(fake.command().await, Command::Rdy { count: 5 });
 
     let stop = consumer.stop_handle();
