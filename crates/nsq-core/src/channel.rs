@@ -775,16 +775,24 @@ impl Channel {
         let mut ok = 0;
         {
             let mut st = self.state.lock();
+            let mut settled = false;
             for id in ids {
                 match st.in_flight.remove_owned(client_id, id) {
                     Ok(f) => {
                         ok += 1;
+                        if let Some(p) = f.pos {
+                            st.reads.settle(p);
+                            settled = true;
+                        }
                         if e2e {
                             stamps.push(f.msg.timestamp);
                         }
                     }
                     Err(e) => failed.push((*id, e)),
                 }
+            }
+            if settled {
+                self.publish_watermark(&mut st);
             }
         }
         if e2e {
@@ -1308,6 +1316,20 @@ mod tests {
         ch.finish(1, &msg(0).id).unwrap();
         assert_eq!(be.watermark(), Some(pos(2)));
         ch.finish(1, &msg(2).id).unwrap();
+        assert_eq!(be.watermark(), None, "everything settled");
+    }
+
+    #[test]
+    fn finish_many_settles_like_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ch, be) = channel(dir.path(), 0);
+        ch.put([msg(0), msg(1), msg(2)]).unwrap();
+        take(&ch, 3);
+        let mut failed = Vec::new();
+        assert_eq!(ch.finish_many(1, &[msg(1).id, msg(0).id], &mut failed), 2);
+        assert!(failed.is_empty());
+        assert_eq!(be.watermark(), Some(pos(2)));
+        assert_eq!(ch.finish_many(1, &[msg(2).id], &mut failed), 1);
         assert_eq!(be.watermark(), None, "everything settled");
     }
 

@@ -269,7 +269,14 @@ impl BackendQueue for DiskQueue {
     }
 
     fn set_read_watermark(&self, pos: Option<RecordPos>) {
-        self.state.lock().watermark.set(pos);
+        let mut st = self.state.lock();
+        let before = st.watermark.persisted_read(&st);
+        st.watermark.set(pos);
+        // The read position on disk must follow within `sync_timeout` (the syncer's timer
+        // looks at `dirty_since`), or a crash re-delivers what was settled since.
+        if st.dirty_since.is_none() && st.watermark.persisted_read(&st) != before {
+            st.dirty_since = Some(Instant::now());
+        }
     }
 
     fn depth(&self) -> i64 {
