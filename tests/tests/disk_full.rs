@@ -190,11 +190,9 @@ fn full_disk_refuses_publishes_keeps_every_acknowledged_message_and_recovers() {
     let first = consume(&nsqd, Duration::from_secs(30), |_, n| n >= 150);
     let dir_back = nsqd.sigterm_and_wait();
     let nsqd = Nsqd::start_in(dir_back, ARGS);
-    assert!(
-        mpub(&nsqd, next..next + 50).is_err(),
-        "publishes are refused while the disk is full"
-    );
-    next += 50;
+    // The shutdown gave back the memory reserve's space (nsq_core::reserve), which the restart
+    // may not get back: publishes fill it, then are refused again.
+    acked.extend(fill(&nsqd, &mut next));
 
     // 3. Drain everything: every acknowledged message arrives.
     let mut seen = first;
@@ -232,4 +230,138 @@ fn full_disk_refuses_publishes_keeps_every_acknowledged_message_and_recovers() {
     assert!((next..next + 50).all(|i| again.contains(&i)));
     let c = find_channel(&nsqd.stats(), TOPIC, "c").cloned().unwrap();
     assert_eq!(int(&c, "depth"), 0);
+}
+
+/// Bytes used on the filesystem holding `dir`.
+fn used_bytes(dir: &Path) -> u64 {
+    let out = Process::new("df")
+        .args(["-B1", "--output=used"])
+        .arg(dir)
+        .output()
+        .expect("run df");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines().nth(1).unwrap().trim().parse().unwrap()
+}
+
+/// Publishes MPUBs of 50 until one is refused; returns what was acknowledged and moves `next`.
+fn fill(nsqd: &Nsqd, next: &mut usize) -> HashSet<usize> {
+    let mut acked = HashSet::new();
+    loop {
+        assert!(acked.len() < 100_000, "20 MB never filled up");
+        let r = mpub(nsqd, *next..*next + 50);
+        let range = *next..*next + 50;
+        *next += 50;
+        match r {
+            Ok(()) => acked.extend(range),
+            Err(e) => {
+                assert!(e.starts_with("E_MPUB_FAILED MPUB failed "), "{e}");
+                return acked;
+            }
+        }
+    }
+}
+
+/// Issue 19, defects 1–3: a full disk recovers while nsqd runs, and a clean shutdown on a full
+/// disk loses nothing and leaves consistent metadata. Fill; drain with a consumer (no
+/// restart): the space returns, publishes are accepted and `/ping` says OK again; fill again
+/// (100 messages sit in the channel's memory queue); SIGTERM: exit 0, nothing dropped; the
+/// next start finds consistent metadata and every acknowledged message.
+#[test]
+fn full_disk_cycle_recovers_while_running_and_sigterm_loses_nothing() {
+    if !is_root() {
+        eprintln!("SKIPPED: disk_full needs root to mount a tmpfs (CI runs as root)");
+        return;
+    }
+    let Some(fs) = Tmpfs::mount("20m") else {
+        eprintln!("SKIPPED: could not mount a tmpfs");
+        return;
+    };
+    let dir: &Path = &fs.path;
+    let nsqd = Nsqd::start_in(DataDir::Path(dir.to_path_buf()), ARGS);
+    nsqd.http_ok(&format!("/topic/create?topic={TOPIC}"));
+    nsqd.http_ok(&format!("/channel/create?topic={TOPIC}&channel=c"));
+
+    // 1. Fill.
+    let mut next = 0;
+    let acked = fill(&nsqd, &mut next);
+    assert!(acked.len() > 10_000, "only {} acknowledged", acked.len());
+    let full = used_bytes(dir);
+    let ping = nsq_integration_tests::http_get(nsqd.http_addr, "/ping");
+    assert_eq!(ping.status, 500, "/ping on a full disk: {}", ping.text());
+    assert!(ping.text().starts_with("NOK - "), "{}", ping.text());
+
+    // 2. Drain while running: every acknowledged message arrives and the space comes back.
+    let seen = consume(&nsqd, Duration::from_secs(120), |s, _| {
+        acked.iter().all(|i| s.contains(i))
+    });
+    assert!(
+        acked.iter().all(|i| seen.contains(i)),
+        "lost while draining"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while used_bytes(dir) > full / 4 {
+        assert!(
+            Instant::now() < deadline,
+            "space not returned after the drain: {} of {full} bytes still used, files: {:?}",
+            used_bytes(dir),
+            std::fs::read_dir(dir)
+                .unwrap()
+                .filter_map(|e| e.ok().map(|e| e.file_name()))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // 3. Publishing works again (more than the memory queue holds, so the diskqueue is
+    //    written), and /ping says so.
+    let mut c = nsqd.connect();
+    let big: Vec<Bytes> = (next..next + 300).map(body).collect();
+    let again: Vec<usize> = (next..next + 300).collect();
+    next += 300;
+    publish(
+        &mut c,
+        Command::Mpub {
+            topic: TOPIC.into(),
+            bodies: big,
+        },
+    )
+    .expect("publishing after the drain");
+    let ping = nsq_integration_tests::http_get(nsqd.http_addr, "/ping");
+    assert_eq!((ping.status, ping.text().as_str()), (200, "OK"));
+    let seen = consume(&nsqd, Duration::from_secs(30), |s, _| {
+        again.iter().all(|i| s.contains(i))
+    });
+    assert!(again.iter().all(|i| seen.contains(i)));
+
+    // 4. Fill again and stop cleanly on the full disk: nothing acknowledged may be lost.
+    let acked = fill(&nsqd, &mut next);
+    assert!(acked.len() > 10_000, "only {} acknowledged", acked.len());
+    let c = find_channel(&nsqd.stats(), TOPIC, "c").cloned().unwrap();
+    assert!(
+        int(&c, "depth") > int(&c, "backend_depth"),
+        "some messages are in memory: {c}"
+    );
+    let mut nsqd = nsqd;
+    let status = nsqd.terminate();
+    let log = nsqd.log().join("\n");
+    assert!(status.success(), "exit {status}; log:\n{log}");
+    assert!(!log.contains("failed to flush"), "log:\n{log}");
+    let dir_back = nsqd.into_data_dir();
+
+    // 5. The restart finds consistent metadata and every acknowledged message.
+    let nsqd = Nsqd::start_in(dir_back, ARGS);
+    let seen = consume(&nsqd, Duration::from_secs(120), |s, _| {
+        acked.iter().all(|i| s.contains(i))
+    });
+    let lost = acked.iter().filter(|i| !seen.contains(i)).count();
+    assert_eq!(
+        lost,
+        0,
+        "{lost} of {} acknowledged messages lost",
+        acked.len()
+    );
+    let log = nsqd.log().join("\n");
+    for bad in ["writePos", "negative depth", "positive depth", "corrupt"] {
+        assert!(!log.contains(bad), "restart logged {bad:?}:\n{log}");
+    }
 }

@@ -42,10 +42,11 @@ use crate::deferred_store::DeferredStore;
 use crate::e2e::E2eLatency;
 pub use crate::inflight::FinishError;
 use crate::inflight::InFlightQueue;
-use crate::memqueue::MemQueue;
+use crate::memqueue::{MemQueue, Weigh};
 use crate::message::{now_nanos, Message};
 use crate::options::{Health, Options};
 use crate::receipt::{Pending, PutReceipt};
+use crate::reserve::Reserve;
 use crate::topic::Topic;
 
 /// What a channel needs from a subscribed connection. Implemented by nsqd's client type.
@@ -111,6 +112,17 @@ struct Queued {
 impl Queued {
     fn new(msg: Message) -> Self {
         Queued { msg, pos: None }
+    }
+}
+
+impl Weigh for Queued {
+    /// Only a message with no record on disk needs room at shutdown.
+    fn weight(&self) -> u64 {
+        if self.pos.is_none() {
+            self.msg.record_len()
+        } else {
+            0
+        }
     }
 }
 
@@ -209,6 +221,9 @@ pub struct Channel {
     /// The durable deferred journal: present for a non-ephemeral channel with a memory queue of
     /// 0 (`--mem-queue-size=0` or `--durable`), where everything the channel holds is on disk.
     store: Option<Arc<DeferredStore>>,
+    /// Disk space memory must fit in (see [`crate::reserve`]); `None`: memory is unbounded
+    /// by it (tests, tools) or the channel is ephemeral.
+    reserve: Option<Arc<Reserve>>,
     state: Mutex<State>,
     counters: Counters,
     paused: AtomicBool,
@@ -238,6 +253,7 @@ impl Channel {
         health: Arc<Health>,
         backend: Arc<dyn BackendQueue>,
         durable: bool,
+        reserve: Option<Arc<Reserve>>,
     ) -> Arc<Self> {
         let e2e = E2eLatency::new(&opts.e2e_percentiles, opts.e2e_window);
         // A backlog left on disk by a previous run is older than anything new: read it first.
@@ -276,6 +292,7 @@ impl Channel {
             health,
             backend,
             store,
+            reserve: reserve.filter(|_| durable),
             state: Mutex::new(State {
                 mem: MemQueue::new(),
                 spill,
@@ -337,7 +354,8 @@ impl Channel {
         receipt: &mut PutReceipt,
     ) -> Result<(), BackendError> {
         if msgs.iter().all(|m| m.defer_ms == 0) {
-            self.put_queued(msgs.iter().cloned().map(Queued::new), Some(receipt))?;
+            let bytes = msgs.iter().map(Message::record_len).sum();
+            self.put_queued(msgs.iter().cloned().map(Queued::new), bytes, Some(receipt))?;
             self.count(msgs.len());
             return Ok(());
         }
@@ -353,7 +371,8 @@ impl Channel {
     ) -> Result<(), BackendError> {
         if msgs.iter().all(|m| m.defer_ms == 0) {
             let n = msgs.len();
-            self.put_queued(msgs.into_iter().map(Queued::new), Some(receipt))?;
+            let bytes = msgs.iter().map(Message::record_len).sum();
+            self.put_queued(msgs.into_iter().map(Queued::new), bytes, Some(receipt))?;
             self.count(n);
             return Ok(());
         }
@@ -391,7 +410,8 @@ impl Channel {
                 receipt.store(store, t);
             }
         }
-        if let Err(e) = self.put_queued(immediate.into_iter(), Some(receipt)) {
+        let bytes = immediate.iter().map(Weigh::weight).sum();
+        if let Err(e) = self.put_queued(immediate.into_iter(), bytes, Some(receipt)) {
             if let Some(store) = &self.store {
                 // Refused as a whole: take the journal entries back (best effort; should
                 // they survive a crash, the message was at least published, if refused).
@@ -420,15 +440,39 @@ impl Channel {
     /// waits on disk), then the backend. Does not touch `message_count`.
     pub fn put(&self, msgs: impl IntoIterator<Item = Message>) -> Result<(), BackendError> {
         let msgs: Vec<Queued> = msgs.into_iter().map(Queued::new).collect();
-        self.put_queued(msgs.into_iter(), None)
+        let bytes = msgs.iter().map(Weigh::weight).sum();
+        self.put_queued(msgs.into_iter(), bytes, None)
+    }
+
+    /// Whether memory may hold `bytes` more (see [`crate::reserve`]).
+    fn admit(&self, bytes: u64) -> bool {
+        self.reserve.as_ref().is_none_or(|r| r.admit(bytes))
+    }
+
+    /// What a shutdown would have to write for this channel that is on disk nowhere else: the
+    /// memory queue and in-flight messages that came from memory, and deferred messages unless
+    /// journaled.
+    pub(crate) fn held_bytes(&self) -> u64 {
+        if self.reserve.is_none() {
+            return 0;
+        }
+        let st = self.state.lock();
+        let deferred = if self.store.is_none() {
+            st.deferred.bytes()
+        } else {
+            0
+        };
+        st.mem.bytes() + st.in_flight.volatile_bytes() + deferred
     }
 
     /// All or nothing: the part that does not fit in memory is written to the backend first,
     /// and only if that succeeds does the rest enter the memory queue, so a refused put leaves
-    /// no trace (a retry by the topic's pump never duplicates).
+    /// no trace (a retry by the topic's pump never duplicates). `bytes`: the messages' total
+    /// [`Weigh::weight`]. Memory takes only what the reserve admits.
     fn put_queued(
         &self,
         msgs: impl ExactSizeIterator<Item = Queued>,
+        bytes: u64,
         receipt: Option<&mut PutReceipt>,
     ) -> Result<(), BackendError> {
         if msgs.len() == 0 {
@@ -438,21 +482,29 @@ impl Channel {
         if self.is_exiting() {
             return Err(BackendError::Exiting);
         }
-        let room = if st.spill {
+        let mut room = if st.spill {
             0
         } else {
             self.opts.mem_queue_size.saturating_sub(st.mem.len())
         };
         if msgs.len() <= room {
-            // All of it fits: straight into the memory queue, no intermediate vector.
-            st.mem.extend(msgs);
-            drop(st);
-            self.notify.notify_waiters();
-            return Ok(());
+            if self.admit(bytes) {
+                // All of it fits: straight into the memory queue, no intermediate vector.
+                st.mem.extend(msgs);
+                drop(st);
+                self.notify.notify_waiters();
+                return Ok(());
+            }
+            room = 0;
         }
         // Memory takes what fits; the rest goes to the backend first.
         let mut msgs: Vec<Queued> = msgs.collect();
-        let rest = msgs.split_off(room);
+        let mut rest = msgs.split_off(room.min(msgs.len()));
+        if !msgs.is_empty() && !self.admit(msgs.iter().map(Weigh::weight).sum()) {
+            msgs.append(&mut rest);
+            rest = msgs;
+            msgs = Vec::new();
+        }
         if self.durable {
             st.spill = true;
         }
@@ -1086,43 +1138,71 @@ impl Channel {
     }
 
     /// Shutdown: close consumers, then persist memory queue, in-flight and deferred messages
-    /// (in that order) to the backend and close it — the data dir is then exactly what the
-    /// reference leaves (no watermark, no deferred journal). If that write fails, the
-    /// watermark and the journal stay, so nothing that was on disk is lost.
+    /// to the backend and close it — the data dir is then exactly what the reference leaves
+    /// (no watermark, no deferred journal).
+    ///
+    /// Two writes: first what is held only in memory (the reserve guarantees its room, see
+    /// [`crate::reserve`]), then what also has a copy on disk (messages read from the backend,
+    /// journaled deferred ones). If the second fails (a full disk), the watermark and the
+    /// journal stay, so those are read again after the restart and nothing is lost.
     pub(crate) fn close(&self) -> Result<(), BackendError> {
         self.exiting.store(true, Ordering::Release);
         self.close_consumers();
-        let msgs: Vec<Message> = {
+        let journaled = self.store.is_some();
+        let (volatile, backed) = {
             let mut st = self.state.lock();
-            let mut v: Vec<Message> = st.mem.take_all().map(|q| q.msg).collect();
-            v.extend(st.in_flight.drain().map(|f| f.msg));
-            v.extend(st.deferred.drain().map(|(_, m)| m));
-            v
+            let mut volatile: Vec<Message> = Vec::new();
+            let mut backed: Vec<Message> = Vec::new();
+            for q in st.mem.take_all() {
+                match q.pos {
+                    None => volatile.push(q.msg),
+                    Some(_) => backed.push(q.msg),
+                }
+            }
+            for f in st.in_flight.drain() {
+                match f.pos {
+                    None => volatile.push(f.msg),
+                    Some(_) => backed.push(f.msg),
+                }
+            }
+            let deferred = st.deferred.drain().map(|(_, m)| m);
+            if journaled {
+                backed.extend(deferred);
+            } else {
+                volatile.extend(deferred);
+            }
+            (volatile, backed)
         };
-        let r = if msgs.is_empty() {
-            Ok(())
-        } else {
+        let write = |msgs: &[Message]| -> Result<(), BackendError> {
+            if msgs.is_empty() {
+                return Ok(());
+            }
             self.backend
                 .put_batch(msgs.len(), &mut |i, out| msgs[i].encode_into(out))
                 .map(drop)
         };
-        match &r {
+        let first = write(&volatile);
+        if let Err(e) = &first {
+            tracing::error!(channel = %self.name, "failed to flush channel to backend - {e}");
+        }
+        let second = write(&backed);
+        match &second {
             Ok(()) => {
                 let mut st = self.state.lock();
                 st.reads.clear();
                 self.publish_watermark(&mut st);
             }
             Err(e) => {
-                tracing::error!(channel = %self.name, "failed to flush channel to backend - {e}")
+                tracing::error!(channel = %self.name, "failed to flush messages read from disk back to it, they stay where they were (read again after the restart) - {e}");
             }
         }
         self.backend.close()?;
-        if r.is_ok() {
+        if second.is_ok() {
             if let Some(store) = &self.store {
                 store.remove()?;
             }
         }
-        r
+        first.and(second)
     }
 
     // ---- stats ------------------------------------------------------------------------------
@@ -1284,6 +1364,7 @@ mod tests {
             Arc::new(Health::default()),
             backend.clone(),
             true,
+            None,
         );
         (ch, backend)
     }

@@ -20,6 +20,8 @@ pub struct DeferredQueue {
     entries: FxHashMap<MessageId, (Instant, Message)>,
     /// Min-heap of (due, id); an entry whose due time no longer matches the map is stale.
     by_due: BinaryHeap<Reverse<(Instant, MessageId)>>,
+    /// Record size of the deferred messages (see [`crate::reserve`]).
+    bytes: u64,
 }
 
 impl DeferredQueue {
@@ -35,6 +37,11 @@ impl DeferredQueue {
         self.entries.is_empty()
     }
 
+    /// Record size of the deferred messages.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// Holds `msg` until `due`. Returns it back when its ID is already deferred (the first
     /// one is kept, as the reference's `pushDeferredMessage` refuses a duplicate).
     pub fn insert(&mut self, due: Instant, msg: Message) -> Result<(), Message> {
@@ -42,6 +49,7 @@ impl DeferredQueue {
         match self.entries.entry(id) {
             std::collections::hash_map::Entry::Occupied(_) => Err(msg),
             std::collections::hash_map::Entry::Vacant(e) => {
+                self.bytes += msg.record_len();
                 e.insert((due, msg));
                 self.by_due.push(Reverse((due, id)));
                 Ok(())
@@ -57,7 +65,9 @@ impl DeferredQueue {
             }
             self.by_due.pop();
             if matches!(self.entries.get(&id), Some((d, _)) if *d == due) {
-                return self.entries.remove(&id).map(|(_, m)| m);
+                let (_, m) = self.entries.remove(&id)?;
+                self.bytes -= m.record_len();
+                return Some(m);
             }
         }
         None
@@ -71,6 +81,7 @@ impl DeferredQueue {
     /// Removes every message (shutdown, empty) with its due time, in no particular order.
     pub fn drain(&mut self) -> impl Iterator<Item = (Instant, Message)> + '_ {
         self.by_due.clear();
+        self.bytes = 0;
         self.entries.drain().map(|(_, e)| e)
     }
 }

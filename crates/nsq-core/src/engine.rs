@@ -11,6 +11,7 @@ use crate::backend::{BackendError, BackendQueue, DropSink};
 use crate::channel::Channel;
 use crate::diskqueue::{DiskQueue, DiskQueueOptions};
 use crate::options::{Health, Options};
+use crate::reserve::Reserve;
 use crate::topic::Topic;
 
 /// Notifications the daemon acts on. Called without engine, topic or channel locks held.
@@ -38,20 +39,68 @@ pub struct Engine {
     channels_generation: AtomicU64,
     /// While true (metadata loading), new topics are not started: see [`Engine::finish_loading`].
     loading: AtomicBool,
+    /// With `Options::reserve` (and a memory queue): the disk space memory must fit in.
+    reserve: Option<Arc<Reserve>>,
     me: Weak<Engine>,
 }
 
 impl Engine {
     pub fn new(opts: Options, hooks: Arc<dyn Hooks>) -> Arc<Self> {
-        Arc::new_cyclic(|me| Engine {
+        let reserve = (opts.reserve && opts.mem_queue_size > 0)
+            .then(|| match Reserve::open(&opts.data_path) {
+                Ok(r) => Some(Arc::new(r)),
+                Err(e) => {
+                    tracing::error!("failed to open the memory reserve, memory queues are not bounded by it - {e}");
+                    None
+                }
+            })
+            .flatten();
+        let engine = Arc::new_cyclic(|me| Engine {
             opts: Arc::new(opts),
             health: Arc::new(Health::default()),
             hooks,
             topics: RwLock::new(FxHashMap::default()),
             channels_generation: AtomicU64::new(0),
             loading: AtomicBool::new(false),
+            reserve,
             me: me.clone(),
-        })
+        });
+        if let Some(r) = &engine.reserve {
+            let (r, me) = (r.clone(), Arc::downgrade(&engine));
+            std::thread::Builder::new()
+                .name("nsqd-reserve".into())
+                .spawn(move || {
+                    // Renews the reserve's budget from what memory holds (crate::reserve).
+                    let mut seen = r.admitted();
+                    while let Some(asked) = r.wait() {
+                        if me.strong_count() == 0 {
+                            return;
+                        }
+                        let before = r.admitted();
+                        if !asked && before == seen {
+                            continue;
+                        }
+                        seen = before;
+                        let Some(e) = me.upgrade() else { return };
+                        let held = e.held_bytes();
+                        drop(e);
+                        r.renew(before, held);
+                    }
+                })
+                .expect("spawn the reserve thread");
+        }
+        engine
+    }
+
+    /// What a shutdown would have to write that is on disk nowhere else (see
+    /// [`crate::reserve`]).
+    pub fn held_bytes(&self) -> u64 {
+        self.topics().iter().map(|t| t.held_bytes()).sum()
+    }
+
+    /// The memory reserve, when there is one.
+    pub fn reserve(&self) -> Option<&Reserve> {
+        self.reserve.as_deref()
     }
 
     pub fn options(&self) -> &Options {
@@ -144,6 +193,7 @@ impl Engine {
                 self.health.clone(),
                 backend,
                 start && !self.loading.load(Ordering::Acquire),
+                self.reserve.clone(),
             );
             topics.insert(name.to_string(), t.clone());
             t
@@ -199,6 +249,10 @@ impl Engine {
     /// Graceful shutdown: every topic flushes its queues (and its channels' memory, in-flight
     /// and deferred messages) to disk and closes its backends.
     pub fn close(&self) {
+        // The reserve's space is what the flush below needs when the disk is full.
+        if let Some(r) = &self.reserve {
+            r.release();
+        }
         for t in self.topics() {
             if let Err(e) = t.close() {
                 tracing::error!(topic = %t.name(), "failed to close topic - {e}");

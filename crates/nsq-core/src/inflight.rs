@@ -64,6 +64,18 @@ pub struct InFlightQueue {
     fifo: VecDeque<(Instant, MessageId)>,
     /// Min-heap of the (deadline, id) that arrived out of order, lazily invalidated.
     by_deadline: BinaryHeap<Reverse<(Instant, MessageId)>>,
+    /// Record size of the entries that came from memory (`pos` is `None`): what a shutdown
+    /// must find room for on disk (see [`crate::reserve`]).
+    volatile: u64,
+}
+
+/// An entry's weight for [`InFlightQueue::volatile_bytes`].
+fn volatile(f: &InFlightEntry) -> u64 {
+    if f.pos.is_none() {
+        f.msg.record_len()
+    } else {
+        0
+    }
 }
 
 impl InFlightQueue {
@@ -77,6 +89,11 @@ impl InFlightQueue {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Record size of the entries held only in memory.
+    pub fn volatile_bytes(&self) -> u64 {
+        self.volatile
     }
 
     /// Records a delivery to `client_id` timing out at `now + timeout`. Returns the message
@@ -94,13 +111,14 @@ impl InFlightQueue {
         match self.entries.entry(id) {
             std::collections::hash_map::Entry::Occupied(_) => Err(msg),
             std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(InFlightEntry {
+                let f = e.insert(InFlightEntry {
                     msg,
                     pos,
                     client_id,
                     delivered_at: now,
                     deadline,
                 });
+                self.volatile += volatile(f);
                 self.push_deadline(deadline, id);
                 self.compact();
                 Ok(())
@@ -118,7 +136,11 @@ impl InFlightQueue {
         match self.entries.entry(*id) {
             Entry::Vacant(_) => Err(FinishError::NotInFlight),
             Entry::Occupied(e) if e.get().client_id != client_id => Err(FinishError::NotOwner),
-            Entry::Occupied(e) => Ok(e.remove()),
+            Entry::Occupied(e) => {
+                let f = e.remove();
+                self.volatile -= volatile(&f);
+                Ok(f)
+            }
         }
     }
 
@@ -173,7 +195,9 @@ impl InFlightQueue {
                 (None, None) => return None,
             };
             if matches!(self.entries.get(&id), Some(f) if f.deadline == deadline) {
-                return self.entries.remove(&id);
+                let f = self.entries.remove(&id)?;
+                self.volatile -= volatile(&f);
+                return Some(f);
             }
         }
     }
@@ -182,6 +206,7 @@ impl InFlightQueue {
     pub fn drain(&mut self) -> impl Iterator<Item = InFlightEntry> + '_ {
         self.by_deadline.clear();
         self.fifo.clear();
+        self.volatile = 0;
         self.entries.drain().map(|(_, f)| f)
     }
 

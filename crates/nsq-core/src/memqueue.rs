@@ -14,6 +14,12 @@
 
 use std::collections::VecDeque;
 
+/// What an entry costs on disk if it has to be written out (see [`crate::reserve`]); 0 for an
+/// entry that already has a copy on disk.
+pub trait Weigh {
+    fn weight(&self) -> u64;
+}
+
 /// Entries per chunk. 4096 × ~90 bytes (a channel's entry) ≈ 360 KiB: large enough that the
 /// per-chunk work is noise, small enough that a drained queue returns its memory promptly.
 const CHUNK: usize = 4096;
@@ -26,22 +32,30 @@ pub struct MemQueue<T> {
     /// One emptied full-size chunk kept for the next `push_back` that needs a chunk.
     spare: Option<VecDeque<T>>,
     len: usize,
+    /// Sum of the entries' [`Weigh::weight`].
+    bytes: u64,
 }
 
-impl<T> Default for MemQueue<T> {
+impl<T: Weigh> Default for MemQueue<T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<T> MemQueue<T> {
+impl<T: Weigh> MemQueue<T> {
     /// An empty queue; allocates nothing until the first push.
     pub const fn new() -> Self {
         MemQueue {
             chunks: VecDeque::new(),
             spare: None,
             len: 0,
+            bytes: 0,
         }
+    }
+
+    /// The entries' total weight.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     pub fn len(&self) -> usize {
@@ -53,6 +67,7 @@ impl<T> MemQueue<T> {
     }
 
     pub fn push_back(&mut self, v: T) {
+        self.bytes += v.weight();
         match self.chunks.back_mut() {
             // The first chunk grows like a `VecDeque` (a queue that stays short stays small);
             // it and every later chunk stop at `CHUNK` entries, so no push ever moves entries.
@@ -74,6 +89,7 @@ impl<T> MemQueue<T> {
         let front = self.chunks.front_mut()?;
         let v = front.pop_front()?;
         self.len -= 1;
+        self.bytes -= v.weight();
         if front.is_empty() && self.chunks.len() > 1 {
             let c = self.chunks.pop_front().expect("front chunk exists");
             if c.capacity() >= CHUNK && self.spare.is_none() {
@@ -98,6 +114,7 @@ impl<T> MemQueue<T> {
     /// Removes every entry, in order, and frees the chunks.
     pub fn take_all(&mut self) -> impl Iterator<Item = T> {
         self.len = 0;
+        self.bytes = 0;
         self.spare = None;
         std::mem::take(&mut self.chunks).into_iter().flatten()
     }
@@ -111,7 +128,7 @@ impl<T> MemQueue<T> {
     }
 }
 
-impl<T> Extend<T> for MemQueue<T> {
+impl<T: Weigh> Extend<T> for MemQueue<T> {
     fn extend<I: IntoIterator<Item = T>>(&mut self, iter: I) {
         for v in iter {
             self.push_back(v);
@@ -123,6 +140,30 @@ impl<T> Extend<T> for MemQueue<T> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Test entries weigh their value.
+    impl Weigh for usize {
+        fn weight(&self) -> u64 {
+            *self as u64
+        }
+    }
+
+    impl Weigh for u32 {
+        fn weight(&self) -> u64 {
+            u64::from(*self)
+        }
+    }
+
+    #[test]
+    fn bytes_follow_the_entries() {
+        let mut q = MemQueue::new();
+        q.extend([3usize, 4, 5]);
+        assert_eq!(q.bytes(), 12);
+        q.pop_front();
+        assert_eq!(q.bytes(), 9);
+        q.clear();
+        assert_eq!(q.bytes(), 0);
+    }
 
     #[test]
     fn fifo_across_chunks_and_memory_returned() {
@@ -158,7 +199,7 @@ mod tests {
 
     #[test]
     fn short_queue_stays_small() {
-        let mut q = MemQueue::new();
+        let mut q = MemQueue::<u32>::new();
         for i in 0..10_000 {
             q.push_back(i);
             assert_eq!(q.pop_front(), Some(i));
@@ -188,6 +229,7 @@ mod tests {
                     prop_assert_eq!(out, want);
                 }
                 prop_assert_eq!(q.len(), model.len());
+                prop_assert_eq!(q.bytes(), model.iter().map(|v| u64::from(*v)).sum::<u64>());
                 prop_assert!(q.iter().eq(model.iter()));
             }
         }

@@ -46,6 +46,11 @@ impl Message {
     }
 
     /// Appends the diskqueue/wire payload encoding.
+    /// The size of this message's diskqueue record: length prefix, 26-byte header, body.
+    pub fn record_len(&self) -> u64 {
+        4 + 26 + self.body.len() as u64
+    }
+
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         message::encode(out, self.timestamp, self.attempts, &self.id, &self.body);
     }
@@ -217,5 +222,11 @@ mod tests {
         m.encode_into(&mut buf);
         assert_eq!(buf.len(), m.encoded_len());
         assert_eq!(Message::decode(Bytes::from(buf)).unwrap(), m);
+    }
+}
+
+impl crate::memqueue::Weigh for Message {
+    fn weight(&self) -> u64 {
+        self.record_len()
     }
 }

@@ -27,6 +27,10 @@ pub struct Options {
     /// Publishes are acknowledged only once fdatasync'd (`--durable`, or `--sync-every=1`):
     /// topics fill a [`crate::PutReceipt`] for the daemon to await before its OK.
     pub durable: bool,
+    /// Keep a disk reserve for what memory holds, so a clean shutdown can always write it out
+    /// (see [`crate::reserve`]). nsqd turns it on; off for tests and tools that embed the
+    /// engine without a data directory of their own.
+    pub reserve: bool,
 }
 
 impl Default for Options {
@@ -45,6 +49,7 @@ impl Default for Options {
             e2e_percentiles: Vec::new(),
             e2e_window: Duration::from_secs(600),
             durable: false,
+            reserve: false,
         }
     }
 }

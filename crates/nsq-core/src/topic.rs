@@ -21,6 +21,7 @@ use crate::memqueue::MemQueue;
 use crate::message::{now_nanos, GuidFactory, Message};
 use crate::options::{Health, Options};
 use crate::receipt::PutReceipt;
+use crate::reserve::Reserve;
 
 /// Messages the pump moves per batch.
 const PUMP_BATCH: usize = 1024;
@@ -79,6 +80,8 @@ pub struct Topic {
     opts: Arc<Options>,
     health: Arc<Health>,
     backend: Arc<dyn BackendQueue>,
+    /// Disk space memory must fit in, shared by the engine's topics and channels.
+    reserve: Option<Arc<Reserve>>,
     state: Mutex<State>,
     guid: Mutex<GuidFactory>,
     message_count: AtomicU64,
@@ -111,6 +114,7 @@ impl Topic {
         health: Arc<Health>,
         backend: Arc<dyn BackendQueue>,
         started: bool,
+        reserve: Option<Arc<Reserve>>,
     ) -> Arc<Self> {
         // A backlog left on disk by a previous run must be pumped before new messages.
         let spill = backend.depth() > 0;
@@ -122,6 +126,7 @@ impl Topic {
             opts,
             health,
             backend,
+            reserve,
             state: Mutex::new(State {
                 channels: BTreeMap::new(),
                 fanout: Arc::from(Vec::new()),
@@ -226,11 +231,19 @@ impl Topic {
         // Queue in the topic: memory first, the rest to the backend. All or nothing: the
         // backend part is written before anything enters memory (ephemeral topics silently
         // drop overflow, as the reference).
-        let room = if st.spill {
+        let mut room = if st.spill {
             0
         } else {
             self.opts.mem_queue_size.saturating_sub(st.mem.len())
         };
+        let fit = room.min(msgs.len());
+        if fit > 0 && !self.ephemeral {
+            if let Some(r) = &self.reserve {
+                if !r.admit(msgs[..fit].iter().map(Message::record_len).sum()) {
+                    room = 0;
+                }
+            }
+        }
         if msgs.len() > room {
             let rest = msgs.split_off(room);
             if !self.ephemeral {
@@ -437,6 +450,7 @@ impl Topic {
             self.health.clone(),
             backend,
             durable,
+            self.reserve.clone(),
         );
         st.channels.insert(name.to_string(), ch.clone());
         st.fanout = st.channels.values().cloned().collect();
@@ -584,6 +598,17 @@ impl Topic {
         }
         self.backend.close()?;
         r
+    }
+
+    /// What a shutdown would have to write for this topic and its channels that is on disk
+    /// nowhere else (see [`crate::reserve`]).
+    pub(crate) fn held_bytes(&self) -> u64 {
+        let (mine, channels) = {
+            let st = self.state.lock();
+            let mine = if self.ephemeral { 0 } else { st.mem.bytes() };
+            (mine, st.fanout.clone())
+        };
+        mine + channels.iter().map(|c| c.held_bytes()).sum::<u64>()
     }
 
     // ---- stats --------------------------------------------------------------------------

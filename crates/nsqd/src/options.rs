@@ -441,6 +441,8 @@ impl NsqdOptions {
             e2e_window: self.e2e_processing_latency_window_time,
             // `--sync-every=1` promises a sync per write: the OK waits for it too.
             durable: self.durable || self.sync_every == 1,
+            // A clean shutdown must find room for what memory holds (nsq_core::reserve).
+            reserve: true,
         }
     }
 
