@@ -23,8 +23,8 @@ fn body(i: usize) -> Vec<u8> {
 fn deferred_count(nsqd: &Nsqd, want: i64) -> i64 {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let n = find_channel(&nsqd.stats(), TOPIC, CHANNEL)
-            .map_or(-1, |c| int(c, "deferred_count"));
+        let n =
+            find_channel(&nsqd.stats(), TOPIC, CHANNEL).map_or(-1, |c| int(c, "deferred_count"));
         if n == want || Instant::now() >= deadline {
             return n;
         }
@@ -41,7 +41,10 @@ fn garbage_in_the_middle_of_the_deferred_journal_loses_only_what_it_overlaps() {
     let md = nsqd.data_path().join("nsqd.dat");
     let deadline = Instant::now() + Duration::from_secs(10);
     while !std::fs::read_to_string(&md).is_ok_and(|s| s.contains(&format!("\"{CHANNEL}\""))) {
-        assert!(Instant::now() < deadline, "nsqd.dat never listed the channel");
+        assert!(
+            Instant::now() < deadline,
+            "nsqd.dat never listed the channel"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let mut p = nsqd.connect();
@@ -56,7 +59,12 @@ fn garbage_in_the_middle_of_the_deferred_journal_loses_only_what_it_overlaps() {
 
     let journal = dir.path().join(format!("{TOPIC}:{CHANNEL}.deferred.dat"));
     let mut data = std::fs::read(&journal).expect("the deferred journal exists after kill -9");
-    assert_eq!(data.len() % N, 0, "{N} records of one size: {} bytes", data.len());
+    assert_eq!(
+        data.len() % N,
+        0,
+        "{N} records of one size: {} bytes",
+        data.len()
+    );
     let size = data.len() / N;
     // 64 garbage bytes over the middle, every one different from what it replaces.
     let at = data.len() / 2 - 32;

@@ -608,8 +608,14 @@ mod tests {
         let (_, got) = open(dir.path());
         assert_eq!(got, vec![(10, msg(1))]);
         // Whole but with a bad checksum: damage, not a torn write.
-        assert_eq!(bad_files(dir.path()), vec![dir.path().join("t:c.deferred.dat.bad")]);
-        assert_eq!(std::fs::read(dir.path().join("t:c.deferred.dat.bad")).unwrap(), data);
+        assert_eq!(
+            bad_files(dir.path()),
+            vec![dir.path().join("t:c.deferred.dat.bad")]
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join("t:c.deferred.dat.bad")).unwrap(),
+            data
+        );
     }
 
     /// A message with a 16-digit decimal ID `i` and a 40-byte body.
