@@ -98,8 +98,11 @@ fn garbage_in_the_middle_of_the_deferred_journal_loses_only_what_it_overlaps() {
         data
     );
     let log = nsqd.log().join("\n");
+    for line in log.lines().filter(|l| l.contains("unreadable bytes")) {
+        eprintln!("{line}");
+    }
     assert!(
-        log.contains("damaged bytes") && log.contains(".deferred.dat.bad"),
+        log.contains("unreadable bytes") && log.contains(".deferred.dat.bad"),
         "the damage is logged; log:\n{log}"
     );
     // The journal was rewritten with the live entries: another crash and restart replays the
@@ -115,7 +118,10 @@ fn garbage_in_the_middle_of_the_deferred_journal_loses_only_what_it_overlaps() {
         (N - overlapped) as i64
     );
     let log = nsqd.log().join("\n");
-    assert!(!log.contains("damaged bytes"), "clean replay; log:\n{log}");
+    assert!(
+        !log.contains("unreadable bytes"),
+        "clean replay; log:\n{log}"
+    );
     let bads = std::fs::read_dir(nsqd.data_path())
         .unwrap()
         .filter(|e| {

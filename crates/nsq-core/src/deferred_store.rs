@@ -126,7 +126,7 @@ impl DeferredStore {
             match set_aside_and_rewrite(&path, &r.entries) {
                 Ok((bad, new_file, new_len)) => {
                     tracing::error!(
-                        "DEFERRED STORE({}) skipped {skipped} damaged bytes ({spans}); kept the \
+                        "DEFERRED STORE({}) skipped {skipped} unreadable bytes at {spans}; kept the \
                          damaged file as {} and rewrote the journal with its {} live entries",
                         path.display(),
                         bad.display(),
@@ -140,7 +140,7 @@ impl DeferredStore {
                     // Not even a torn tail is cut here: the file may already be linked as the
                     // `.bad` copy, which must keep every byte.
                     tracing::error!(
-                        "DEFERRED STORE({}) skipped {skipped} damaged bytes ({spans}); failed to \
+                        "DEFERRED STORE({}) skipped {skipped} unreadable bytes at {spans}; failed to \
                          set the damaged file aside and rewrite it, using it as it is - {e}",
                         path.display()
                     );
@@ -369,17 +369,17 @@ fn set_aside_and_rewrite(path: &Path, entries: &[Replayed]) -> io::Result<(PathB
     Ok((bad, file, buf.len() as u64))
 }
 
-/// `a..b (n bytes), …` for the log, the first [`SPANS_LOGGED`] spans.
+/// `offsets a..b, c..d, …` for the log, the first [`SPANS_LOGGED`] spans.
 fn describe_spans(spans: &[Range<usize>]) -> String {
     let mut out: Vec<String> = spans
         .iter()
         .take(SPANS_LOGGED)
-        .map(|s| format!("offsets {}..{} ({} bytes)", s.start, s.end, s.len()))
+        .map(|s| format!("{}..{}", s.start, s.end))
         .collect();
     if spans.len() > SPANS_LOGGED {
         out.push(format!("and {} more spans", spans.len() - SPANS_LOGGED));
     }
-    out.join(", ")
+    format!("offsets {}", out.join(", "))
 }
 
 /// One record as decoded.
