@@ -107,8 +107,9 @@ impl DeferredStore {
     ///
     /// A torn tail is cut off. Damage (see the module comment) is skipped, the file as found is
     /// kept as `.bad` and the journal rewritten with the live entries; if that fails (no space
-    /// for the copy, say) the error is logged and the damaged file stays in use as it is: its
-    /// replay skips the same damage next time, and appending after it is safe.
+    /// for the new journal, say) the error is logged and the damaged file stays in use as it
+    /// is: its replay skips the same damage next time (and tries the rewrite again), and
+    /// appending after it is safe.
     pub fn open(path: PathBuf) -> io::Result<(Arc<Self>, Vec<Replayed>)> {
         let mut file = OpenOptions::new()
             .read(true)
@@ -124,7 +125,7 @@ impl DeferredStore {
             let skipped: usize = r.damaged.iter().map(|s| s.len()).sum();
             let spans = describe_spans(&r.damaged);
             match set_aside_and_rewrite(&path, &r.entries) {
-                Ok((bad, new_file, new_len)) => {
+                Ok((bad, new_len)) => {
                     tracing::error!(
                         "DEFERRED STORE({}) skipped {skipped} unreadable bytes at {spans}; kept the \
                          damaged file as {} and rewrote the journal with its {} live entries",
@@ -132,13 +133,15 @@ impl DeferredStore {
                         bad.display(),
                         r.entries.len()
                     );
-                    file = new_file;
+                    // The old handle is the `.bad` file now.
+                    file = OpenOptions::new().read(true).append(true).open(&path)?;
                     len = new_len;
                     dead = 0;
                 }
                 Err(e) => {
-                    // Not even a torn tail is cut here: the file may already be linked as the
-                    // `.bad` copy, which must keep every byte.
+                    // A torn tail is not cut either: the file keeps every byte until a rewrite
+                    // has set it aside, and replay skips a torn record followed by appended
+                    // ones like any other damage.
                     tracing::error!(
                         "DEFERRED STORE({}) skipped {skipped} unreadable bytes at {spans}; failed to \
                          set the damaged file aside and rewrite it, using it as it is - {e}",
@@ -271,7 +274,8 @@ impl DeferredStore {
         }
         let _one_at_a_time = self.sync_lock.lock();
         let mut inner = self.inner.lock();
-        let file = write_journal(&self.path, &buf)?;
+        write_journal(&self.path, &buf)?;
+        let file = OpenOptions::new().append(true).open(&self.path)?;
         inner.file = Arc::new(file);
         inner.len = buf.len() as u64;
         inner.live = n;
@@ -322,28 +326,34 @@ fn encode_del(buf: &mut Vec<u8>, id: MessageId) {
 }
 
 /// Writes `buf` as the whole journal at `path`: a temporary file, synced, renamed over `path`,
-/// the directory synced. Returns the new file, open for appending.
-fn write_journal(path: &Path, buf: &[u8]) -> io::Result<File> {
+/// the directory synced. On error `path` is untouched (and the temporary file removed).
+fn write_journal(path: &Path, buf: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("dat.tmp");
-    let mut f = File::create(&tmp)?;
-    f.write_all(buf)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
+    let written = File::create(&tmp).and_then(|mut f| {
+        f.write_all(buf)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     if let Some(dir) = path.parent() {
         if let Ok(d) = File::open(dir) {
             let _ = d.sync_all();
         }
     }
-    OpenOptions::new().read(true).append(true).open(path)
+    Ok(())
 }
 
 /// Keeps the damaged journal at `path` as `<path>.bad` (`<path>.N.bad` if taken) and rewrites
-/// `path` with `entries`. Returns the `.bad` path, the new file and its length.
+/// `path` with `entries`. Returns the `.bad` path and the new journal's length; on error the
+/// journal at `path` is still the damaged file and nothing is set aside.
 ///
 /// The `.bad` name is a hard link to the damaged file (no copy; a copy where the file system
 /// has no links), made before the rewrite renames the new journal over `path`: a crash in
 /// between leaves the damaged file in place, replayed the same way at the next open.
-fn set_aside_and_rewrite(path: &Path, entries: &[Replayed]) -> io::Result<(PathBuf, File, u64)> {
+fn set_aside_and_rewrite(path: &Path, entries: &[Replayed]) -> io::Result<(PathBuf, u64)> {
     let bad = (0u32..)
         .map(|n| {
             let mut name = path.as_os_str().to_owned();
@@ -359,14 +369,22 @@ fn set_aside_and_rewrite(path: &Path, entries: &[Replayed]) -> io::Result<(PathB
         if e.kind() == io::ErrorKind::AlreadyExists {
             return Err(e);
         }
-        std::fs::copy(path, &bad)?;
+        if let Err(e) = std::fs::copy(path, &bad) {
+            let _ = std::fs::remove_file(&bad);
+            return Err(e);
+        }
     }
     let mut buf = Vec::new();
     for (due, m) in entries {
         encode_add(&mut buf, *due, m);
     }
-    let file = write_journal(path, &buf)?;
-    Ok((bad, file, buf.len() as u64))
+    if let Err(e) = write_journal(path, &buf) {
+        // The damaged file stays the journal, so it keeps its own evidence; a link left behind
+        // would share its inode and grow with every append. The next open tries again.
+        let _ = std::fs::remove_file(&bad);
+        return Err(e);
+    }
+    Ok((bad, buf.len() as u64))
 }
 
 /// `offsets a..b, c..d, …` for the log, the first [`SPANS_LOGGED`] spans.
@@ -701,6 +719,45 @@ mod tests {
         let ids: Vec<u8> = got.iter().map(|(_, m)| m.id.0[15]).collect();
         // Round 0 lost record 0; round 1's damage hit the first record, 1, again.
         assert_eq!(ids, vec![2, 10, 11, 12]);
+    }
+
+    #[test]
+    fn failed_rewrite_keeps_using_the_damaged_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = DeferredStore::path_for(dir.path(), "t:c");
+        let (s, _) = open(dir.path());
+        for n in 1..=3 {
+            s.add([(i64::from(n), &msg(n))]).unwrap();
+        }
+        drop(s);
+        let mut data = std::fs::read(&path).unwrap();
+        data[0] ^= 0xff; // record 1 lost
+        std::fs::write(&path, &data).unwrap();
+        // The rewrite's temporary file cannot be created.
+        let tmp = path.with_extension("dat.tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        let (s, got) = open(dir.path());
+        assert_eq!(got, vec![(2, msg(2)), (3, msg(3))]);
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            data,
+            "the damaged file is used as it is"
+        );
+        assert!(bad_files(dir.path()).is_empty(), "nothing set aside");
+        // Appending after the damage is safe: the next replay skips it again.
+        s.add([(4, &msg(4))]).unwrap();
+        drop(s);
+        std::fs::remove_dir(&tmp).unwrap();
+        let (_, got) = open(dir.path());
+        assert_eq!(got, vec![(2, msg(2)), (3, msg(3)), (4, msg(4))]);
+        let bad = bad_files(dir.path());
+        assert_eq!(bad.len(), 1);
+        let mut as_found = data;
+        encode_add(&mut as_found, 4, &msg(4));
+        assert_eq!(std::fs::read(&bad[0]).unwrap(), as_found);
+        let (_, again) = open(dir.path());
+        assert_eq!(again, got);
+        assert!(!tmp.exists());
     }
 
     mod damage {
