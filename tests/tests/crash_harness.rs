@@ -5,6 +5,13 @@
 //! never FINed does not count: it may have been in flight at a kill), and nothing that was
 //! never sent may appear. Duplicates are counted and reported (at-least-once allows them).
 //!
+//! Duplicates are bounded too (docs/durability.md, "How many duplicates a crash costs"): a
+//! kill may re-deliver what a channel read in the last `--msg-timeout` plus two sync periods
+//! before it (the oldest unsettled record holds the persisted read position back that long at
+//! most), plus what was in flight. The bound is computed from the deliveries observed before
+//! each kill; the old design, which re-delivered everything since the last clean start, breaks
+//! it at the second kill.
+//!
 //! `CRASH_KILLS` (default 3) sets the number of kills, `CRASH_SEED` the random seed;
 //! `tests/crash-harness.sh` runs the long version. Durable mode (`--durable`) must lose
 //! nothing; the default mode's loss must stay within what it keeps in memory (see
@@ -71,6 +78,8 @@ struct Shared {
     /// Consumers FIN everything (the final drain).
     drain: AtomicBool,
     deliveries: AtomicU64,
+    /// When each delivery arrived (for the duplicate bound).
+    delivered_at: Mutex<Vec<Instant>>,
     /// REQs with a delay sent (deferred messages: memory-only in the default mode).
     delayed_reqs: AtomicU64,
 }
@@ -277,6 +286,7 @@ fn consumer(sh: Arc<Shared>, channel: &'static str, seed: u64) {
             }
             let Ok(m) = decode(f.data) else { break };
             sh.deliveries.fetch_add(1, Ordering::Relaxed);
+            sh.delivered_at.lock().unwrap().push(Instant::now());
             let body = String::from_utf8_lossy(&m.body).into_owned();
             let drain = sh.drain.load(Ordering::Acquire);
             let roll = rng.below(100);
@@ -319,6 +329,8 @@ struct Outcome {
     acked: usize,
     lost: usize,
     duplicates: usize,
+    /// The most duplicates the kills may cause (see the module docs).
+    duplicate_bound: usize,
     unknown: usize,
     deliveries: u64,
     /// Acknowledged DPUBs plus REQs with a delay: what may sit in a deferred set.
@@ -350,6 +362,7 @@ fn run(mode: &str, args: &[&str], kills: usize, seed: u64) -> Outcome {
         stop_consumers: AtomicBool::new(false),
         drain: AtomicBool::new(false),
         deliveries: AtomicU64::new(0),
+        delivered_at: Mutex::new(Vec::new()),
         delayed_reqs: AtomicU64::new(0),
     });
     let mut producers = Vec::new();
@@ -370,8 +383,10 @@ fn run(mode: &str, args: &[&str], kills: usize, seed: u64) -> Outcome {
         }
     }
 
+    let mut kill_times = Vec::new();
     for k in 0..kills {
         thread::sleep(Duration::from_millis(1000 + rng.below(3000)));
+        kill_times.push(Instant::now());
         let dir: DataDir = nsqd.kill9();
         nsqd = Nsqd::start_in(dir, args);
         *sh.addrs.write().unwrap() = (nsqd.tcp_addr, nsqd.http_addr);
@@ -447,21 +462,39 @@ fn run(mode: &str, args: &[&str], kills: usize, seed: u64) -> Outcome {
         }
         lost += missing.len();
     }
+    // Re-delivered per kill: at most what was read in the window before it (msg-timeout 2 s +
+    // two sync periods of 2 s + 1 s of scheduling), plus what was in flight.
+    let window = Duration::from_secs(7);
+    let times = sh.delivered_at.lock().unwrap();
+    let in_flight = CHANNELS.len() * CONSUMERS_PER_CHANNEL * RDY as usize;
+    let duplicate_bound = kill_times
+        .iter()
+        .map(|k| {
+            times
+                .iter()
+                .filter(|t| **t <= *k && k.saturating_duration_since(**t) <= window)
+                .count()
+                + in_flight
+        })
+        .sum::<usize>();
+    drop(times);
     let out = Outcome {
         acked: l.acked.len(),
         lost,
         duplicates,
+        duplicate_bound,
         unknown: l.unknown.len(),
         deliveries: sh.deliveries.load(Ordering::Relaxed),
         deferrals: l.acked.iter().filter(|b| b.starts_with('D')).count()
             + sh.delayed_reqs.load(Ordering::Relaxed) as usize,
     };
     eprintln!(
-        "[{mode}] {kills} kills: {} acknowledged, {} lost (summed over {} channels), {} duplicate FINs, {} unknown, {} deliveries",
+        "[{mode}] {kills} kills: {} acknowledged, {} lost (summed over {} channels), {} duplicate FINs (bound {}), {} unknown, {} deliveries",
         out.acked,
         out.lost,
         CHANNELS.len(),
         out.duplicates,
+        out.duplicate_bound,
         out.unknown,
         out.deliveries
     );
@@ -500,6 +533,16 @@ fn durable_mode_loses_nothing_acknowledged_across_kills() {
         "messages that were never published appeared"
     );
     assert_eq!(out.lost, 0, "acknowledged messages lost in durable mode");
+    assert_duplicates_bounded(&out);
+}
+
+fn assert_duplicates_bounded(out: &Outcome) {
+    assert!(
+        out.duplicates <= out.duplicate_bound,
+        "{} duplicate FINs, more than the bound of {}",
+        out.duplicates,
+        out.duplicate_bound
+    );
 }
 
 #[test]
@@ -528,4 +571,5 @@ fn default_mode_loses_at_most_what_is_in_memory() {
         out.lost,
         kills * per_kill + deferred_bound
     );
+    assert_duplicates_bounded(&out);
 }
