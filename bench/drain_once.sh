@@ -11,7 +11,8 @@
 # than strace, which stops the daemon at every syscall and so batches its work for it).
 # READER_ARGS adds bench_reader flags (e.g. --handler-us=10 for a go-nsq-paced consumer).
 # The client's own CPU (user/sys seconds, from /usr/bin/time) is printed too: what the daemon
-# does changes what the client's syscalls cost.
+# does changes what the client's syscalls cost; so are the daemon's peak RSS (VmHWM) and the
+# data directory's size at the end of the drain.
 # Build the tools first: cargo build --release -p nsq-bench.
 NSQD=$1; TOOL=${2:-none}; MODE=${3:-go}; SECS=${4:-5}
 T=$(cd "$(dirname "$0")/.." && pwd)/target/release
@@ -37,7 +38,9 @@ case $TOOL in
   perf) wait $SP;;
   syscalls) kill -INT $SP; wait $SP; SYSC=$(awk -F, '/sys_enter/ {n=$3; sub(/.*:sys_enter_?/, "", n); if (n == "") n = "total"; printf "%s=%s ", n, $1}' $D/pstat.out);;
 esac
+RSS=$(awk '/VmHWM/ {print $2}' /proc/$P/status)
+DISK=$(du -sk $D | cut -f1)
 kill $P; wait $P 2>/dev/null
 msgs=$(echo $R | sed 's/.*msgs=\([0-9]*\).*/\1/')
-echo "$R $(cat $D/client_time) cpu_s=$(awk -v t=$((t1-t0)) 'BEGIN{print t/100}') us_per_msg=$(awk -v t=$((t1-t0)) -v n=$msgs 'BEGIN{printf "%.3f", t/100*1e6/n}') ${SYSC:-}"
+echo "$R $(cat $D/client_time) cpu_s=$(awk -v t=$((t1-t0)) 'BEGIN{print t/100}') us_per_msg=$(awk -v t=$((t1-t0)) -v n=$msgs 'BEGIN{printf "%.3f", t/100*1e6/n}') rss_peak_kb=$RSS datadir_kb=$DISK ${SYSC:-}"
 rm -rf $D

@@ -387,11 +387,12 @@ fn run(mode: &str, args: &[&str], kills: usize, seed: u64) -> Outcome {
     for k in 0..kills {
         thread::sleep(Duration::from_millis(1000 + rng.below(3000)));
         kill_times.push(Instant::now());
+        let disk_kb = dir_kb(nsqd.data_path());
         let dir: DataDir = nsqd.kill9();
         nsqd = Nsqd::start_in(dir, args);
         *sh.addrs.write().unwrap() = (nsqd.tcp_addr, nsqd.http_addr);
         eprintln!(
-            "[{mode}] kill {}/{kills}: {} acknowledged so far",
+            "[{mode}] kill {}/{kills}: {} acknowledged so far, data dir {disk_kb} KB",
             k + 1,
             sh.ledger.lock().unwrap().acked.len()
         );
@@ -503,6 +504,18 @@ fn run(mode: &str, args: &[&str], kills: usize, seed: u64) -> Outcome {
     out
 }
 
+/// Kilobytes the files of a data directory take.
+fn dir_kb(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.len())
+                .sum::<u64>()
+        })
+        .unwrap_or(0)
+        >> 10
+}
+
 fn kills() -> usize {
     std::env::var("CRASH_KILLS")
         .ok()
@@ -543,6 +556,25 @@ fn assert_duplicates_bounded(out: &Outcome) {
         out.duplicates,
         out.duplicate_bound
     );
+}
+
+#[test]
+fn zero_memory_mode_loses_nothing_acknowledged_across_kills() {
+    let seed = seed();
+    eprintln!("CRASH_SEED={seed}");
+    let out = run(
+        "mem0",
+        &["--mem-queue-size=0", "--msg-timeout=2s"],
+        kills(),
+        seed,
+    );
+    assert!(out.acked > 0);
+    assert_eq!(
+        out.unknown, 0,
+        "messages that were never published appeared"
+    );
+    assert_eq!(out.lost, 0, "acknowledged messages lost with --mem-queue-size=0");
+    assert_duplicates_bounded(&out);
 }
 
 #[test]
