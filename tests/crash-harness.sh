@@ -28,4 +28,4 @@ case "$mode" in
     *) filter='binary(crash_harness)' ;;
 esac
 cargo nextest run -p nsq-integration-tests -E "$filter" --no-capture --test-threads=1 \
-    --slow-timeout=60s 2>&1 | grep -E '^\[(durable|mem0|default)\]|CRASH_SEED|PASS|FAIL|panicked'
+    2>&1 | grep -E '^\[(durable|mem0|default)\]|CRASH_SEED|PASS|FAIL|panicked'

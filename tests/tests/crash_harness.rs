@@ -573,7 +573,10 @@ fn zero_memory_mode_loses_nothing_acknowledged_across_kills() {
         out.unknown, 0,
         "messages that were never published appeared"
     );
-    assert_eq!(out.lost, 0, "acknowledged messages lost with --mem-queue-size=0");
+    assert_eq!(
+        out.lost, 0,
+        "acknowledged messages lost with --mem-queue-size=0"
+    );
     assert_duplicates_bounded(&out);
 }
 

@@ -22,7 +22,6 @@
 //! `set_read_watermark`, so watermark updates reach the backend in state order). The backend
 //! and the deferred store have their own locks.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -127,10 +126,18 @@ impl Weigh for Queued {
 }
 
 /// The backend records read and not yet settled, and the watermark derived from them.
+///
+/// The backend hands records out in position order, so the set is a window: a deque of
+/// `(position, live copies)` in ascending order whose front is the oldest unsettled record.
+/// Settling finds its entry by binary search and zeroes it; zeroed entries at the front are
+/// dropped. Memory is the span between the oldest unsettled record and the newest read (normally
+/// about the in-flight window), and a read or settle allocates nothing in the steady state — a
+/// `BTreeMap` here cost a node allocation and free per message.
 #[derive(Default)]
 struct ReadTracker {
-    /// Record → how many live copies refer to it (normally 1).
-    unsettled: BTreeMap<RecordPos, u32>,
+    /// Ascending positions with the number of live copies referring to each (normally 1; 0
+    /// for a settled record not yet at the front).
+    window: std::collections::VecDeque<(RecordPos, u32)>,
     /// Backend reads in progress (outside the lock). While one runs, the watermark is not
     /// cleared: the backend set it to the first record that read took, and the channel has
     /// not registered those records yet.
@@ -141,29 +148,46 @@ struct ReadTracker {
 
 impl ReadTracker {
     fn read(&mut self, pos: RecordPos) {
-        *self.unsettled.entry(pos).or_insert(0) += 1;
+        match self.window.back_mut() {
+            Some((p, n)) if *p == pos => *n += 1,
+            Some((p, _)) if *p > pos => {
+                // Out of order (not seen from a diskqueue): keep the window sorted.
+                match self.window.binary_search_by(|(q, _)| q.cmp(&pos)) {
+                    Ok(i) => self.window[i].1 += 1,
+                    Err(i) => self.window.insert(i, (pos, 1)),
+                }
+            }
+            _ => self.window.push_back((pos, 1)),
+        }
     }
 
     fn settle(&mut self, pos: RecordPos) {
-        if let std::collections::btree_map::Entry::Occupied(mut e) = self.unsettled.entry(pos) {
-            *e.get_mut() -= 1;
-            if *e.get() == 0 {
-                e.remove();
-            }
+        // Settles come mostly in read order: try the front first.
+        let i = match self.window.front() {
+            Some((p, _)) if *p == pos => 0,
+            _ => match self.window.binary_search_by(|(q, _)| q.cmp(&pos)) {
+                Ok(i) => i,
+                Err(_) => return,
+            },
+        };
+        let n = &mut self.window[i].1;
+        *n = n.saturating_sub(1);
+        while self.window.front().is_some_and(|(_, n)| *n == 0) {
+            self.window.pop_front();
         }
     }
 
     /// The watermark to publish, or `None` to leave the backend's as it is.
     fn watermark(&self) -> Option<Option<RecordPos>> {
-        match self.unsettled.keys().next() {
-            Some(p) => Some(Some(*p)),
+        match self.window.front() {
+            Some((p, _)) => Some(Some(*p)),
             None if self.readers > 0 => None,
             None => Some(None),
         }
     }
 
     fn clear(&mut self) {
-        self.unsettled.clear();
+        self.window.clear();
     }
 }
 
@@ -252,9 +276,10 @@ impl Channel {
         opts: Arc<Options>,
         health: Arc<Health>,
         backend: Arc<dyn BackendQueue>,
-        durable: bool,
         reserve: Option<Arc<Reserve>>,
     ) -> Arc<Self> {
+        // An #ephemeral channel has the drop-sink backend (nsqd/channel.go, NewChannel).
+        let durable = !nsq_protocol::names::is_ephemeral(name);
         let e2e = E2eLatency::new(&opts.e2e_percentiles, opts.e2e_window);
         // A backlog left on disk by a previous run is older than anything new: read it first.
         let spill = durable && backend.depth() > 0;
@@ -284,7 +309,7 @@ impl Channel {
         Arc::new_cyclic(|me| Channel {
             topic_name: topic_name.to_string(),
             name: name.to_string(),
-            ephemeral: nsq_protocol::names::is_ephemeral(name),
+            ephemeral: !durable,
             durable,
             me: me.clone(),
             topic,
@@ -1363,7 +1388,6 @@ mod tests {
             Arc::new(opts),
             Arc::new(Health::default()),
             backend.clone(),
-            true,
             None,
         );
         (ch, backend)
@@ -1398,6 +1422,36 @@ mod tests {
         assert_eq!(be.watermark(), Some(pos(2)));
         ch.finish(1, &msg(2).id).unwrap();
         assert_eq!(be.watermark(), None, "everything settled");
+    }
+
+    proptest::proptest! {
+        /// The window behaves as the map of unsettled records it replaced: same watermark
+        /// after any sequence of in-order reads and settles in any order.
+        #[test]
+        fn read_tracker_matches_a_map(ops in proptest::collection::vec((proptest::bool::ANY, 0usize..64), 1..400)) {
+            let mut t = ReadTracker::default();
+            let mut model: std::collections::BTreeMap<RecordPos, u32> = Default::default();
+            let mut next = 0i64;
+            for (is_read, k) in ops {
+                if is_read {
+                    let p = RecordPos { file_num: next / 10, offset: next % 10 };
+                    next += 1;
+                    t.read(p);
+                    *model.entry(p).or_insert(0) += 1;
+                } else if !model.is_empty() {
+                    let p = *model.keys().nth(k % model.len()).unwrap();
+                    t.settle(p);
+                    let n = model.get_mut(&p).unwrap();
+                    *n -= 1;
+                    if *n == 0 {
+                        model.remove(&p);
+                    }
+                }
+                let expect = model.keys().next().copied();
+                proptest::prop_assert_eq!(t.watermark(), Some(expect));
+                proptest::prop_assert!(t.window.len() <= (next as usize).max(1));
+            }
+        }
     }
 
     #[test]

@@ -161,6 +161,12 @@ pub fn default_node_id(hostname: &str) -> i64 {
     (crc32fast::hash(&digest) % 1024) as i64
 }
 
+impl crate::memqueue::Weigh for Message {
+    fn weight(&self) -> u64 {
+        self.record_len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,11 +228,5 @@ mod tests {
         m.encode_into(&mut buf);
         assert_eq!(buf.len(), m.encoded_len());
         assert_eq!(Message::decode(Bytes::from(buf)).unwrap(), m);
-    }
-}
-
-impl crate::memqueue::Weigh for Message {
-    fn weight(&self) -> u64 {
-        self.record_len()
     }
 }

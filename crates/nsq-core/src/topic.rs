@@ -449,7 +449,6 @@ impl Topic {
             self.opts.clone(),
             self.health.clone(),
             backend,
-            durable,
             self.reserve.clone(),
         );
         st.channels.insert(name.to_string(), ch.clone());
