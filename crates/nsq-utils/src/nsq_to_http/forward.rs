@@ -7,7 +7,10 @@
 //! * `--get`: the URL template's `%s` replaced by the query-escaped body (Go's
 //!   `fmt.Sprintf(addr, url.QueryEscape(body))`); success is exactly 200.
 //! * `User-Agent: nsq_to_http v1.3.0` on every request (the client's default), then the
-//!   `--header`s, which replace a header of the same name (Go's `Header.Set`).
+//!   `--header`s, which replace a header of the same name (Go's `Header.Set`), and
+//!   `Accept-Encoding: gzip` unless a `--header` names one (Go's transport adds it). Unlike
+//!   Go's client, the shared reqwest client (nsq-http) also sends `Accept: */*` when no
+//!   `--header` sets `Accept`: reqwest adds it to every request and has no way to leave it out.
 //! * The answer's body is read and dropped; a transport error or another status
 //!   (`got status code <n>`) fails the message, which the consumer then requeues.
 //! * Destinations: `round-robin` (a shared counter, incremented before use, modulo the
@@ -238,6 +241,15 @@ impl Forwarder {
         }
         for (k, v) in &s.headers {
             set_header(&mut headers, k, v);
+        }
+        // Go's http.Transport asks for gzip itself (`Accept-Encoding: gzip`, transport.go,
+        // `requestedGzip`) unless the request names an encoding of its own; the answer's body
+        // is read and dropped, so it is never decompressed here.
+        if !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("Accept-Encoding"))
+        {
+            headers.push(("Accept-Encoding".to_string(), "gzip".to_string()));
         }
         let mut per_address = HashMap::new();
         if s.addresses.len() == 1 {
