@@ -649,7 +649,7 @@ fn a_dead_destination_delays_one_message_per_failed_attempt() {
     let (copied, ch) = loop {
         let copied = find_topic(&live.stats(), "one_down").map_or(0, |t| int(t, "message_count"));
         let ch = src.channel_stats("one_down", "nsq_to_nsq");
-        if let Some(ch) = ch.filter(|c| {
+        if let Some(ch) = ch.clone().filter(|c| {
             int(c, "in_flight_count") == 0
                 && int(c, "depth") == 0
                 && copied + int(c, "deferred_count") == 40
