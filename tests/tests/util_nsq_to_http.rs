@@ -914,3 +914,38 @@ fn backoff_lets_one_message_through_per_timeout() {
         );
     }
 }
+
+/// Go's `flag.Duration` takes a negative `--http-client-connect-timeout`, and nsq_to_http
+/// checks none of its durations: its dialer (internal/http_api, `NewDeadlineTransport`) then
+/// has a deadline that has always passed, so every request fails with `i/o timeout` and is
+/// requeued, even to an endpoint that would answer. A negative request timeout is none.
+#[test]
+fn negative_connect_timeout_fails_every_request() {
+    let nsqd = Nsqd::start(&[]);
+    let sink = Sink::ok();
+    publish(&nsqd, "negative", &numbered("n", 1));
+    let url = sink.url("/never");
+    let mut args = vec![
+        "--post",
+        &url,
+        "--http-client-connect-timeout",
+        "-1s",
+        "--http-client-request-timeout=-1s",
+    ];
+    args.extend(QUICK_RETRY);
+    let tool = from_nsqd(&nsqd, "negative", &args);
+    nsqd.wait_stats("requeues after failed dials", TIMEOUT, |s| {
+        nsq_integration_tests::find_channel(s, "negative", "nsq_to_http")
+            .is_some_and(|c| int(c, "requeue_count") >= 2)
+    });
+    let (status, stderr) = tool.stop("TERM");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(sink.requests().is_empty(), "{:?}", sink.requests());
+    let addr = sink.addr;
+    assert!(
+        stderr.contains(&format!(
+            "Handler returned error (Post \"{url}\": dial tcp {addr}: i/o timeout)"
+        )),
+        "{stderr}"
+    );
+}

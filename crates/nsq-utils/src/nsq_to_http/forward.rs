@@ -215,6 +215,9 @@ pub struct Forwarder {
     pool: Mutex<HostPool>,
     per_address: HashMap<String, TimerMetrics>,
     aggregate: TimerMetrics,
+    /// The dial deadline has always passed (a negative `--http-client-connect-timeout`,
+    /// given as 1 ns): every request fails without a connection, as in Go.
+    dial_expired: bool,
 }
 
 /// A Go timeout of 0 means none; reqwest's would expire at once.
@@ -280,6 +283,8 @@ impl Forwarder {
             per_address,
             aggregate: TimerMetrics::new(s.status_every, "[aggregate]:"),
             addresses: s.addresses,
+            dial_expired: !s.connect_timeout.is_zero()
+                && s.connect_timeout < Duration::from_micros(1),
         }
     }
 
@@ -329,6 +334,13 @@ impl Forwarder {
 
     /// One request to `addr` (`PostPublisher.Publish` / `GetPublisher.Publish`).
     async fn publish(&self, addr: &str, body: &[u8]) -> Result<(), ForwardError> {
+        if self.dial_expired {
+            let (method, url) = match self.method {
+                Method::Post => ("Post", addr.to_string()),
+                Method::Get => ("Get", get_url(addr, body)),
+            };
+            return Err(expired_dial(method, &url).into());
+        }
         let headers: Vec<(&str, &str)> = self
             .headers
             .iter()
@@ -353,9 +365,36 @@ impl Forwarder {
     }
 }
 
+/// Go's `*url.Error` for a dial whose deadline had passed before it started (net.Dialer with a
+/// negative `Timeout`): `Post "<url>": dial tcp <host:port>: i/o timeout`. A URL that does not
+/// parse keeps the client's own error.
+fn expired_dial(method: &str, url: &str) -> HttpError {
+    let cause = match nsq_http::client::parse_url(url) {
+        Ok(u) => format!(
+            "dial tcp {}:{}: i/o timeout",
+            u.host_str().unwrap_or_default(),
+            u.port_or_known_default().unwrap_or(80)
+        ),
+        Err(e) => e.to_string(),
+    };
+    HttpError::Request {
+        method: method.to_string(),
+        url: url.to_string(),
+        cause,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expired_dial_is_gos_timeout() {
+        assert_eq!(
+            expired_dial("Post", "http://127.0.0.1:9/x").to_string(),
+            "Post \"http://127.0.0.1:9/x\": dial tcp 127.0.0.1:9: i/o timeout"
+        );
+    }
 
     fn strings(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
