@@ -145,6 +145,28 @@ fn validation_messages_and_exit_codes() {
             &["--topic=t", "--channel=c", "--count=0"],
             "--count should be positive",
         ),
+        // Go's `flag.Duration` takes negative values; the checks after parsing refuse them
+        // (issue 23, item 3), also written as the next argument.
+        (
+            &["--topic=t", "--channel=c", "--interval", "-1s"],
+            "--interval should be positive",
+        ),
+        (
+            &[
+                "--topic=t",
+                "--channel=c",
+                "--http-client-connect-timeout=-1.5s",
+            ],
+            "--http-client-connect-timeout should be positive",
+        ),
+        (
+            &[
+                "--topic=t",
+                "--channel=c",
+                "--http-client-request-timeout=-1ns",
+            ],
+            "--http-client-request-timeout should be positive",
+        ),
         (
             &["--topic=t", "--channel=c"],
             "--nsqd-http-address or --lookupd-http-address required",
@@ -178,4 +200,79 @@ fn validation_messages_and_exit_codes() {
     assert_help_header(&bin, &argv0(&bin));
     let out = run_tool(&bin, &["--count", "x"], b"", TIMEOUT);
     assert_eq!(out.status.code(), Some(2));
+    // A bad duration is still a flag error (usage, exit 2).
+    let out = run_tool(&bin, &["--interval", "-x"], b"", TIMEOUT);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .starts_with("invalid value \"-x\" for flag -interval: parse error\n"));
+}
+
+/// nsq_stat.go declares `-version` with the usage "print version" (the other tools say
+/// "print version string"), and the durations' defaults in Go's `Duration.String()`.
+#[test]
+fn help_text_of_version_and_durations() {
+    let bin = nsq_stat_bin();
+    let out = run_tool(&bin, &["-h"], b"", TIMEOUT);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        help.ends_with("  -version\n    \tprint version\n"),
+        "{help}"
+    );
+    assert!(
+        help.contains("  -interval duration\n    \tduration of time between polling/printing output (default 2s)\n"),
+        "{help}"
+    );
+    assert!(
+        help.contains("  -http-client-request-timeout duration\n    \ttimeout for HTTP request (default 5s)\n"),
+        "{help}"
+    );
+}
+
+/// internal/clusterinfo (data.go): when every address fails the error is
+/// `failed to query any nsqd: <errors>` (`... nsqlookupd: ...` for lookupd), with Go's
+/// `*url.Error` text for a refused connection; nsq_stat exits 1 with it.
+#[test]
+fn unreachable_addresses_fail_with_clusterinfos_texts() {
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let out = run_tool(
+        &nsq_stat_bin(),
+        &["--topic=t", "--channel=c", "--nsqd-http-address", &closed],
+        b"",
+        TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let url = format!("http://{closed}/stats?format=json&topic=t&include_clients=false");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).ends_with(&format!(
+            " ERROR: failed to get topic producers - failed to query any nsqd: \
+             Get \"{url}\": dial tcp {closed}: connect: connection refused\n"
+        )),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run_tool(
+        &nsq_stat_bin(),
+        &[
+            "--topic=t",
+            "--channel=c",
+            "--lookupd-http-address",
+            &closed,
+        ],
+        b"",
+        TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let url = format!("http://{closed}/lookup?topic=t");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).ends_with(&format!(
+            " ERROR: failed to get topic producers - failed to query any nsqlookupd: \
+             Get \"{url}\": dial tcp {closed}: connect: connection refused\n"
+        )),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -194,6 +194,37 @@ fn validation_messages_and_exit_codes() {
         &["--consumer-opt", "bogus,1"],
         "invalid value \"bogus,1\" for flag -consumer-opt: invalid option bogus",
     );
+    // go-nsq's `coerceDuration` takes a negative duration; the option's `min` tag refuses it
+    // in `Config.Set`, during flag parsing.
+    assert_usage_error(
+        &bin,
+        &argv0(&bin),
+        &["--consumer-opt", "read_timeout,-1s"],
+        "invalid value \"read_timeout,-1s\" for flag -consumer-opt: \
+         invalid read_timeout ! -1s < 100ms",
+    );
+    // `dial_timeout` has no `min`: -1s is taken, and Go's dialer, given a deadline that has
+    // already passed, fails every dial with `i/o timeout` (even to a listening port).
+    let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listening.local_addr().unwrap().to_string();
+    let out = run_tool(
+        &bin,
+        &[
+            "--topic=t",
+            "--nsqd-tcp-address",
+            &addr,
+            "--consumer-opt",
+            "dial_timeout,-1s",
+        ],
+        b"",
+        TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        go_log_msgs(&out.stderr).last().map(String::as_str),
+        Some(format!("dial tcp {addr}: i/o timeout").as_str()),
+        "{out:?}"
+    );
     assert_usage_error(
         &bin,
         &argv0(&bin),
@@ -264,5 +295,71 @@ fn mask_channel(m: &str) -> String {
             format!("{}/tail######{}", &m[..i], &m[i + 11..])
         }
         _ => m.to_string(),
+    }
+}
+
+/// go-nsq's lookupd errors (consumer.go, `queryLookupd`; api_request.go,
+/// `apiRequestNegotiateV1`): a refused connection is Go's `*url.Error`
+/// (`Get "<url>": dial tcp <addr>: connect: connection refused`), an answer other than 200 is
+/// `got response <status line> <%q of the body>`; three tries in all. (The first query runs
+/// inside `ConnectToNSQLookupd` while the list holds only that lookupd, so its retries go to
+/// the same one.)
+#[test]
+fn lookupd_errors_in_go_nsqs_words() {
+    let lookupd = Nsqlookupd::start(&[]);
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let lh = lookupd.http_addr.to_string();
+    let refused = format!("http://{closed}/lookup?topic=nosuch");
+    let missing = format!("http://{lh}/lookup?topic=nosuch");
+    let cases = [
+        (
+            closed.clone(),
+            refused.clone(),
+            format!("Get \"{refused}\": dial tcp {closed}: connect: connection refused"),
+        ),
+        (
+            lh.clone(),
+            missing,
+            "got response 404 Not Found \"{\\\"message\\\":\\\"TOPIC_NOT_FOUND\\\"}\"".to_string(),
+        ),
+    ];
+    for (addr, endpoint, err) in cases {
+        let tool = Tool::start(
+            &nsq_tail_bin(),
+            &[
+                "--topic=nosuch",
+                "--channel=c",
+                "--lookupd-http-address",
+                &addr,
+            ],
+        );
+        tool.wait_for("three failed lookups", TIMEOUT, || {
+            tool.stderr().matches("error querying nsqlookupd").count() >= 3
+        });
+        let stderr = tool.stop_ok("TERM");
+        let msgs: Vec<String> = go_log_msgs(stderr.as_bytes())
+            .into_iter()
+            .take_while(|m| !m.contains("stopping"))
+            .collect();
+        let query = format!("INF    1 [nosuch/c] querying nsqlookupd {endpoint}");
+        let error = format!("ERR    1 [nosuch/c] error querying nsqlookupd ({endpoint}) - {err}");
+        let retry = "INF    1 [nosuch/c] retrying with next nsqlookupd".to_string();
+        assert_eq!(
+            msgs,
+            [
+                "Adding consumer for topic: nosuch".to_string(),
+                query.clone(),
+                error.clone(),
+                retry.clone(),
+                query.clone(),
+                error.clone(),
+                retry,
+                query,
+                error,
+            ]
+        );
     }
 }

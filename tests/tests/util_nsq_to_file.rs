@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::io::Read;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nsq_integration_tests::util::{
     assert_fatal, assert_help_header, assert_help_lists, assert_usage_error, assert_version,
@@ -355,7 +355,14 @@ fn gzip_multi_member_files() {
         ],
     );
     wait_finished(&nsqd, "packed", "nsq_to_file", 1000);
+    // A member holds one sync interval: the tick ends the first one.
+    std::thread::sleep(Duration::from_millis(1500));
+    let more = bodies("zipped", 1000..1500);
+    publish(&nsqd, "packed", &more);
+    wait_finished(&nsqd, "packed", "nsq_to_file", 1500);
     tool.stop_ok("TERM");
+    let mut want = want;
+    want.extend(more);
     let hour_after = date("%Y-%m-%d_%H");
 
     let got = files(out.path());
@@ -367,8 +374,8 @@ fn gzip_multi_member_files() {
             .any(|h| name == &format!("packed.h-000000.{h}.log.gz")),
         "{name}"
     );
-    // Every sync ends a member (1000 messages with 200 in flight need several syncs); the
-    // close at shutdown adds the empty one.
+    // The tick's sync ends a member (the early syncs in between only flush the deflate
+    // stream); the close at shutdown adds the empty one.
     let members = assert_go_gzip_layout(data);
     assert!(members.len() >= 2, "{} data members", members.len());
     assert_eq!(members.concat(), lines(&want));
@@ -597,6 +604,15 @@ fn validation_messages_and_exit_codes() {
         &["--topic=t", n, "--http-client-request-timeout=0s"],
         "--http-client-request-timeout should be positive",
     );
+    // Negative durations parse (Go's `flag.Duration`) and fail the same checks.
+    fatal(
+        &["--topic=t", n, "--http-client-connect-timeout", "-2s"],
+        "--http-client-connect-timeout should be positive",
+    );
+    fatal(
+        &["--topic=t", n, "--http-client-request-timeout=-1m"],
+        "--http-client-request-timeout should be positive",
+    );
     fatal(
         &["--topic=t"],
         "--nsqd-tcp-address or --lookupd-http-address required.",
@@ -771,4 +787,71 @@ fn refused_nsqd_skips_the_topic_with_go_nsqs_lines() {
         lines[1].starts_with("[nsq_to_file] ") && lines[1].ends_with(&error),
         "{err}"
     );
+}
+
+/// Issue 23: at a low rate the reference writes one gzip member per sync (its `--sync-interval`
+/// tick, rotation, shutdown), not one per message. One message every 200 ms with `--gzip`
+/// and `--rotate-interval` (5 s here, so the 7 messages share a file; sync interval 30 s):
+/// one data member for all of them plus
+/// the empty member of the close, as small as the reference's file; each message is still
+/// FINed within a fraction of a second (an early sync flushes the deflate stream instead of
+/// ending the member), and each sync logs `syncing <n> records to disk` at INFO.
+#[test]
+fn gzip_at_a_low_rate_writes_one_member_per_sync_interval() {
+    let nsqd = Nsqd::start(&[]);
+    let out = tempfile::tempdir().unwrap();
+    let addr = nsqd.tcp_addr.to_string();
+    let tool = to_file(
+        "lowrate",
+        &addr,
+        out.path().to_str().unwrap(),
+        &[
+            "--gzip",
+            "--gzip-level=9",
+            "--rotate-interval=5s",
+            "--host-identifier=h",
+            "--datetime-format=fixed",
+        ],
+    );
+    let want = bodies("slow", 0..7);
+    for (i, b) in want.iter().enumerate() {
+        publish(&nsqd, "lowrate", std::slice::from_ref(b));
+        // FINed promptly, long before the 30 s sync interval.
+        let at = Instant::now();
+        loop {
+            let done = nsqd
+                .channel_stats("lowrate", "nsq_to_file")
+                .is_some_and(|c| {
+                    int(&c, "message_count") == i as i64 + 1 && int(&c, "in_flight_count") == 0
+                });
+            if done {
+                break;
+            }
+            assert!(
+                at.elapsed() < Duration::from_secs(2),
+                "message {i} not finished after 2 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(200).saturating_sub(at.elapsed()));
+    }
+    let stderr = tool.stop_ok("TERM");
+    let got = files(out.path());
+    let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["lowrate.h-000000.fixed.log.gz"]);
+    let data = &got[0].1;
+    let members = assert_go_gzip_layout(data);
+    assert_eq!(members, [lines(&want)], "{} bytes", data.len());
+    // The reference's file: 68 bytes at level 6; here level 9, a flush block per early sync
+    // and the 23-byte empty member.
+    assert!(data.len() < 150, "{} bytes", data.len());
+    let syncs: Vec<&str> = stderr.lines().filter(|l| l.contains("syncing")).collect();
+    assert!(!syncs.is_empty(), "{stderr}");
+    for l in &syncs {
+        assert!(l.starts_with("[nsq_to_file] "), "{l}");
+        assert!(
+            l.contains(" INFO: [lowrate/nsq_to_file] syncing ") && l.ends_with(" records to disk"),
+            "{l}"
+        );
+    }
 }

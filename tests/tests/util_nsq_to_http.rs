@@ -59,6 +59,8 @@ struct Request {
     headers: Vec<(String, String)>,
     body: Vec<u8>,
     reply: Reply,
+    /// When the request had been read.
+    at: Instant,
 }
 
 impl Request {
@@ -191,6 +193,7 @@ fn serve(stream: TcpStream, log: &Mutex<Vec<Request>>, policy: &Policy, counter:
             headers,
             body,
             reply,
+            at: Instant::now(),
         });
         let status = match reply {
             Reply::Close => {
@@ -282,6 +285,10 @@ fn post_sends_body_content_type_headers_and_user_agents() {
         assert_eq!(r.header("X-Url"), Some("http://a:1/b"));
         let len = body.len().to_string();
         assert_eq!(r.header("Content-Length"), Some(len.as_str()));
+        // Go's transport asks for gzip (issue 23, item 5). It sends no `Accept`; ours sends
+        // reqwest's `*/*` (README, nsq_to_http: a known difference).
+        assert_eq!(r.header("Accept-Encoding"), Some("gzip"));
+        assert_eq!(r.header("Accept"), Some("*/*"));
     }
     let ch = wait_finished(&nsqd, "posted", "nsq_to_http", 3);
     assert_eq!(int(&ch, "requeue_count"), 0);
@@ -307,6 +314,8 @@ fn get_substitutes_the_query_escaped_body_and_only_200_counts() {
         &template,
         "--header",
         "User-Agent: custom/2",
+        "--header",
+        "Accept-Encoding: identity",
         "-n=1",
     ];
     args.extend(QUICK_RETRY);
@@ -327,8 +336,10 @@ fn get_substitutes_the_query_escaped_body_and_only_200_counts() {
         assert_eq!(r.method, "GET");
         assert!(r.body.is_empty());
         assert_eq!(r.header("Content-Type"), None);
-        // A --header replaces the default User-Agent.
+        // A --header replaces the default User-Agent, and one naming an encoding keeps
+        // the transport from asking for gzip.
         assert_eq!(r.header("User-Agent"), Some("custom/2"));
+        assert_eq!(r.header("Accept-Encoding"), Some("identity"));
     }
     let ch = wait_finished(&nsqd, "got", "getter", 2);
     assert_eq!(int(&ch, "requeue_count"), 1, "{ch}");
@@ -829,4 +840,112 @@ fn a_message_that_always_fails_is_given_up_after_max_attempts() {
     assert_eq!(int(&ch, "requeue_count"), 3, "{ch}");
     assert_eq!(sink.requests().len(), 3);
     assert_eq!(tool.stop("TERM").0.code(), Some(0));
+}
+
+/// go-nsq's RDY around backoff (consumer.go, `startStopContinueBackoff`, `resume`; conn.go,
+/// `writeLoop`, which applies a verdict's backoff signal, and so sends its `RDY 0`, before
+/// it writes the REQ): 3 messages, an endpoint that answers 500 four times, backoff levels of
+/// 0.5 s, 1 s, 2 s (`backoff_multiplier,250ms`). NSQ makes the 3 requests at once and no
+/// more (the REQs, even with no delay, come after `RDY 0`); then one request per backoff
+/// timeout (`RDY 1`): the fourth failure at 0.5 s (next level: 1 s), a success at 1.5 s
+/// (back to level 1: 0.5 s), a success at 2 s that ends the backoff (`RDY` max-in-flight),
+/// and the last message at once.
+#[test]
+fn backoff_lets_one_message_through_per_timeout() {
+    for (delay, topic) in [("0s", "bo_now"), ("100ms", "bo_later")] {
+        let nsqd = Nsqd::start(&[]);
+        let sink = Sink::start(|n| Reply::Status(if n < 4 { 500 } else { 200 }));
+        let bodies = numbered("b", 3);
+        publish(&nsqd, topic, &bodies);
+        let url = sink.url("/bo");
+        let requeue_delay = format!("default_requeue_delay,{delay}");
+        let tool = from_nsqd(
+            &nsqd,
+            topic,
+            &[
+                "--post",
+                &url,
+                "--consumer-opt",
+                &requeue_delay,
+                "--consumer-opt",
+                "backoff_multiplier,250ms",
+                "--consumer-opt",
+                "max_attempts,0",
+            ],
+        );
+        let reqs = sink.wait("7 requests", |r| r.len() >= 7);
+        wait_finished(&nsqd, topic, "nsq_to_http", 3);
+        // Nothing more comes.
+        thread::sleep(Duration::from_millis(300));
+        let reqs_after = sink.requests();
+        assert_eq!(reqs_after.len(), 7, "{delay}: {reqs_after:#?}");
+        let t0 = reqs[0].at;
+        let ms: Vec<u128> = reqs.iter().map(|r| (r.at - t0).as_millis()).collect();
+        let statuses: Vec<Reply> = reqs.iter().map(|r| r.reply).collect();
+        let what = format!("delay {delay}: request times {ms:?} ms, answers {statuses:?}");
+        // Three at once, then nothing until the first backoff (0.5 s) ends.
+        assert!(ms[2] < 250, "{what}");
+        assert!((400..900).contains(&ms[3]), "{what}");
+        // Level 2 (1 s) after the fourth failure.
+        assert!(ms[4] >= ms[3] + 900 && ms[4] < ms[3] + 1600, "{what}");
+        // The first success: back to level 1 (0.5 s).
+        assert!(ms[5] >= ms[4] + 400 && ms[5] < ms[4] + 1000, "{what}");
+        // The second success ends the backoff: the last message follows at once.
+        assert!(ms[6] < ms[5] + 250, "{what}");
+        let mut got = sink.delivered_bodies();
+        got.sort();
+        assert_eq!(got, bodies, "{what}");
+        let stderr = tool.stop_ok("TERM");
+        let backoffs: Vec<String> = stderr
+            .lines()
+            .filter(|l| l.contains("backing off") || l.contains("exiting backoff"))
+            .map(|l| l.split_once(" WRN ").map_or(l, |(_, m)| m).to_string())
+            .collect();
+        assert_eq!(
+            backoffs,
+            [
+                "   1 [bo_TOPIC/nsq_to_http] backing off for 500ms (backoff level 1), setting all to RDY 0",
+                "   1 [bo_TOPIC/nsq_to_http] backing off for 1s (backoff level 2), setting all to RDY 0",
+                "   1 [bo_TOPIC/nsq_to_http] backing off for 500ms (backoff level 1), setting all to RDY 0",
+                "   1 [bo_TOPIC/nsq_to_http] exiting backoff, returning all to RDY 200",
+            ]
+            .map(|l| l.replace("bo_TOPIC", topic)),
+            "{what}\n{stderr}"
+        );
+    }
+}
+
+/// Go's `flag.Duration` takes a negative `--http-client-connect-timeout`, and nsq_to_http
+/// checks none of its durations: its dialer (internal/http_api, `NewDeadlineTransport`) then
+/// has a deadline that has always passed, so every request fails with `i/o timeout` and is
+/// requeued, even to an endpoint that would answer. A negative request timeout is none.
+#[test]
+fn negative_connect_timeout_fails_every_request() {
+    let nsqd = Nsqd::start(&[]);
+    let sink = Sink::ok();
+    publish(&nsqd, "negative", &numbered("n", 1));
+    let url = sink.url("/never");
+    let mut args = vec![
+        "--post",
+        &url,
+        "--http-client-connect-timeout",
+        "-1s",
+        "--http-client-request-timeout=-1s",
+    ];
+    args.extend(QUICK_RETRY);
+    let tool = from_nsqd(&nsqd, "negative", &args);
+    nsqd.wait_stats("requeues after failed dials", TIMEOUT, |s| {
+        nsq_integration_tests::find_channel(s, "negative", "nsq_to_http")
+            .is_some_and(|c| int(c, "requeue_count") >= 2)
+    });
+    let (status, stderr) = tool.stop("TERM");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(sink.requests().is_empty(), "{:?}", sink.requests());
+    let addr = sink.addr;
+    assert!(
+        stderr.contains(&format!(
+            "Handler returned error (Post \"{url}\": dial tcp {addr}: i/o timeout)"
+        )),
+        "{stderr}"
+    );
 }

@@ -626,3 +626,53 @@ fn epsilon_greedy_delivers_everything_across_two_destinations() {
     assert!(all == bodies);
     bridge.stop_ok("TERM");
 }
+
+/// Issue 23: with one of two destinations down (`--mode hostpool`, the default, go-nsq's
+/// default 90 s requeue delay), the reference publishes message by message, so each failed
+/// attempt costs one message (requeued by its handler's error) and go-hostpool marks the host
+/// down before the next one: 40 messages → 1 requeued, 39 at the live destination at once.
+/// Here messages go out in groups (MPUB); a group that fails costs its first message and the
+/// rest goes to the other destination at once. So: every failed attempt (one go-nsq
+/// `Handler returned error` line each) delays exactly one message, the dead host is marked
+/// down before it gets many more, and everything else arrives within seconds, not 90 s.
+#[test]
+fn a_dead_destination_delays_one_message_per_failed_attempt() {
+    let src = Nsqd::start(&[]);
+    let live = Nsqd::start(&[]);
+    let bodies: Vec<Vec<u8>> = (0..40).map(|i| format!("one{i:02}").into_bytes()).collect();
+    publish(&src, "one_down", &bodies);
+    let dead = format!("127.0.0.1:{}", free_port());
+    let l = live.tcp_addr.to_string();
+    let started = Instant::now();
+    // The dead one first, so hostpool's first pick is the dead one.
+    let bridge = bridge_from(&src, "one_down", &[&dead, &l], &[]);
+    let (copied, ch) = loop {
+        let copied = find_topic(&live.stats(), "one_down").map_or(0, |t| int(t, "message_count"));
+        let ch = src.channel_stats("one_down", "nsq_to_nsq");
+        if let Some(ch) = ch.clone().filter(|c| {
+            int(c, "in_flight_count") == 0
+                && int(c, "depth") == 0
+                && copied + int(c, "deferred_count") == 40
+        }) {
+            break (copied, ch);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "copied {copied}; source channel: {ch:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let log = bridge.stop_ok("TERM");
+    let failures = log.matches("Handler returned error (dial tcp").count() as i64;
+    let what = format!("copied {copied}, {failures} failed attempts; {ch}\n{log}");
+    assert!(failures >= 1, "{what}");
+    // One message delayed per failed attempt, and only a few attempts.
+    assert_eq!(int(&ch, "requeue_count"), failures, "{what}");
+    assert_eq!(int(&ch, "deferred_count"), failures, "{what}");
+    assert!(failures <= 2, "{what}");
+    assert_eq!(copied, 40 - failures, "{what}");
+    assert!(
+        log.contains(&format!("dial tcp {dead}: connect: connection refused")),
+        "{log}"
+    );
+}

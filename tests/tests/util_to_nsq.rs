@@ -261,7 +261,7 @@ fn go_nsq_logs_connecting_and_stopping() {
             format!("INF    1 ({addr}) readLoop exiting"),
             format!("INF    1 ({addr}) breaking out of writeLoop"),
             format!("INF    1 ({addr}) writeLoop exiting"),
-            "INF    1 exiting router".to_string(),
+            format!("INF    1 ({addr}) exiting router"),
         ]
     );
     assert_eq!(consume(&nsqd, "logged", 2), bodies(&["one", "two"]));

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use nsq_go::duration::SignedDuration;
 use nsq_go::flag::{FlagSet, Value};
 use nsq_go::flags;
 use nsq_utils::fatal;
@@ -35,10 +36,12 @@ struct Options {
     channel: String,
     nsqd_http_addresses: Vec<String>,
     lookupd_http_addresses: Vec<String>,
-    interval: Duration,
+    /// Signed, as Go's `flag.Duration`: a negative value is refused by the checks in `main`
+    /// (`--interval should be positive`), not by the parser.
+    interval: SignedDuration,
     count: Count,
-    connect_timeout: Duration,
-    request_timeout: Duration,
+    connect_timeout: SignedDuration,
+    request_timeout: SignedDuration,
 }
 
 impl Default for Options {
@@ -48,10 +51,10 @@ impl Default for Options {
             channel: String::new(),
             nsqd_http_addresses: Vec::new(),
             lookupd_http_addresses: Vec::new(),
-            interval: Duration::from_secs(2),
+            interval: SignedDuration::from_std(Duration::from_secs(2)),
             count: Count::default(),
-            connect_timeout: Duration::from_secs(2),
-            request_timeout: Duration::from_secs(5),
+            connect_timeout: SignedDuration::from_std(Duration::from_secs(2)),
+            request_timeout: SignedDuration::from_std(Duration::from_secs(5)),
         }
     }
 }
@@ -65,26 +68,32 @@ static FLAGS: FlagSet<Options> = FlagSet {
             "nsqd HTTP address (may be given multiple times)";
         "lookupd-http-address" => lookupd_http_addresses: StrList, None,
             "lookupd HTTP address (may be given multiple times)";
-        "interval" => interval: Dur, None, "duration of time between polling/printing output";
+        "interval" => interval: Custom, None, "duration of time between polling/printing output";
         "count" => count: Custom, None, "number of reports";
-        "http-client-connect-timeout" => connect_timeout: Dur, None, "timeout for HTTP connect";
-        "http-client-request-timeout" => request_timeout: Dur, None, "timeout for HTTP request";
+        "http-client-connect-timeout" => connect_timeout: Custom, None, "timeout for HTTP connect";
+        "http-client-request-timeout" => request_timeout: Custom, None, "timeout for HTTP request";
     ],
     config_checks: &[],
 };
 
 fn main() {
-    let o = nsq_utils::parse_or_exit(&FLAGS, Options::default(), std::env::args().collect(), true);
+    // nsq_stat.go: `flag.Bool("version", false, "print version")`.
+    let o = nsq_utils::parse_or_exit_with(
+        &FLAGS,
+        Options::default(),
+        std::env::args().collect(),
+        Some("print version"),
+    );
     if o.topic.is_empty() || o.channel.is_empty() {
         fatal("--topic and --channel are required");
     }
-    if o.interval.is_zero() {
+    if !o.interval.is_positive() {
         fatal("--interval should be positive");
     }
-    if o.connect_timeout.is_zero() {
+    if !o.connect_timeout.is_positive() {
         fatal("--http-client-connect-timeout should be positive");
     }
-    if o.request_timeout.is_zero() {
+    if !o.request_timeout.is_positive() {
         fatal("--http-client-request-timeout should be positive");
     }
     if o.count.0.is_some_and(|c| c <= 0) {
@@ -171,21 +180,53 @@ struct Http {
     client: nsq_http::client::HttpClient,
 }
 
-/// Why the stats could not be read; `Display` is the reference's text.
+/// One failed request (its HTTP or JSON error).
 #[derive(Debug, thiserror::Error)]
-enum StatError {
+enum QueryError {
     #[error(transparent)]
     Http(#[from] nsq_http::client::HttpError),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
-    /// No nsqd has the topic (clusterinfo's error for an empty producer list).
-    #[error("failed to query any nsqd: ")]
-    NoProducers,
+}
+
+/// Why the stats could not be read; `Display` is the reference's text (internal/clusterinfo,
+/// data.go: every address failed → `failed to query any <nsqd|nsqlookupd>: <errors>`, some
+/// failed → the `ErrList` alone; an `ErrList` joins its errors with newlines).
+#[derive(Debug, thiserror::Error)]
+enum StatError {
+    /// Every one of the addresses failed (or there were none: `failed to query any nsqd: `
+    /// for a topic no nsqd has).
+    #[error("failed to query any {what}: {}", join(.errs))]
+    All {
+        what: &'static str,
+        errs: Vec<QueryError>,
+    },
+    /// Some failed (clusterinfo's `PartialErr`, which nsq_stat treats as fatal too).
+    #[error("{}", join(.0))]
+    Partial(Vec<QueryError>),
+}
+
+fn join(errs: &[QueryError]) -> String {
+    errs.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The outcome of querying `total` addresses with these failures.
+fn outcome(what: &'static str, total: usize, errs: Vec<QueryError>) -> Result<(), StatError> {
+    if errs.len() == total {
+        Err(StatError::All { what, errs })
+    } else if !errs.is_empty() {
+        Err(StatError::Partial(errs))
+    } else {
+        Ok(())
+    }
 }
 
 impl Http {
     /// `GETV1 http://<addr><path>`, decoded.
-    async fn get(&self, addr: &str, path: &str) -> Result<Json, StatError> {
+    async fn get(&self, addr: &str, path: &str) -> Result<Json, QueryError> {
         let body = self.client.get_v1(&format!("http://{addr}{path}")).await?;
         Ok(serde_json::from_slice(&body)?)
     }
@@ -208,9 +249,16 @@ fn query_escape(s: &str) -> String {
 async fn producers(http: &Http, o: &Options) -> Result<Vec<String>, StatError> {
     let t = query_escape(&o.topic);
     let mut out: Vec<String> = Vec::new();
+    let mut errs = Vec::new();
     if !o.lookupd_http_addresses.is_empty() {
         for l in &o.lookupd_http_addresses {
-            let j = http.get(l, &format!("/lookup?topic={t}")).await?;
+            let j = match http.get(l, &format!("/lookup?topic={t}")).await {
+                Ok(j) => j,
+                Err(e) => {
+                    errs.push(e);
+                    continue;
+                }
+            };
             for p in j["producers"].as_array().into_iter().flatten() {
                 let a = format!(
                     "{}:{}",
@@ -222,14 +270,22 @@ async fn producers(http: &Http, o: &Options) -> Result<Vec<String>, StatError> {
                 }
             }
         }
+        outcome("nsqlookupd", o.lookupd_http_addresses.len(), errs)?;
     } else {
         for n in &o.nsqd_http_addresses {
-            let s = http
+            let s = match http
                 .get(
                     n,
                     &format!("/stats?format=json&topic={t}&include_clients=false"),
                 )
-                .await?;
+                .await
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    errs.push(e);
+                    continue;
+                }
+            };
             let has = s["topics"]
                 .as_array()
                 .is_some_and(|ts| ts.iter().any(|x| x["topic_name"] == o.topic.as_str()));
@@ -237,6 +293,7 @@ async fn producers(http: &Http, o: &Options) -> Result<Vec<String>, StatError> {
                 out.push(n.clone());
             }
         }
+        outcome("nsqd", o.nsqd_http_addresses.len(), errs)?;
     }
     Ok(out)
 }
@@ -247,9 +304,6 @@ async fn channel_stats(
     o: &Options,
     producers: &[String],
 ) -> Result<Option<ChannelStats>, StatError> {
-    if producers.is_empty() {
-        return Err(StatError::NoProducers);
-    }
     let path = format!(
         "/stats?format=json&topic={}&channel={}&include_clients=false",
         query_escape(&o.topic),
@@ -257,8 +311,15 @@ async fn channel_stats(
     );
     let mut sum = ChannelStats::default();
     let mut found = false;
+    let mut errs = Vec::new();
     for p in producers {
-        let s = http.get(p, &path).await?;
+        let s = match http.get(p, &path).await {
+            Ok(s) => s,
+            Err(e) => {
+                errs.push(e);
+                continue;
+            }
+        };
         for t in s["topics"].as_array().into_iter().flatten() {
             if t["topic_name"] != o.topic.as_str() {
                 continue;
@@ -271,18 +332,20 @@ async fn channel_stats(
             }
         }
     }
+    // data.go, `GetNSQDStats`: no producer at all is "every one failed" too.
+    outcome("nsqd", producers.len(), errs)?;
     Ok(found.then_some(sum))
 }
 
 async fn stat_loop(o: Options) {
     let http = Http {
         client: nsq_http::client::HttpClient::plain(
-            o.connect_timeout,
-            o.request_timeout,
+            o.connect_timeout.to_std(),
+            o.request_timeout.to_std(),
             &format!("nsq_stat/{}", nsq_utils::VERSION),
         ),
     };
-    let secs = o.interval.as_secs_f64();
+    let secs = o.interval.to_std().as_secs_f64();
     let mut prev: Option<ChannelStats> = None;
     let mut i: i64 = 0;
     // `count` data lines after the baseline: iterations 0..=count.
@@ -341,6 +404,6 @@ async fn stat_loop(o: Options) {
         if o.count.0.is_some_and(|n| i > n) {
             break;
         }
-        tokio::time::sleep(o.interval).await;
+        tokio::time::sleep(o.interval.to_std()).await;
     }
 }

@@ -22,10 +22,16 @@
 //! costs thread wake-ups. Also 10 ms after the stream pauses (a burst's last messages), on the
 //! `--sync-interval` tick, on rotation, on SIGHUP and at shutdown.
 //!
-//! With `--gzip` every sync point ends the current gzip member (its trailer's checksum shows
-//! which messages were acknowledged) and the next write starts a new one, so files are
-//! multi-member gzip streams, as the reference writes them; closing a file whose last member
-//! is complete appends the empty member Go's `gzip.Writer.Close` writes ([`empty_gzip_member`]).
+//! With `--gzip`, the syncs the reference makes too (the `--sync-interval` tick, rotation,
+//! SIGHUP, shutdown) end the current gzip member and the next write starts a new one, so
+//! files are multi-member gzip streams with a member per sync interval, as the reference
+//! writes them; closing a file whose last member is complete appends the empty member Go's
+//! `gzip.Writer.Close` writes ([`empty_gzip_member`]). The early sync points in between
+//! (above) do not end the member: they flush the deflate stream to a byte boundary
+//! (`Z_SYNC_FLUSH`, an empty stored block of 4–5 bytes) so every byte written for the synced
+//! messages is in the file, decodable by a streaming reader, before they are FINed. A member
+//! per early sync point would cost its header, trailer and a fresh dictionary each time: at
+//! one message every 200 ms, 230 bytes for 7 lines where the reference writes 68.
 
 use std::fs::File;
 use std::io::Write;
@@ -51,6 +57,15 @@ const LINGER: Duration = Duration::from_millis(10);
 
 /// Bytes buffered before they are written to the file (or the gzip encoder).
 const WRITE_BUFFER: usize = 256 * 1024;
+
+/// What a sync does to an open gzip member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Member {
+    /// End it (trailer written); the next write starts a new one.
+    End,
+    /// Flush its deflate stream to a byte boundary and keep it open.
+    Flush,
+}
 
 /// The options every topic's logger shares.
 #[derive(Debug, Clone)]
@@ -201,7 +216,7 @@ impl Writer {
                 last_input = Instant::now();
             } else if next_tick.is_none_or(|t| Instant::now() < t) {
                 // The linger expired before the tick.
-                self.sync();
+                self.sync(Member::Flush);
                 continue;
             }
             match input {
@@ -220,7 +235,8 @@ impl Writer {
                             self.update_file();
                         }
                     }
-                    self.sync();
+                    // The reference's `Sync` on the tick: the member ends here.
+                    self.sync(Member::End);
                     if close_file {
                         self.close();
                     }
@@ -238,11 +254,11 @@ impl Writer {
                         || (self.syncer_idle.load(Ordering::Acquire)
                             && self.per_conn.iter().any(|(_, n)| *n >= (share / 8).max(1)))
                     {
-                        self.sync();
+                        self.sync(Member::Flush);
                     }
                 }
                 Some(Input::Hup) => {
-                    self.sync();
+                    self.sync(Member::End);
                     self.close();
                 }
                 Some(Input::Term) => {
@@ -251,10 +267,10 @@ impl Writer {
                     // not wait for them.
                     next_tick = None;
                     closing = true;
-                    self.sync();
+                    self.sync(Member::End);
                 }
                 Some(Input::Stopped) => {
-                    self.sync();
+                    self.sync(Member::End);
                     self.close();
                     break;
                 }
@@ -296,8 +312,11 @@ impl Writer {
             }
         };
         self.pending.push(m);
-        if count >= threshold || self.pending.len() >= self.s.max_in_flight {
-            self.sync();
+        if count >= threshold {
+            self.sync(Member::Flush);
+        } else if self.pending.len() >= self.s.max_in_flight {
+            // The reference syncs when `--max-in-flight` messages are pending.
+            self.sync(Member::End);
         }
     }
 
@@ -340,21 +359,45 @@ impl Writer {
         Ok(())
     }
 
+    /// Flushes the open gzip member's deflate stream to a byte boundary (`Z_SYNC_FLUSH`):
+    /// every byte given to the encoder is in the file, and the member stays open.
+    fn flush_member(&mut self) -> std::io::Result<()> {
+        if let Some(out) = self.out.as_mut() {
+            if let Some(gz) = out.gz.as_mut() {
+                gz.flush()?;
+            }
+        }
+        Ok(())
+    }
+
     /// `Sync` and the FINs after it: the pending messages go to the syncer with the file
-    /// they were written to.
-    fn sync(&mut self) {
+    /// they were written to. `member` says whether an open gzip member ends here (the
+    /// reference's sync points) or is only flushed (the early ones); a member with data
+    /// ends at the tick even when nothing is pending, as each of the reference's members
+    /// holds one sync interval.
+    fn sync(&mut self, member: Member) {
         if self.pending.is_empty() {
+            if member == Member::End {
+                self.drain_buf();
+                if let Err(e) = self.finish_member() {
+                    fatalf!("{} failed syncing messages: {e}", self.label());
+                }
+            }
             return;
         }
-        // The reference logs this at INFO; its sync points are fewer (see the module doc).
+        // file_logger.go, `router` (its sync points are fewer; see the module doc).
         logf!(
-            Debug,
+            Info,
             "{} syncing {} records to disk",
             self.label(),
             self.pending.len()
         );
         self.drain_buf();
-        if let Err(e) = self.finish_member() {
+        let r = match member {
+            Member::End => self.finish_member(),
+            Member::Flush => self.flush_member(),
+        };
+        if let Err(e) = r {
             fatalf!("{} failed syncing messages: {e}", self.label());
         }
         let msgs = std::mem::take(&mut self.pending);

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use nsq_client::{Consumer, StopHandle};
+use nsq_go::duration::SignedDuration;
 use nsq_go::flag::{FlagError, FlagSet};
 use nsq_go::lg::LogLevel;
 use nsq_utils::consumer_flags::{AddressError, ConsumerFlags, USAGE};
@@ -33,10 +34,13 @@ use filename::NameOptions;
 struct Options {
     topics: Vec<String>,
     topic_pattern: String,
-    topic_refresh: Duration,
+    // The duration flags keep their sign, as Go's `flag.Duration` does: `parse` refuses a
+    // non-positive timeout or sync interval after parsing, and a negative rotate interval or
+    // topic refresh acts as 0 (nsq_to_file only acts on `> 0`).
+    topic_refresh: SignedDuration,
     consumer: ConsumerFlags,
-    http_connect_timeout: Duration,
-    http_request_timeout: Duration,
+    http_connect_timeout: SignedDuration,
+    http_request_timeout: SignedDuration,
     log_prefix: String,
     log_level: String,
     output_dir: String,
@@ -48,8 +52,8 @@ struct Options {
     gzip: bool,
     skip_empty_files: bool,
     rotate_size: i64,
-    rotate_interval: Duration,
-    sync_interval: Duration,
+    rotate_interval: SignedDuration,
+    sync_interval: SignedDuration,
 }
 
 /// options.go, `NewOptions`.
@@ -62,10 +66,10 @@ impl Default for Options {
         Options {
             topics: Vec::new(),
             topic_pattern: String::new(),
-            topic_refresh: Duration::from_secs(60),
+            topic_refresh: SignedDuration::from_std(Duration::from_secs(60)),
             consumer,
-            http_connect_timeout: Duration::from_secs(2),
-            http_request_timeout: Duration::from_secs(5),
+            http_connect_timeout: SignedDuration::from_std(Duration::from_secs(2)),
+            http_request_timeout: SignedDuration::from_std(Duration::from_secs(5)),
             log_prefix: "[nsq_to_file] ".to_string(),
             log_level: "info".to_string(),
             output_dir: "/tmp".to_string(),
@@ -77,8 +81,8 @@ impl Default for Options {
             gzip: false,
             skip_empty_files: false,
             rotate_size: 0,
-            rotate_interval: Duration::ZERO,
-            sync_interval: Duration::from_secs(30),
+            rotate_interval: SignedDuration::ZERO,
+            sync_interval: SignedDuration::from_std(Duration::from_secs(30)),
         }
     }
 }
@@ -101,13 +105,13 @@ static FLAGS: FlagSet<Options> = FlagSet {
         "gzip-level" => gzip_level: Int, None, "gzip compression level (1-9, 1=BestSpeed, 9=BestCompression)";
         "gzip" => gzip: Bool, None, "gzip output files.";
         "skip-empty-files" => skip_empty_files: Bool, None, "skip writing empty files";
-        "topic-refresh" => topic_refresh: Dur, None, "how frequently the topic list should be refreshed";
+        "topic-refresh" => topic_refresh: Custom, None, "how frequently the topic list should be refreshed";
         "topic-pattern" => topic_pattern: Str, None, "only log topics matching the following pattern";
         "rotate-size" => rotate_size: Int, None, "rotate the file when it grows bigger than `rotate-size` bytes";
-        "rotate-interval" => rotate_interval: Dur, None, "rotate the file every duration";
-        "sync-interval" => sync_interval: Dur, None, "sync file to disk every duration";
-        "http-client-connect-timeout" => http_connect_timeout: Dur, None, "timeout for HTTP connect";
-        "http-client-request-timeout" => http_request_timeout: Dur, None, "timeout for HTTP request";
+        "rotate-interval" => rotate_interval: Custom, None, "rotate the file every duration";
+        "sync-interval" => sync_interval: Custom, None, "sync file to disk every duration";
+        "http-client-connect-timeout" => http_connect_timeout: Custom, None, "timeout for HTTP connect";
+        "http-client-request-timeout" => http_request_timeout: Custom, None, "timeout for HTTP request";
         "topic" => topics: StrList, None, "nsq topic (may be given multiple times)";
     ],
     config_checks: &[],
@@ -148,10 +152,10 @@ fn parse(args: Vec<String>) -> (Options, LogLevel) {
     if o.consumer.channel.is_empty() {
         fatal("--channel is required");
     }
-    if o.http_connect_timeout.is_zero() {
+    if !o.http_connect_timeout.is_positive() {
         fatal("--http-client-connect-timeout should be positive");
     }
-    if o.http_request_timeout.is_zero() {
+    if !o.http_request_timeout.is_positive() {
         fatal("--http-client-request-timeout should be positive");
     }
     match o.consumer.check_addresses() {
@@ -175,7 +179,7 @@ fn parse(args: Vec<String>) -> (Options, LogLevel) {
     if o.work_dir.is_empty() {
         o.work_dir = o.output_dir.clone();
     }
-    if o.sync_interval.is_zero() {
+    if !o.sync_interval.is_positive() {
         // Go's time.NewTicker panics on a non-positive interval.
         eprintln!("panic: non-positive interval for NewTicker");
         std::process::exit(2);
@@ -257,7 +261,7 @@ impl Discoverer {
                 gzip: o.gzip,
                 needs_rev: o.gzip
                     || o.rotate_size > 0
-                    || !o.rotate_interval.is_zero()
+                    || o.rotate_interval.is_positive()
                     || o.work_dir != o.output_dir,
             },
             topic,
@@ -381,13 +385,13 @@ async fn run(opts: Options) {
             .then(|| u32::try_from(opts.gzip_level).unwrap_or(6)),
         skip_empty_files: opts.skip_empty_files,
         rotate_size: opts.rotate_size,
-        rotate_interval: opts.rotate_interval,
-        sync_interval: opts.sync_interval,
+        rotate_interval: opts.rotate_interval.to_std(),
+        sync_interval: opts.sync_interval.to_std(),
         max_in_flight: cfg.as_ref().map_or(1, |c| c.max_in_flight.max(1)),
     });
     let http = nsq_http::client::HttpClient::plain(
-        opts.http_connect_timeout,
-        opts.http_request_timeout,
+        opts.http_connect_timeout.to_std(),
+        opts.http_request_timeout.to_std(),
         &format!("nsq_to_file/{}", nsq_utils::VERSION),
     );
     let mut d = Discoverer {
@@ -403,7 +407,7 @@ async fn run(opts: Options) {
     // every --topic-refresh (the first query after one period; 0 never polls).
     let initial = d.opts.topics.clone();
     d.update_topics(&initial).await;
-    let refresh = d.opts.topic_refresh;
+    let refresh = d.opts.topic_refresh.to_std();
     let mut ticker = (d.opts.topics.is_empty() && !refresh.is_zero())
         .then(|| tokio::time::interval_at(tokio::time::Instant::now() + refresh, refresh));
     tokio::pin!(term);

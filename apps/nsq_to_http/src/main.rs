@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nsq_client::{Consumer, Message};
+use nsq_go::duration::SignedDuration;
 use nsq_go::flag::{FlagSet, Value};
 use nsq_utils::consumer_flags::{ConsumerFlags, USAGE};
 use nsq_utils::fatal;
@@ -50,8 +51,9 @@ struct Options {
     publishers: i64,
     mode: String,
     sample: Float,
-    connect_timeout: Duration,
-    request_timeout: Duration,
+    /// Signed, as Go's `flag.Duration` (nsq_to_http checks neither).
+    connect_timeout: SignedDuration,
+    request_timeout: SignedDuration,
     status_every: i64,
     content_type: String,
     get: Vec<String>,
@@ -70,8 +72,8 @@ impl Default for Options {
             publishers: 100,
             mode: "hostpool".to_string(),
             sample: Float(1.0),
-            connect_timeout: Duration::from_secs(2),
-            request_timeout: Duration::from_secs(20),
+            connect_timeout: SignedDuration::from_std(Duration::from_secs(2)),
+            request_timeout: SignedDuration::from_std(Duration::from_secs(20)),
             status_every: 250,
             content_type: DEFAULT_CONTENT_TYPE.to_string(),
             get: Vec::new(),
@@ -93,8 +95,8 @@ static FLAGS: FlagSet<Options> = FlagSet {
         "mode" => mode: Str, None,
             "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy";
         "sample" => sample: Custom, None, "% of messages to publish (float b/w 0 -> 1)";
-        "http-client-connect-timeout" => connect_timeout: Dur, None, "timeout for HTTP connect";
-        "http-client-request-timeout" => request_timeout: Dur, None, "timeout for HTTP request";
+        "http-client-connect-timeout" => connect_timeout: Custom, None, "timeout for HTTP connect";
+        "http-client-request-timeout" => request_timeout: Custom, None, "timeout for HTTP request";
         "status-every" => status_every: Int, None,
             "the # of requests between logging status (per handler), 0 disables";
         "content-type" => content_type: Str, None, "the Content-Type used for POST requests";
@@ -174,8 +176,15 @@ async fn run(opts: Options, headers: Vec<(String, String)>) {
         status_every: opts.status_every,
         content_type: opts.content_type.clone(),
         headers,
-        connect_timeout: opts.connect_timeout,
-        request_timeout: opts.request_timeout,
+        // internal/http_api, `NewDeadlineTransport`: a negative dial timeout is a deadline
+        // already passed (every dial fails with `i/o timeout`); a response-header timeout of
+        // 0 or less is none.
+        connect_timeout: if opts.connect_timeout.0 < 0 {
+            Duration::from_nanos(1)
+        } else {
+            opts.connect_timeout.to_std()
+        },
+        request_timeout: opts.request_timeout.to_std(),
     }));
 
     // `AddConcurrentHandlers(handler, n)` starts no handler for n < 1, and go-nsq's

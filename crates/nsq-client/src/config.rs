@@ -190,6 +190,9 @@ pub enum OptionKind {
 #[derive(Debug, Clone, PartialEq)]
 pub enum OptionValue {
     Duration(Duration),
+    /// A Go `time.Duration` in signed nanoseconds: go-nsq's `coerceDuration` takes `-1s` too,
+    /// and then the option's `min` tag (if any) refuses it.
+    Nanos(i64),
     Int(i64),
     Float(f64),
     Bool(bool),
@@ -199,7 +202,8 @@ pub enum OptionValue {
 impl std::fmt::Display for OptionValue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            OptionValue::Duration(d) => write!(f, "{d:?}"),
+            OptionValue::Duration(d) => f.write_str(&nsq_go::duration::format(*d)),
+            OptionValue::Nanos(n) => f.write_str(&nsq_go::duration::format_nanos(i128::from(*n))),
             OptionValue::Int(n) => write!(f, "{n}"),
             OptionValue::Float(x) => write!(f, "{x}"),
             OptionValue::Bool(b) => write!(f, "{b}"),
@@ -303,24 +307,30 @@ impl Config {
             option: option.to_string(),
             value: value.to_string(),
         };
-        let dur = |v: &OptionValue| match v {
-            OptionValue::Duration(d) => Some(*d),
-            OptionValue::Int(n) if *n >= 0 => Some(Duration::from_millis(*n as u64)),
+        // Signed nanoseconds, as go-nsq holds a `time.Duration`.
+        let nanos = |v: &OptionValue| match v {
+            OptionValue::Duration(d) => Some(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
+            OptionValue::Nanos(n) => Some(*n),
+            OptionValue::Int(n) => Some(n.saturating_mul(1_000_000)),
             _ => None,
         };
-        let check_d = |d: Duration, min: Option<Duration>, max: Option<Duration>| {
-            if let Some(min) = min.filter(|m| d < *m) {
+        let go = |n: i64| nsq_go::duration::format_nanos(i128::from(n));
+        let go_d = |d: Duration| nsq_go::duration::format(d);
+        // config.go, `Set`: `invalid <opt> ! <v> < <min>` with Go's `%v` of both durations.
+        let check_d = |n: i64, min: Option<Duration>, max: Option<Duration>| {
+            let d = Duration::from_nanos(u64::try_from(n).unwrap_or(0));
+            if let Some(min) = min.filter(|m| n < 0 || d < *m) {
                 return Err(ConfigError::BelowMin {
                     option: option.clone(),
-                    value: format!("{d:?}"),
-                    bound: format!("{min:?}"),
+                    value: go(n),
+                    bound: go_d(min),
                 });
             }
             if let Some(max) = max.filter(|m| d > *m) {
                 return Err(ConfigError::AboveMax {
                     option: option.clone(),
-                    value: format!("{d:?}"),
-                    bound: format!("{max:?}"),
+                    value: go(n),
+                    bound: go_d(max),
                 });
             }
             Ok(d)
@@ -344,16 +354,24 @@ impl Config {
         };
         match kind {
             OptionKind::Duration => {
-                let d = dur(&value).ok_or_else(|| wrong(&option, &value))?;
-                let m = |min, max| check_d(d, min, max);
+                let n = nanos(&value).ok_or_else(|| wrong(&option, &value))?;
+                let d = Duration::from_nanos(u64::try_from(n).unwrap_or(0));
+                // A negative timeout without a `min` is a deadline already passed in Go's
+                // dialer (every dial fails with `i/o timeout`): 1 ns here, which the dialer
+                // treats the same way (conn.rs, `dial`).
+                let deadline = if n < 0 { Duration::from_nanos(1) } else { d };
+                // A negative interval sent in IDENTIFY: go-nsq sends `d / time.Millisecond`,
+                // and nsqd takes -1 as "disabled"; here every negative value disables it.
+                let interval = (n >= 0).then_some(d);
+                let m = |min, max| check_d(n, min, max);
                 match option.as_str() {
-                    "dial_timeout" => self.dial_timeout = d,
+                    "dial_timeout" => self.dial_timeout = deadline,
                     "read_timeout" => self.read_timeout = m(Some(ms(100)), Some(secs(300)))?,
                     "write_timeout" => self.write_timeout = m(Some(ms(100)), Some(secs(300)))?,
                     "lookupd_poll_interval" => {
                         self.lookupd_poll_interval = m(Some(ms(10)), Some(secs(300)))?
                     }
-                    "lookupd_poll_timeout" => self.lookupd_poll_timeout = d,
+                    "lookupd_poll_timeout" => self.lookupd_poll_timeout = deadline,
                     "max_requeue_delay" => {
                         self.max_requeue_delay = m(Some(Duration::ZERO), Some(secs(3600)))?
                     }
@@ -373,8 +391,8 @@ impl Config {
                     "rdy_redistribute_interval" => {
                         self.rdy_redistribute_interval = m(Some(ms(1)), Some(secs(5)))?
                     }
-                    "heartbeat_interval" => self.heartbeat_interval = Some(d),
-                    "output_buffer_timeout" => self.output_buffer_timeout = Some(d),
+                    "heartbeat_interval" => self.heartbeat_interval = interval,
+                    "output_buffer_timeout" => self.output_buffer_timeout = interval,
                     "msg_timeout" => self.msg_timeout = m(Some(Duration::ZERO), None)?,
                     _ => unreachable!("every duration option is listed"),
                 }

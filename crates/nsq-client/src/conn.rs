@@ -141,6 +141,15 @@ pub(crate) async fn connect(
 /// Dials `addr`, trying each address it resolves to (as Go's dialer does); a failure is
 /// [`Error::Dial`], named after the last address tried.
 async fn dial(addr: &str, config: &Config) -> Result<TcpStream, Error> {
+    // A deadline that has passed before the dial starts (a negative `dial_timeout`, kept as
+    // 1 ns by `Config::set`): Go's dialer fails with `i/o timeout` without connecting, where a
+    // loopback connect here could complete within the first poll.
+    if !config.dial_timeout.is_zero() && config.dial_timeout < Duration::from_micros(1) {
+        return Err(Error::Dial {
+            addr: addr.to_string(),
+            source: io::Error::new(io::ErrorKind::TimedOut, "dial timeout"),
+        });
+    }
     let mut last_addr = addr.to_string();
     let dial = async {
         let remotes = tokio::net::lookup_host(addr).await?;

@@ -89,8 +89,22 @@ impl ConsumerShared {
         self.backoff_counter.load(Ordering::Relaxed) > 0
     }
 
-    pub(crate) fn signal(&self, s: BackoffSignal) {
-        let _ = self.events.send(Event::Signal(s));
+    /// A FIN or REQ that moves the backoff state: the coordinator applies `signal` first
+    /// (sending RDY 0 to every connection when it enters or continues backoff) and only then
+    /// queues `cmd`, as go-nsq's conn.go `writeLoop` calls `OnBackoff`/`OnResume`/`OnContinue`
+    /// (whose `updateRDY` writes the RDY at once) before it writes the FIN or REQ. So nsqd never
+    /// sees a `REQ <id> 0` while the old RDY still lets it deliver the message again.
+    pub(crate) fn verdict(&self, conn: &Arc<ConnShared>, cmd: ConnCmd, signal: BackoffSignal) {
+        let ev = Event::Verdict {
+            conn: conn.clone(),
+            cmd,
+            signal,
+        };
+        if let Err(mpsc::error::SendError(Event::Verdict { conn, cmd, .. })) = self.events.send(ev)
+        {
+            // The coordinator is gone (the consumer has stopped): no RDY to update.
+            let _ = conn.cmd_tx.send(cmd);
+        }
     }
 }
 
@@ -136,7 +150,12 @@ enum Event {
         addr: String,
         id: u64,
     },
-    Signal(BackoffSignal),
+    /// A FIN/REQ to queue after applying its backoff signal ([`ConsumerShared::verdict`]).
+    Verdict {
+        conn: Arc<ConnShared>,
+        cmd: ConnCmd,
+        signal: BackoffSignal,
+    },
     Lookup(Vec<String>),
     LookupFailed,
     ChangeMaxInFlight(usize),
@@ -864,7 +883,10 @@ impl Coordinator {
                 }
             }
             Event::Closed { addr, id } => self.on_closed(addr, id),
-            Event::Signal(s) => self.backoff_signal(s),
+            Event::Verdict { conn, cmd, signal } => {
+                self.backoff_signal(signal);
+                let _ = conn.cmd_tx.send(cmd);
+            }
             Event::Lookup(addrs) => {
                 self.lookup_running = false;
                 self.on_lookup(addrs);
@@ -1266,8 +1288,13 @@ impl Coordinator {
                     }
                     Err(e) => {
                         tracing::error!("error querying nsqlookupd ({addr}) - {e}");
+                        // go-nsq logs the error of `apiRequestNegotiateV1` as it is.
+                        let why = match &e {
+                            Error::Lookupd { reason, .. } => reason.clone(),
+                            other => other.to_string(),
+                        };
                         shared.golog.log(LogLevel::Error, || {
-                            format!("error querying nsqlookupd ({endpoint}) - {e}")
+                            format!("error querying nsqlookupd ({endpoint}) - {why}")
                         });
                         if i < 2 {
                             shared

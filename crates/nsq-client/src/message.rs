@@ -131,12 +131,16 @@ impl Message {
         }
         let conn = &*self.conn;
         let consumer = &*conn.consumer;
+        // go-nsq conn.go, `writeLoop`: the backoff signal (and the RDY it sends) goes before
+        // the FIN/REQ itself; outside backoff a FIN changes nothing and is written directly.
         match verdict {
             Verdict::Finish => {
-                let _ = conn.cmd_tx.send(ConnCmd::Fin(self.id));
                 consumer.stats.finished.fetch_add(1, Ordering::Relaxed);
+                let cmd = ConnCmd::Fin(self.id);
                 if consumer.in_backoff() {
-                    consumer.signal(BackoffSignal::Resume);
+                    consumer.verdict(&self.conn, cmd, BackoffSignal::Resume);
+                } else {
+                    let _ = conn.cmd_tx.send(cmd);
                 }
             }
             Verdict::Requeue { delay, backoff } => {
@@ -146,12 +150,14 @@ impl Message {
                         .min(cfg.max_requeue_delay)
                 });
                 let ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
-                let _ = conn.cmd_tx.send(ConnCmd::Req(self.id, ms));
                 consumer.stats.requeued.fetch_add(1, Ordering::Relaxed);
+                let cmd = ConnCmd::Req(self.id, ms);
                 if backoff {
-                    consumer.signal(BackoffSignal::Backoff);
+                    consumer.verdict(&self.conn, cmd, BackoffSignal::Backoff);
                 } else if consumer.in_backoff() {
-                    consumer.signal(BackoffSignal::Continue);
+                    consumer.verdict(&self.conn, cmd, BackoffSignal::Continue);
+                } else {
+                    let _ = conn.cmd_tx.send(cmd);
                 }
             }
         }

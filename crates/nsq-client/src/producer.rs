@@ -153,7 +153,8 @@ impl Producer {
         golog.log(LogLevel::Info, || "stopping".into());
         if live.is_some_and(|l| !l.tx.is_closed() && !l.dead.load(Ordering::Acquire)) {
             golog.conn_closed(&self.inner.addr, false);
-            golog.log(LogLevel::Info, || "exiting router".into());
+            // producer.go, router: `w.log(LogLevelInfo, "(%s) exiting router", w.conn.String())`.
+            golog.conn(LogLevel::Info, &self.inner.addr, "exiting router");
         }
     }
 
@@ -350,7 +351,7 @@ async fn read_loop(
 }
 
 /// What the reader needs to log a connection lost while the producer runs (go-nsq conn.go,
-/// readLoop: `IO error - EOF`, then the close lines; producer.go, router: `exiting router`).
+/// readLoop: `IO error - EOF`, then the close lines; producer.go, router: `(<addr>) exiting router`).
 struct Unexpected {
     addr: String,
     stopped: Arc<AtomicBool>,
@@ -365,6 +366,7 @@ impl Unexpected {
         self.golog
             .conn(LogLevel::Error, &self.addr, &format!("IO error - {err}"));
         self.golog.conn_closed(&self.addr, true);
-        self.golog.log(LogLevel::Info, || "exiting router".into());
+        self.golog
+            .conn(LogLevel::Info, &self.addr, "exiting router");
     }
 }

@@ -123,9 +123,12 @@ async fn backoff_sends_rdy_0_then_probes_with_rdy_1_then_resumes() {
     let mut fake = connect_subscribed(&consumer, &listener).await;
     assert_eq!(fake.command().await, Command::Rdy { count: 10 });
 
-    // A failure: REQ with the default delay (90s × 1 attempt), then RDY 0 at once.
+    // A failure: RDY 0 at once, then the REQ with the default delay (90s × 1 attempt). go-nsq
+    // conn.go, writeLoop: the backoff signal (whose updateRDY writes the RDY) comes before
+    // the REQ is written, so nsqd cannot deliver the requeued message again in between.
     let id = fake.message(1, 1).await;
     consumer.next().await.unwrap().requeue(None);
+    assert_eq!(fake.command().await, Command::Rdy { count: 0 });
     assert_eq!(
         fake.command().await,
         Command::Req {
@@ -133,7 +136,6 @@ async fn backoff_sends_rdy_0_then_probes_with_rdy_1_then_resumes() {
             timeout_ms: 90_000
         }
     );
-    assert_eq!(fake.command().await, Command::Rdy { count: 0 });
     // Backoff level 1: 1s × 2^1, then one message at a time.
     let t0 = Instant::now();
     assert_eq!(fake.command().await, Command::Rdy { count: 1 });
@@ -142,6 +144,7 @@ async fn backoff_sends_rdy_0_then_probes_with_rdy_1_then_resumes() {
     // A second failure (attempt 2: delay 180s): level 2, 4 s.
     let id = fake.message(2, 2).await;
     consumer.next().await.unwrap().requeue(None);
+    assert_eq!(fake.command().await, Command::Rdy { count: 0 });
     assert_eq!(
         fake.command().await,
         Command::Req {
@@ -149,25 +152,25 @@ async fn backoff_sends_rdy_0_then_probes_with_rdy_1_then_resumes() {
             timeout_ms: 180_000
         }
     );
-    assert_eq!(fake.command().await, Command::Rdy { count: 0 });
     let t0 = Instant::now();
     assert_eq!(fake.command().await, Command::Rdy { count: 1 });
     assert_eq!(t0.elapsed(), Duration::from_secs(4));
 
-    // A success steps down one level: RDY 0 again for 2 s, then the RDY 1 probe.
+    // A success steps down one level: RDY 0 again (before the FIN) for 2 s, then the RDY 1
+    // probe.
     let id = fake.message(3, 1).await;
     consumer.next().await.unwrap().finish();
-    assert_eq!(fake.command().await, Command::Fin { id });
     assert_eq!(fake.command().await, Command::Rdy { count: 0 });
+    assert_eq!(fake.command().await, Command::Fin { id });
     let t0 = Instant::now();
     assert_eq!(fake.command().await, Command::Rdy { count: 1 });
     assert_eq!(t0.elapsed(), Duration::from_secs(2));
 
-    // The next success leaves backoff: back to the full RDY.
+    // The next success leaves backoff: back to the full RDY (written before the FIN).
     let id = fake.message(4, 1).await;
     consumer.next().await.unwrap().finish();
-    assert_eq!(fake.command().await, Command::Fin { id });
     assert_eq!(fake.command().await, Command::Rdy { count: 10 });
+    assert_eq!(fake.command().await, Command::Fin { id });
 
     // requeue_without_backoff does not touch RDY; a dropped message is requeued at once.
     let id = fake.message(5, 1).await;

@@ -20,6 +20,16 @@ pub enum DurationError {
 /// Go's `time.ParseDuration`: `[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+`, units `ns us µs μs ms s m h`,
 /// a bare `0` allowed; the same rounding of fractions and the same overflow limit (2^63-1 ns).
 pub fn parse(orig: &str) -> Result<Duration, DurationError> {
+    let ns = parse_nanos(orig)?;
+    if ns < 0 {
+        return Err(DurationError::Negative);
+    }
+    Ok(Duration::from_nanos(ns as u64))
+}
+
+/// [`parse`] with the sign kept: Go's `time.Duration` as signed nanoseconds (`-1s` is
+/// `-1_000_000_000`; the range is that of an `int64`, down to -2^63 ns).
+pub fn parse_nanos(orig: &str) -> Result<i64, DurationError> {
     let q = go_quote(orig.as_bytes());
     let invalid = || DurationError::Invalid(format!("time: invalid duration {q}"));
     let mut s = orig;
@@ -31,7 +41,7 @@ pub fn parse(orig: &str) -> Result<Duration, DurationError> {
         }
     }
     if s == "0" {
-        return Ok(Duration::ZERO);
+        return Ok(0);
     }
     if s.is_empty() {
         return Err(invalid());
@@ -127,16 +137,66 @@ pub fn parse(orig: &str) -> Result<Duration, DurationError> {
         }
     }
     if neg {
-        return if total == 0 {
-            Ok(Duration::ZERO)
-        } else {
-            Err(DurationError::Negative)
-        };
+        // total <= 2^63, so the negation fits an i64.
+        return Ok((-(i128::from(total))) as i64);
     }
     if total > LIMIT - 1 {
         return Err(invalid());
     }
-    Ok(Duration::from_nanos(total))
+    Ok(total as i64)
+}
+
+/// A Go `time.Duration` flag that keeps its sign, for the tools whose `main` validates a
+/// duration after parsing (`--interval should be positive`): Go's `flag.Duration` accepts
+/// `-1s`, so the check, not the parser, refuses it. Signed nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SignedDuration(pub i64);
+
+impl SignedDuration {
+    pub const ZERO: SignedDuration = SignedDuration(0);
+
+    /// A non-negative duration (saturating at Go's range).
+    pub fn from_std(d: Duration) -> SignedDuration {
+        SignedDuration(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    }
+
+    /// `d > 0`.
+    pub fn is_positive(self) -> bool {
+        self.0 > 0
+    }
+
+    /// The duration if positive, else zero.
+    pub fn to_std(self) -> Duration {
+        Duration::from_nanos(u64::try_from(self.0).unwrap_or(0))
+    }
+}
+
+impl std::fmt::Display for SignedDuration {
+    /// `Duration.String()`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&format_nanos(i128::from(self.0)))
+    }
+}
+
+impl crate::flag::Value for SignedDuration {
+    /// `flag.Duration`'s `Set`: any `time.ParseDuration` text, negative ones included; a bad
+    /// one is `parse error` (Go's `errParse`).
+    fn set(&mut self, text: &str) -> Result<(), crate::flag::ValueError> {
+        self.0 = parse_nanos(text).map_err(|_| "parse error".to_string())?;
+        Ok(())
+    }
+
+    fn usage_default(&self) -> Option<String> {
+        (self.0 != 0).then(|| self.to_string())
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::Value::from(self.0)
+    }
+
+    fn type_name(&self) -> &'static str {
+        "duration"
+    }
 }
 
 /// Go's `time.Duration.String()` for a nanosecond count (`1h2m3.5s`, `1.5ms`, `0s`).
@@ -209,6 +269,11 @@ mod tests {
         assert_eq!(parse("-0"), Ok(Duration::ZERO));
         assert_eq!(parse("1µs"), Ok(Duration::from_micros(1)));
         assert_eq!(parse("-1s"), Err(DurationError::Negative));
+        assert_eq!(parse_nanos("-1.5s"), Ok(-1_500_000_000));
+        assert_eq!(parse_nanos("-0"), Ok(0));
+        assert_eq!(parse_nanos("+2ms"), Ok(2_000_000));
+        assert_eq!(parse_nanos("-2562047h47m16.854775808s"), Ok(i64::MIN));
+        assert!(parse_nanos("2562047h47m16.854775808s").is_err());
         assert_eq!(
             parse("10"),
             Err(DurationError::Invalid(

@@ -81,8 +81,9 @@ impl ConfigFlag {
         };
         let typed = match kind {
             OptionKind::Duration => {
-                // go-nsq's coerceDuration: a Go duration string.
-                OptionValue::Duration(nsq_go::duration::parse(v).map_err(|_| wrong())?)
+                // go-nsq's coerceDuration: a Go duration string, negative ones included (the
+                // option's bounds are checked by `Config::set`).
+                OptionValue::Nanos(nsq_go::duration::parse_nanos(v).map_err(|_| wrong())?)
             }
             OptionKind::Int => OptionValue::Int(v.parse::<i64>().map_err(|_| wrong())?),
             OptionKind::Float => {
@@ -142,5 +143,27 @@ mod tests {
         assert!(c.set("backoff_strategy,full_jitter").is_ok());
         assert!(c.set("skip_lookupd_authorization,false").is_ok());
         assert!(!c.0.lookupd_authorization);
+    }
+
+    #[test]
+    fn negative_durations_parse_and_meet_the_bounds() {
+        let mut c = ConfigFlag::default();
+        // No `min` tag: accepted (a deadline already passed).
+        c.apply("dial_timeout,-1s").unwrap();
+        assert_eq!(c.0.dial_timeout, Duration::from_nanos(1));
+        assert_eq!(
+            c.set("read_timeout,-1s").unwrap_err().to_string(),
+            "invalid read_timeout ! -1s < 100ms"
+        );
+        assert_eq!(
+            c.set("default_requeue_delay,-1.5s")
+                .unwrap_err()
+                .to_string(),
+            "invalid default_requeue_delay ! -1.5s < 0s"
+        );
+        assert_eq!(
+            c.set("max_requeue_delay,90m").unwrap_err().to_string(),
+            "invalid max_requeue_delay ! 1h30m0s > 1h0m0s"
+        );
     }
 }

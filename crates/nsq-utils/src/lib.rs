@@ -55,13 +55,26 @@ pub fn parse_or_exit<O: Clone>(
     args: Vec<String>,
     has_version: bool,
 ) -> O {
+    let version_usage = has_version.then_some("print version string");
+    parse_or_exit_with(set, defaults, args, version_usage)
+}
+
+/// [`parse_or_exit`] for a tool whose `-version` flag has its own usage text
+/// (`Some("print version")`: nsq_stat.go's), or none at all (`None`: no `-version` flag).
+pub fn parse_or_exit_with<O: Clone>(
+    set: &FlagSet<O>,
+    defaults: O,
+    args: Vec<String>,
+    version_usage: Option<&str>,
+) -> O {
+    let has_version = version_usage.is_some();
     let argv0 = args.first().cloned().unwrap_or_default();
     let usage = || {
         let text = set.usage_named(&argv0, &defaults);
-        if has_version {
-            text
-        } else {
-            text.replace("  -version\n    \tprint version string\n", "")
+        let line = "  -version\n    \tprint version string\n";
+        match version_usage {
+            Some(u) => text.replace(line, &format!("  -version\n    \t{u}\n")),
+            None => text.replace(line, ""),
         }
     };
     match set.parse(args, defaults.clone()) {

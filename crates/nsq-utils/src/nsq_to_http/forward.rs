@@ -7,7 +7,10 @@
 //! * `--get`: the URL template's `%s` replaced by the query-escaped body (Go's
 //!   `fmt.Sprintf(addr, url.QueryEscape(body))`); success is exactly 200.
 //! * `User-Agent: nsq_to_http v1.3.0` on every request (the client's default), then the
-//!   `--header`s, which replace a header of the same name (Go's `Header.Set`).
+//!   `--header`s, which replace a header of the same name (Go's `Header.Set`), and
+//!   `Accept-Encoding: gzip` unless a `--header` names one (Go's transport adds it). Unlike
+//!   Go's client, the shared reqwest client (nsq-http) also sends `Accept: */*` when no
+//!   `--header` sets `Accept`: reqwest adds it to every request and has no way to leave it out.
 //! * The answer's body is read and dropped; a transport error or another status
 //!   (`got status code <n>`) fails the message, which the consumer then requeues.
 //! * Destinations: `round-robin` (a shared counter, incremented before use, modulo the
@@ -212,6 +215,9 @@ pub struct Forwarder {
     pool: Mutex<HostPool>,
     per_address: HashMap<String, TimerMetrics>,
     aggregate: TimerMetrics,
+    /// The dial deadline has always passed (a negative `--http-client-connect-timeout`,
+    /// given as 1 ns): every request fails without a connection, as in Go.
+    dial_expired: bool,
 }
 
 /// A Go timeout of 0 means none; reqwest's would expire at once.
@@ -238,6 +244,15 @@ impl Forwarder {
         }
         for (k, v) in &s.headers {
             set_header(&mut headers, k, v);
+        }
+        // Go's http.Transport asks for gzip itself (`Accept-Encoding: gzip`, transport.go,
+        // `requestedGzip`) unless the request names an encoding of its own; the answer's body
+        // is read and dropped, so it is never decompressed here.
+        if !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("Accept-Encoding"))
+        {
+            headers.push(("Accept-Encoding".to_string(), "gzip".to_string()));
         }
         let mut per_address = HashMap::new();
         if s.addresses.len() == 1 {
@@ -268,6 +283,8 @@ impl Forwarder {
             per_address,
             aggregate: TimerMetrics::new(s.status_every, "[aggregate]:"),
             addresses: s.addresses,
+            dial_expired: !s.connect_timeout.is_zero()
+                && s.connect_timeout < Duration::from_micros(1),
         }
     }
 
@@ -317,6 +334,13 @@ impl Forwarder {
 
     /// One request to `addr` (`PostPublisher.Publish` / `GetPublisher.Publish`).
     async fn publish(&self, addr: &str, body: &[u8]) -> Result<(), ForwardError> {
+        if self.dial_expired {
+            let (method, url) = match self.method {
+                Method::Post => ("Post", addr.to_string()),
+                Method::Get => ("Get", get_url(addr, body)),
+            };
+            return Err(expired_dial(method, &url).into());
+        }
         let headers: Vec<(&str, &str)> = self
             .headers
             .iter()
@@ -341,9 +365,36 @@ impl Forwarder {
     }
 }
 
+/// Go's `*url.Error` for a dial whose deadline had passed before it started (net.Dialer with a
+/// negative `Timeout`): `Post "<url>": dial tcp <host:port>: i/o timeout`. A URL that does not
+/// parse keeps the client's own error.
+fn expired_dial(method: &str, url: &str) -> HttpError {
+    let cause = match nsq_http::client::parse_url(url) {
+        Ok(u) => format!(
+            "dial tcp {}:{}: i/o timeout",
+            u.host_str().unwrap_or_default(),
+            u.port_or_known_default().unwrap_or(80)
+        ),
+        Err(e) => e.to_string(),
+    };
+    HttpError::Request {
+        method: method.to_string(),
+        url: url.to_string(),
+        cause,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expired_dial_is_gos_timeout() {
+        assert_eq!(
+            expired_dial("Post", "http://127.0.0.1:9/x").to_string(),
+            "Post \"http://127.0.0.1:9/x\": dial tcp 127.0.0.1:9: i/o timeout"
+        );
+    }
 
     fn strings(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()

@@ -11,6 +11,14 @@
 //! acknowledged at the source that was not published. If nsqd refuses an `MPUB` as such (an
 //! error frame, e.g. one body too large), its messages are retried one `PUB` each so that
 //! only the offending ones are requeued, as they would be in the reference.
+//!
+//! A group that cannot be published (no connection: the destination is down) is one failed
+//! attempt, and the reference fails one message per attempt: its `HandleMessage` publishes a
+//! single message, and go-hostpool marks the host down before the next one. So here the
+//! group's first message is requeued (with go-nsq's backoff, as the handler's error would
+//! be), the host is marked down in the pool, and the rest of the group goes at once to the
+//! next host the selector offers that this group has not tried yet; only when every host has
+//! failed for it is the rest requeued too.
 
 pub mod filter;
 pub mod hostpool;
@@ -82,58 +90,91 @@ impl Publisher {
         }
     }
 
-    /// Publishes one group to destination `host`, then FINs or REQs its messages.
+    /// Publishes one group to destination `host`, then FINs or REQs its messages; a failed
+    /// attempt costs one message and moves the rest to another host (see the module doc).
     async fn publish_batch(
         self: Arc<Self>,
-        host: usize,
+        mut host: usize,
         topic: Arc<str>,
-        batch: Vec<(Message, Bytes)>,
-        start: Instant,
+        mut batch: Vec<(Message, Bytes)>,
+        mut start: Instant,
     ) {
-        let producer = &self.producers[host];
-        let result = if batch.len() == 1 {
-            producer.publish(&topic, &batch[0].1).await
-        } else {
-            producer
-                .multi_publish(&topic, batch.iter().map(|(_, b)| b))
-                .await
-        };
-        match result {
-            Ok(()) => {
-                self.answered(host, true, start, batch.len());
-                for (m, _) in batch {
-                    m.finish();
-                }
-            }
-            Err(Error::Server(e)) if batch.len() > 1 => {
-                log(&format!(
-                    "ERROR: MPUB of {} messages to {} failed - {e}; publishing them one by one",
-                    batch.len(),
-                    producer.addr()
-                ));
-                for (m, body) in batch {
-                    let start = Instant::now();
-                    let ok = producer.publish(&topic, &body).await.is_ok();
-                    self.answered(host, ok, start, 1);
-                    if ok {
+        let mut tried: Vec<usize> = Vec::new();
+        loop {
+            let producer = &self.producers[host];
+            let result = if batch.len() == 1 {
+                producer.publish(&topic, &batch[0].1).await
+            } else {
+                producer
+                    .multi_publish(&topic, batch.iter().map(|(_, b)| b))
+                    .await
+            };
+            match result {
+                Ok(()) => {
+                    self.answered(host, true, start, batch.len());
+                    for (m, _) in batch {
                         m.finish();
-                    } else {
-                        m.requeue(None);
+                    }
+                    return;
+                }
+                Err(Error::Server(e)) if batch.len() > 1 => {
+                    log(&format!(
+                        "ERROR: MPUB of {} messages to {} failed - {e}; publishing them one by one",
+                        batch.len(),
+                        producer.addr()
+                    ));
+                    for (m, body) in batch {
+                        let start = Instant::now();
+                        let ok = producer.publish(&topic, &body).await.is_ok();
+                        self.answered(host, ok, start, 1);
+                        if ok {
+                            m.finish();
+                        } else {
+                            m.requeue(None);
+                        }
+                    }
+                    return;
+                }
+                Err(e) => {
+                    // nsq_to_nsq.go, `HandleMessage`: the failed `PublishAsync` marks the
+                    // host (`hostPoolResponse.Mark(err)`) and its message's handler returns
+                    // the error, which go-nsq logs and requeues with backoff.
+                    self.answered(host, false, start, 1);
+                    tried.push(host);
+                    let (m, _) = batch.remove(0);
+                    m.log_handler_error(&e);
+                    m.requeue(None);
+                    if batch.is_empty() {
+                        return;
+                    }
+                    match self.untried_host(&tried) {
+                        Some(next) => {
+                            host = next;
+                            start = Instant::now();
+                        }
+                        None => {
+                            // Every destination failed for this group.
+                            self.answered(host, false, start, batch.len());
+                            for (m, _) in batch {
+                                m.log_handler_error(&e);
+                                m.requeue(None);
+                            }
+                            return;
+                        }
                     }
                 }
             }
-            Err(e) => {
-                log(&format!(
-                    "ERROR: publishing {} message(s) to {} failed - {e}",
-                    batch.len(),
-                    producer.addr()
-                ));
-                self.answered(host, false, start, batch.len());
-                for (m, _) in batch {
-                    m.requeue(None);
-                }
-            }
         }
+    }
+
+    /// The next host the selector offers that is not in `tried` (a few picks: hostpool skips
+    /// the hosts marked down, round-robin cycles through all), or `None`.
+    fn untried_host(&self, tried: &[usize]) -> Option<usize> {
+        let now = Instant::now();
+        let mut selector = self.selector.lock();
+        (0..2 * self.producers.len().max(1))
+            .map(|_| selector.pick(now))
+            .find(|h| !tried.contains(h))
     }
 
     /// Informs the selector and records `n` timings (the reference's `responder`).
