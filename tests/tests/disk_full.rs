@@ -123,20 +123,29 @@ fn consume(
     seen
 }
 
-#[test]
-fn full_disk_refuses_publishes_keeps_every_acknowledged_message_and_recovers() {
+/// A 20 MB tmpfs with nsqd on it and the topic and channel created; `None` (the test skips)
+/// without root or when the mount fails.
+fn start_on_tmpfs() -> Option<(Tmpfs, Nsqd)> {
     if !is_root() {
         eprintln!("SKIPPED: disk_full needs root to mount a tmpfs (CI runs as root)");
-        return;
+        return None;
     }
     let Some(fs) = Tmpfs::mount("20m") else {
         eprintln!("SKIPPED: could not mount a tmpfs");
-        return;
+        return None;
     };
-    let dir: &Path = &fs.path;
-    let nsqd = Nsqd::start_in(DataDir::Path(dir.to_path_buf()), ARGS);
+    let nsqd = Nsqd::start_in(DataDir::Path(fs.path.clone()), ARGS);
     nsqd.http_ok(&format!("/topic/create?topic={TOPIC}"));
     nsqd.http_ok(&format!("/channel/create?topic={TOPIC}&channel=c"));
+    Some((fs, nsqd))
+}
+
+#[test]
+fn full_disk_refuses_publishes_keeps_every_acknowledged_message_and_recovers() {
+    // The tmpfs stays mounted while `_fs` lives.
+    let Some((_fs, nsqd)) = start_on_tmpfs() else {
+        return;
+    };
 
     // 1. Publish until refused: MPUBs of 50, then single PUBs, then HTTP /pub.
     let mut acked: HashSet<usize> = HashSet::new();
@@ -268,18 +277,10 @@ fn fill(nsqd: &Nsqd, next: &mut usize) -> HashSet<usize> {
 /// next start finds consistent metadata and every acknowledged message.
 #[test]
 fn full_disk_cycle_recovers_while_running_and_sigterm_loses_nothing() {
-    if !is_root() {
-        eprintln!("SKIPPED: disk_full needs root to mount a tmpfs (CI runs as root)");
-        return;
-    }
-    let Some(fs) = Tmpfs::mount("20m") else {
-        eprintln!("SKIPPED: could not mount a tmpfs");
+    let Some((fs, nsqd)) = start_on_tmpfs() else {
         return;
     };
     let dir: &Path = &fs.path;
-    let nsqd = Nsqd::start_in(DataDir::Path(dir.to_path_buf()), ARGS);
-    nsqd.http_ok(&format!("/topic/create?topic={TOPIC}"));
-    nsqd.http_ok(&format!("/channel/create?topic={TOPIC}&channel=c"));
 
     // 1. Fill.
     let mut next = 0;
