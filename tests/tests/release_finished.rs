@@ -28,8 +28,11 @@ fn publish_all(nsqd: &Nsqd) {
     }
 }
 
-/// The channel queue's metadata: (depth, read (file, pos), write (file, pos)).
-fn meta(dir: &Path) -> Option<(i64, (i64, i64), (i64, i64))> {
+/// A diskqueue position: (file number, byte offset).
+type Pos = (i64, i64);
+
+/// The channel queue's metadata: (depth, read position, write position).
+fn meta(dir: &Path) -> Option<(i64, Pos, Pos)> {
     let text =
         std::fs::read_to_string(dir.join(format!("{TOPIC}:{CHANNEL}.diskqueue.meta.dat"))).ok()?;
     let mut lines = text.lines();
