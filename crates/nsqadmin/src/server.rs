@@ -112,3 +112,32 @@ pub async fn start(opts: AdminOptions) -> Result<AdminHandle, StartError> {
 }
 
 nsq_http::impl_daemon!(AdminHandle, AdminOptions, StartError, "nsqadmin");
+
+#[cfg(test)]
+mod tests {
+    /// The HTTP listener queues as many connects as the system allows (`net.core.somaxconn`,
+    /// as Go's `net.Listen`), not Tokio's 1024 or std's 128.
+    #[tokio::test]
+    async fn listener_has_the_system_backlog() {
+        let Some(want) = nsq_testkit::sockets::somaxconn() else {
+            eprintln!("no /proc/sys/net/core/somaxconn: skipped");
+            return;
+        };
+        let args = [
+            "nsqadmin",
+            "--http-address=127.0.0.1:0",
+            "--nsqd-http-address=127.0.0.1:1",
+        ];
+        let crate::options::ParseOutcome::Run(opts) =
+            crate::options::parse_args(args.map(String::from).to_vec()).unwrap()
+        else {
+            panic!("not a run")
+        };
+        let h = crate::start(opts).await.unwrap();
+        match nsq_testkit::sockets::listen_backlog(h.http_addr().port()) {
+            Some(got) => assert_eq!(got, want),
+            None => eprintln!("`ss` not available: skipped"),
+        }
+        h.shutdown().await;
+    }
+}

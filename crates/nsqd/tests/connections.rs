@@ -165,3 +165,33 @@ async fn parked_consumer_with_a_full_send_buffer_gets_everything() {
     drop(sub);
     h.shutdown().await;
 }
+
+/// Every listener (TCP, HTTP, HTTPS) queues as many connects as the system allows
+/// (`net.core.somaxconn`, as Go's `net.Listen`), not Tokio's 1024 or std's 128: a burst of
+/// connects waits in the accept queue instead of overflowing it.
+#[tokio::test]
+async fn listeners_have_the_system_backlog() {
+    let Some(want) = nsq_testkit::sockets::somaxconn() else {
+        eprintln!("no /proc/sys/net/core/somaxconn: skipped");
+        return;
+    };
+    let pki = nsq_testkit::certs::Pki::new();
+    let (h, _d) = common::start_with(&[
+        format!("--tls-cert={}", pki.server.cert_path()),
+        format!("--tls-key={}", pki.server.key_path()),
+    ])
+    .await;
+    let ports = [
+        ("TCP", h.tcp_addr().port()),
+        ("HTTP", h.http_addr().unwrap().port()),
+        ("HTTPS", h.nsqd.https_addr.unwrap().port()),
+    ];
+    for (what, port) in ports {
+        let Some(got) = nsq_testkit::sockets::listen_backlog(port) else {
+            eprintln!("`ss` not available: skipped");
+            return;
+        };
+        assert_eq!(got, want, "{what} listener backlog");
+    }
+    h.shutdown().await;
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
-use nsq_http::listen::ListenError;
+use nsq_http::listen::{tcp_listener, ListenError};
 
 use crate::db::RegistrationDb;
 use crate::nsqlookupd::Nsqlookupd;
@@ -77,20 +77,18 @@ pub async fn start(opts: NsqlookupdOptions) -> Result<NsqlookupdHandle, StartErr
 
 /// Go's `net.Listen("tcp", addr)`: an empty host (`:4160`) or `0.0.0.0` listens on every
 /// address, IPv6 included (a dual-stack `[::]` socket, as Go does when the system supports
-/// it; otherwise plain `0.0.0.0`).
+/// it; otherwise plain `0.0.0.0`), with Go's backlog (`nsq_http::listen::backlog`).
 async fn listen(addr: &str) -> Result<TcpListener, ListenError> {
     let fail = |e: std::io::Error| ListenError::new(addr, e);
     if let Some((host, port)) = addr.rsplit_once(':') {
         if host.is_empty() || host == "0.0.0.0" {
-            if let Ok(l) = TcpListener::bind(format!("[::]:{port}")).await {
+            if let Ok(l) = tcp_listener(&format!("[::]:{port}")).await {
                 return Ok(l);
             }
-            return TcpListener::bind(format!("0.0.0.0:{port}"))
-                .await
-                .map_err(fail);
+            return tcp_listener(&format!("0.0.0.0:{port}")).await.map_err(fail);
         }
     }
-    TcpListener::bind(addr).await.map_err(fail)
+    tcp_listener(addr).await.map_err(fail)
 }
 
 async fn run(lookupd: Arc<Nsqlookupd>, tcp: TcpListener, http: TcpListener, stop: Arc<Notify>) {
