@@ -88,19 +88,13 @@ pub async fn start(opts: AdminOptions) -> Result<AdminHandle, StartError> {
     if let Some(h) = history {
         tokio::spawn(crate::history::run(admin.clone(), h, stop_rx.clone()));
     }
-    let app =
-        crate::http::router(admin.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let app = crate::http::router(admin.clone());
     let mut stop2 = stop_rx;
     let done = tokio::spawn(async move {
         let shutdown = async move {
             let _ = stop2.wait_for(|s| *s).await;
         };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!("http server - {e}");
-        }
+        nsq_http::serve::serve(listener, app, shutdown).await;
         tracing::info!("HTTP: closing {http_addr}");
     });
     Ok(AdminHandle {

@@ -381,17 +381,8 @@ async fn serve_connection(
         _ = stopping(&mut shutdown) => return,
     };
 
-    let service = hyper_util::service::TowerToHyperService::new(router);
-    let conn = hyper::server::conn::http1::Builder::new()
-        .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
-    tokio::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = stopping(&mut shutdown) => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
-    }
+    // hyper set up as Go's server: head limits, Go's 400/431 bytes (nsq_http::serve).
+    nsq_http::serve::serve_connection(tls, router, shutdown).await;
 }
 
 /// Resolves once the listener is stopping (or gone).

@@ -94,17 +94,11 @@ async fn listen(addr: &str) -> Result<TcpListener, ListenError> {
 async fn run(lookupd: Arc<Nsqlookupd>, tcp: TcpListener, http: TcpListener, stop: Arc<Notify>) {
     let http_stop = Arc::new(Notify::new());
     let http_task = {
-        let service = crate::http::router(lookupd.clone())
-            .into_make_service_with_connect_info::<SocketAddr>();
+        let router = crate::http::router(lookupd.clone());
         let s = http_stop.clone();
-        tokio::spawn(async move {
-            let r = axum::serve(http, service)
-                .with_graceful_shutdown(async move { s.notified().await })
-                .await;
-            if let Err(e) = r {
-                tracing::error!("http server error - {e}");
-            }
-        })
+        tokio::spawn(nsq_http::serve::serve(http, router, async move {
+            s.notified().await
+        }))
     };
 
     let (close_tx, close_rx) = watch::channel(false);
