@@ -29,7 +29,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::client::Client;
-use crate::compress::{DeflateReader, DeflateWriter, SnappyReader, SnappyWriter};
+use nsq_compress::{DeflateReader, DeflateWriter, SnappyReader, SnappyWriter};
 
 /// The TLS handshake deadline.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
