@@ -469,6 +469,50 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
+    /// The writer of a parked socket writes to it directly; when the send buffer fills, it
+    /// puts the socket back in the reactor and waits for room, and the reader cannot park it
+    /// again meanwhile (the wait would be lost). Everything arrives once the peer reads.
+    #[tokio::test]
+    async fn writer_fills_a_parked_socket_and_waits_for_room() {
+        use tokio::io::AsyncReadExt;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (server, _) = l.accept().await.unwrap();
+        let (ReadSide::Tcp(mut rd), WriteSide::Tcp(mut wr)) = split(server).unwrap() else {
+            panic!("plain TCP splits into descriptors");
+        };
+        rd.park();
+        assert!(matches!(*rd.sock.reg.read(), Reg::Parked(_)));
+        // Far more than the socket buffers hold on loopback.
+        let data: Vec<u8> = (0..32 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+        let writer = tokio::spawn(async move {
+            wr.write_all(&data).await.unwrap();
+            wr.shutdown().await.unwrap();
+            data
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!writer.is_finished(), "the send buffer filled");
+        assert!(
+            matches!(*rd.sock.reg.read(), Reg::Registered(_)),
+            "back in the reactor"
+        );
+        rd.park();
+        assert!(
+            matches!(*rd.sock.reg.read(), Reg::Registered(_)),
+            "not parked while the writer waits"
+        );
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), client.read_to_end(&mut got))
+            .await
+            .expect("everything within 30 s")
+            .unwrap();
+        let data = writer.await.unwrap();
+        assert_eq!(got.len(), data.len());
+        assert!(got == data);
+        rd.park();
+        assert!(matches!(*rd.sock.reg.read(), Reg::Parked(_)), "parks again");
+    }
+
     /// A parked socket is read until it is empty: a window's worth of FINs that arrived while
     /// the reader slept comes back from one `read_parked`, not a chunk per period.
     #[tokio::test]
