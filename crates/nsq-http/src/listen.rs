@@ -44,8 +44,8 @@ const FALLBACK_BACKLOG: u32 = 4096;
 /// The listen backlog of every listener: the system's `net.core.somaxconn`, as Go's
 /// `net.Listen` uses (go/src/net/sock_linux.go, `maxListenerBacklog`), so that a burst of
 /// connects waits in the kernel's accept queue instead of overflowing it (an overflowed SYN
-/// is retried by the client only after a second or more). Tokio's `TcpListener::bind` asks
-/// for 1024 and std's for 128; the kernel caps any value at somaxconn.
+/// is retried by the client only after a second or more). Tokio's `TcpListener::bind` asked
+/// for 128 (`ss -ltn` showed it); the kernel caps any value at somaxconn.
 pub fn backlog() -> u32 {
     static BACKLOG: OnceLock<u32> = OnceLock::new();
     *BACKLOG.get_or_init(|| {

@@ -110,7 +110,7 @@ nsq_http::impl_daemon!(AdminHandle, AdminOptions, StartError, "nsqadmin");
 #[cfg(test)]
 mod tests {
     /// The HTTP listener queues as many connects as the system allows (`net.core.somaxconn`,
-    /// as Go's `net.Listen`), not Tokio's 1024 or std's 128.
+    /// as Go's `net.Listen`), not the 128 that Tokio's `TcpListener::bind` asks for.
     #[tokio::test]
     async fn listener_has_the_system_backlog() {
         let Some(want) = nsq_testkit::sockets::somaxconn() else {

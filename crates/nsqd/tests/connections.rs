@@ -167,7 +167,7 @@ async fn parked_consumer_with_a_full_send_buffer_gets_everything() {
 }
 
 /// Every listener (TCP, HTTP, HTTPS) queues as many connects as the system allows
-/// (`net.core.somaxconn`, as Go's `net.Listen`), not Tokio's 1024 or std's 128: a burst of
+/// (`net.core.somaxconn`, as Go's `net.Listen`), not the 128 that Tokio's `TcpListener::bind` asks for: a burst of
 /// connects waits in the accept queue instead of overflowing it.
 #[tokio::test]
 async fn listeners_have_the_system_backlog() {

@@ -389,7 +389,7 @@ async fn wildcard_listen_addresses_like_go() {
 }
 
 /// Both listeners queue as many connects as the system allows (`net.core.somaxconn`, as Go's
-/// `net.Listen`), not Tokio's 1024 or std's 128.
+/// `net.Listen`), not the 128 that Tokio's `TcpListener::bind` asks for.
 #[tokio::test]
 async fn listeners_have_the_system_backlog() {
     let Some(want) = nsq_testkit::sockets::somaxconn() else {
