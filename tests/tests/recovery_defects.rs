@@ -143,7 +143,7 @@ fn truncated_data_file(len: u64, complete: usize) {
         .unwrap();
     let nsqd = Nsqd::start_in(dir, ARGS);
     assert_delivers_exactly(&nsqd, "cr", complete);
-    if len % 130 != 0 {
+    if !len.is_multiple_of(130) {
         assert!(
             has_bad_file(nsqd.data_path()),
             "the damaged tail is set aside as .bad"

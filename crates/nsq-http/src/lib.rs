@@ -17,4 +17,5 @@ pub mod listen;
 pub mod logging;
 pub mod reply;
 pub mod router;
+pub mod serve;
 pub mod version;

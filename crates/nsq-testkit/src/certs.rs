@@ -2,7 +2,8 @@
 //! CA, a server certificate for `localhost` and `127.0.0.1` signed by it, a client certificate
 //! (CN `client-alice`) signed by it, and a self-signed "stranger" certificate no CA vouches
 //! for. Every file is PEM; the paths go straight into `--tls-cert`, `--tls-root-ca-file`,
-//! `--http-client-tls-*` and friends.
+//! `--http-client-tls-*` and friends. [`Pki::v1_client`] makes X.509 v1 client certificates
+//! (rcgen writes only v3), as internal CAs still issue them.
 
 use std::path::{Path, PathBuf};
 
@@ -47,6 +48,8 @@ pub struct Pki {
     pub client: CertFiles,
     /// `stranger.pem`/`stranger.key`: self-signed, CN `stranger`.
     pub stranger: CertFiles,
+    /// The CA's key (PKCS#8 DER), to sign [`Pki::v1_client`] certificates.
+    ca_key_der: Vec<u8>,
 }
 
 impl Pki {
@@ -119,6 +122,7 @@ impl Pki {
         let stranger = xp.self_signed(&stranger_key).expect("stranger cert");
 
         Pki {
+            ca_key_der: ca_key.serialize_der(),
             ca: files("ca", &ca, &ca_key),
             server: files("server", &server, &server_key),
             client: files("client", &client, &client_key),
@@ -143,6 +147,140 @@ impl Pki {
     pub fn ca_path(&self) -> &str {
         self.ca.cert_path()
     }
+
+    /// An X.509 v1 client certificate (no version field, no extensions) with common name
+    /// `cn` and the CA as issuer, valid from 2020 until `not_after` (UTCTime,
+    /// `YYMMDDHHMMSSZ`), written as `<name>.pem`/`<name>.key`. Signed by the CA's key, or with
+    /// `forged` by a key of its own (the issuer name is still the CA's).
+    pub fn v1_client(&self, name: &str, cn: &str, not_after: &str, forged: bool) -> CertFiles {
+        let key = KeyPair::generate().expect("v1 client key");
+        let signer = if forged {
+            KeyPair::generate().expect("forger key").serialize_der()
+        } else {
+            self.ca_key_der.clone()
+        };
+        let issuer = subject_of(&self.ca.der);
+        let der = v1_cert(cn, issuer, not_after, &key.public_key_der(), &signer);
+        let cert_pem = pem("CERTIFICATE", &der);
+        let cert = self.write(&format!("{name}.pem"), &cert_pem);
+        let key_pem = key.serialize_pem();
+        CertFiles {
+            cert,
+            key: self.write(&format!("{name}.key"), &key_pem),
+            cert_pem,
+            key_pem,
+            der,
+        }
+    }
+}
+
+/// ecdsa-with-SHA256, the AlgorithmIdentifier of every test signature (RFC 5758).
+const ECDSA_SHA256: &[u8] = &[
+    0x30, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02,
+];
+
+/// A DER element: `tag`, length, `contents`.
+fn der(tag: u8, contents: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    let n = contents.len();
+    if n < 0x80 {
+        out.push(n as u8);
+    } else {
+        let len = n.to_be_bytes();
+        let skip = len.iter().take_while(|&&b| b == 0).count();
+        out.push(0x80 | (len.len() - skip) as u8);
+        out.extend_from_slice(&len[skip..]);
+    }
+    out.extend_from_slice(contents);
+    out
+}
+
+/// One DER element off the front of `b`: (the whole element, what follows).
+fn der_split(b: &[u8]) -> (&[u8], &[u8]) {
+    let first = b[1] as usize;
+    let (header, len) = if first < 0x80 {
+        (2, first)
+    } else {
+        let n = first & 0x7f;
+        (
+            2 + n,
+            b[2..2 + n].iter().fold(0, |a, &x| (a << 8) | x as usize),
+        )
+    };
+    b.split_at(header + len)
+}
+
+/// The subject Name (whole DER) of certificate `cert`.
+fn subject_of(cert: &[u8]) -> &[u8] {
+    let body = |e: &[u8]| -> usize {
+        if e[1] < 0x80 {
+            2
+        } else {
+            2 + (e[1] & 0x7f) as usize
+        }
+    };
+    let (c, _) = der_split(cert);
+    let c = &c[body(c)..];
+    let (tbs, _) = der_split(c);
+    let mut rest = &tbs[body(tbs)..];
+    if rest[0] == 0xa0 {
+        rest = der_split(rest).1; // version
+    }
+    // serialNumber, signature, issuer, validity, then subject.
+    for _ in 0..4 {
+        rest = der_split(rest).1;
+    }
+    der_split(rest).0
+}
+
+/// An X.509 v1 certificate (RFC 5280, 4.1, without the `[0] version` field) for `spki`,
+/// signed with the P-256 PKCS#8 key `signer_pkcs8`.
+fn v1_cert(cn: &str, issuer: &[u8], not_after: &str, spki: &[u8], signer_pkcs8: &[u8]) -> Vec<u8> {
+    use ring::rand::SystemRandom;
+    use ring::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_ASN1_SIGNING};
+    let cn_attr = [der(0x06, &[0x55, 0x04, 0x03]), der(0x0c, cn.as_bytes())].concat();
+    let subject = der(0x30, &der(0x31, &der(0x30, &cn_attr)));
+    let validity = der(
+        0x30,
+        &[der(0x17, b"200101000000Z"), der(0x17, not_after.as_bytes())].concat(),
+    );
+    let serial = der(0x02, &[0x01, 0x23, 0x45, 0x67]);
+    let tbs = der(
+        0x30,
+        &[&serial[..], ECDSA_SHA256, issuer, &validity, &subject, spki].concat(),
+    );
+    let rng = SystemRandom::new();
+    let signer = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, signer_pkcs8, &rng)
+        .expect("P-256 signing key");
+    let sig = signer.sign(&rng, &tbs).expect("sign");
+    let bits = [&[0u8][..], sig.as_ref()].concat();
+    der(0x30, &[&tbs[..], ECDSA_SHA256, &der(0x03, &bits)].concat())
+}
+
+/// PEM armour: base64 in 64-character lines.
+fn pem(label: &str, der: &[u8]) -> String {
+    const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut b64 = String::new();
+    for chunk in der.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |a, (i, &b)| a | (b as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                b64.push(B64[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                b64.push('=');
+            }
+        }
+    }
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).expect("ascii"));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
 }
 
 impl Default for Pki {

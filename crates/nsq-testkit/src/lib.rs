@@ -1,7 +1,8 @@
 //! What every test of the NSQ binaries shares, whatever it starts: a raw HTTP/1.1 client
 //! ([`http`]), raw TCP framing on Tokio ([`frames`]) and a blocking V2 client ([`v2`]),
 //! certificates made at test time ([`certs`]), a fake upstream HTTP server ([`fake`]),
-//! `/stats` lookups ([`stats`]) and patient polling ([`wait`]).
+//! `/stats` lookups ([`stats`]), listening-socket facts ([`sockets`]) and patient polling
+//! ([`wait`]).
 //!
 //! It depends on no daemon crate, so each daemon crate's own integration tests can use it
 //! (the in-process starters live in each crate's `tests/common/mod.rs`), and the black-box
@@ -11,6 +12,7 @@ pub mod certs;
 pub mod fake;
 pub mod frames;
 pub mod http;
+pub mod sockets;
 pub mod stats;
 pub mod v2;
 pub mod wait;

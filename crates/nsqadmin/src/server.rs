@@ -88,19 +88,13 @@ pub async fn start(opts: AdminOptions) -> Result<AdminHandle, StartError> {
     if let Some(h) = history {
         tokio::spawn(crate::history::run(admin.clone(), h, stop_rx.clone()));
     }
-    let app =
-        crate::http::router(admin.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let app = crate::http::router(admin.clone());
     let mut stop2 = stop_rx;
     let done = tokio::spawn(async move {
         let shutdown = async move {
             let _ = stop2.wait_for(|s| *s).await;
         };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!("http server - {e}");
-        }
+        nsq_http::serve::serve(listener, app, shutdown).await;
         tracing::info!("HTTP: closing {http_addr}");
     });
     Ok(AdminHandle {
@@ -112,3 +106,32 @@ pub async fn start(opts: AdminOptions) -> Result<AdminHandle, StartError> {
 }
 
 nsq_http::impl_daemon!(AdminHandle, AdminOptions, StartError, "nsqadmin");
+
+#[cfg(test)]
+mod tests {
+    /// The HTTP listener queues as many connects as the system allows (`net.core.somaxconn`,
+    /// as Go's `net.Listen`), not the 128 that Tokio's `TcpListener::bind` asks for.
+    #[tokio::test]
+    async fn listener_has_the_system_backlog() {
+        let Some(want) = nsq_testkit::sockets::somaxconn() else {
+            eprintln!("no /proc/sys/net/core/somaxconn: skipped");
+            return;
+        };
+        let args = [
+            "nsqadmin",
+            "--http-address=127.0.0.1:0",
+            "--nsqd-http-address=127.0.0.1:1",
+        ];
+        let crate::options::ParseOutcome::Run(opts) =
+            crate::options::parse_args(args.map(String::from).to_vec()).unwrap()
+        else {
+            panic!("not a run")
+        };
+        let h = crate::start(opts).await.unwrap();
+        match nsq_testkit::sockets::listen_backlog(h.http_addr().port()) {
+            Some(got) => assert_eq!(got, want),
+            None => eprintln!("`ss` not available: skipped"),
+        }
+        h.shutdown().await;
+    }
+}

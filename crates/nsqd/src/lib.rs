@@ -7,8 +7,6 @@
 pub mod auth;
 pub mod client;
 pub mod drain;
-/// The snappy/deflate stream layers live in their own crate (shared with nsq-client).
-pub use nsq_compress as compress;
 pub mod http;
 pub mod lookup;
 pub mod metadata;

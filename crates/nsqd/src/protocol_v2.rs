@@ -328,9 +328,10 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 }
                 rd.read_buf(&mut buf).await
             };
-            tokio::select! {
+            // Whether the read deadline passed (else the stream ended).
+            let deadline_passed = tokio::select! {
                 r = fill => match r {
-                    Ok(0) | Err(_) => return,
+                    Ok(0) | Err(_) => false,
                     Ok(n) => {
                         last_read = n;
                         break;
@@ -338,18 +339,48 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 },
                 _ = &mut read_timer, if deadline.is_some() => {
                     let d = deadline.expect("guarded");
-                    if Instant::now() >= d {
-                        // Read deadline passed: close without an error frame.
-                        client.close_now();
-                        return;
+                    if Instant::now() < d {
+                        read_timer.as_mut().reset(d);
+                        timer_at = Some(d);
+                        continue;
                     }
-                    read_timer.as_mut().reset(d);
-                    timer_at = Some(d);
+                    true
                 }
                 _ = closed.wait_for(|c| *c) => return,
+            };
+            // In a command line the deadline closes without an error frame; in a body, EOF
+            // and the deadline both answer with the body's read error (see `cut_short`).
+            if !cut_short(nsqd, client, &decoder, &buf, &mut gate).await && deadline_passed {
+                client.close_now();
             }
+            return;
         }
     }
+}
+
+/// The stream ended (EOF, a read error, or the read deadline) with `buf` left over: in the
+/// middle of a command's body the reference's `io.ReadFull` fails and the command answers
+/// with its fatal read error before the connection closes — e.g. `E_BAD_MESSAGE PUB failed to
+/// read message body` (nsqd/protocol_v2.go, `PUB`, `MPUB` via `readMPUB`, `DPUB`,
+/// `IDENTIFY`, `AUTH`); an MPUB has created its topic by then. Between commands or inside a
+/// command line it closes silently (`IOLoop`). Returns whether an error was queued (the
+/// writer then flushes it and closes).
+async fn cut_short(
+    nsqd: &Arc<Nsqd>,
+    client: &Client,
+    decoder: &Decoder,
+    buf: &[u8],
+    gate: &mut Gate<'_>,
+) -> bool {
+    let Some(e) = decoder.incomplete_read_error(buf) else {
+        return false;
+    };
+    if let Some(topic) = gate.mpub_topic.take() {
+        let _ = nsqd.topic(&topic).await;
+    }
+    send_error(client, &e);
+    client.close_after_flush();
+    true
 }
 
 /// Takes the write side from the writer task, performs the negotiated upgrades and hands the

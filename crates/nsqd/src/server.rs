@@ -254,9 +254,7 @@ async fn run(
         let router = http_router;
         let s = http_stop.clone();
         tokio::spawn(async move {
-            let _ = axum::serve(l, router)
-                .with_graceful_shutdown(async move { s.notified().await })
-                .await;
+            nsq_http::serve::serve(l, router, async move { s.notified().await }).await;
         })
     });
 

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
 use rustls::{ProtocolVersion, RootCertStore, ServerConfig, SupportedCipherSuite};
 use rustls_pki_types::pem::PemObject;
 use tokio::net::{TcpListener, TcpStream};
@@ -127,7 +126,7 @@ fn build(opts: &NsqdOptions) -> Result<ServerConfig, TlsError> {
     let roots = if opts.tls_root_ca_file.is_empty() {
         None
     } else {
-        Some(Arc::new(load_roots(&opts.tls_root_ca_file)?))
+        Some(load_roots(&opts.tls_root_ca_file)?)
     };
 
     let provider = Arc::new(provider());
@@ -143,13 +142,15 @@ fn build(opts: &NsqdOptions) -> Result<ServerConfig, TlsError> {
     let builder = match opts.tls_client_auth_policy.as_str() {
         "require" => builder.with_client_cert_verifier(nsq_tls::AnyClientCert::new(
             &provider,
-            roots.as_ref().map(|r| r.subjects()).unwrap_or_default(),
+            roots
+                .as_ref()
+                .map(|(r, _)| r.subjects())
+                .unwrap_or_default(),
         )),
         "require-verify" => {
-            let roots = roots.ok_or(TlsError::RequireVerifyWithoutRoots)?;
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(roots, provider.clone()).build()?;
-            builder.with_client_cert_verifier(verifier)
+            let (_, roots) = roots.ok_or(TlsError::RequireVerifyWithoutRoots)?;
+            // webpki's verifier, plus X.509 v1 client certificates as Go accepts them.
+            builder.with_client_cert_verifier(nsq_tls::VerifyClientCert::new(&provider, roots)?)
         }
         _ => builder.with_no_client_auth(),
     };
@@ -249,16 +250,20 @@ fn load_key(path: &str) -> Result<PrivateKeyDer<'static>, TlsError> {
     })
 }
 
-/// `--tls-root-ca-file` as a trust store: like Go's `AppendCertsFromPEM`, certificates that
-/// do not parse are skipped, and a file without a single usable one is an error.
-fn load_roots(path: &str) -> Result<RootCertStore, TlsError> {
+/// `--tls-root-ca-file` as a trust store, and its certificates (for [`nsq_tls::VerifyClientCert`]):
+/// like Go's `AppendCertsFromPEM`, certificates that do not parse are skipped, and a file
+/// without a single usable one is an error.
+fn load_roots(path: &str) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), TlsError> {
     let pem = read_file(path)?;
+    let ders: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .map_while(Result::ok)
+        .collect();
     let mut roots = RootCertStore::empty();
-    roots.add_parsable_certificates(CertificateDer::pem_slice_iter(&pem).map_while(Result::ok));
+    roots.add_parsable_certificates(ders.iter().cloned());
     if roots.is_empty() {
         return Err(TlsError::NoRoots);
     }
-    Ok(roots)
+    Ok((roots, ders))
 }
 
 /// `tls_version` in `/stats`: `TLS1.2`, `TLS1.3` (and `TLS1.0`/`TLS1.1`/`SSL30` as the
@@ -376,17 +381,8 @@ async fn serve_connection(
         _ = stopping(&mut shutdown) => return,
     };
 
-    let service = hyper_util::service::TowerToHyperService::new(router);
-    let conn = hyper::server::conn::http1::Builder::new()
-        .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
-    tokio::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = stopping(&mut shutdown) => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
-    }
+    // hyper set up as Go's server: head limits, Go's 400/431 bytes (nsq_http::serve).
+    nsq_http::serve::serve_connection(tls, router, shutdown).await;
 }
 
 /// Resolves once the listener is stopping (or gone).

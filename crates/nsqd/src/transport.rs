@@ -2,16 +2,20 @@
 //! first, then (as negotiated) TLS, and snappy or deflate on top — each confirmed by one extra
 //! `OK` frame sent through the new layer (nsqd/client_v2.go, `UpgradeTLS`, `UpgradeDeflate`, `UpgradeSnappy`).
 //!
-//! The plain TCP halves are two descriptors of the one socket ([`FdReader`], [`FdWriter`]),
-//! registered with the reactor separately: the writer for writability only, the reader for
-//! readability — and the reader can *park* (leave the reactor), so that bytes arriving while a
+//! The plain TCP halves ([`FdReader`], [`FdWriter`]) share the connection's one descriptor
+//! ([`Socket`]), registered with the reactor for both directions — except while the reader
+//! has *parked* it: then it is out of the reactor altogether, so that bytes arriving while a
 //! saturated consumer's FINs are collected on a timer wake nobody (see
-//! `protocol_v2::read_loop`). A single tokio `TcpStream` is registered for both directions, so
-//! every FIN segment would wake the daemon.
+//! `protocol_v2::read_loop`). The writer writes to a parked socket directly; only when the
+//! send buffer is full does it put the socket back in the reactor to wait for writability,
+//! and the reader does not park it again until a write has gone through. One descriptor per
+//! client, as NSQ (nsqd/client_v2.go keeps one `net.Conn`); an earlier version registered a
+//! second descriptor of the socket for writing and held two per client.
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -19,12 +23,13 @@ use std::time::Duration;
 use bytes::BytesMut;
 use nsq_protocol::frame;
 use nsq_protocol::identify::Negotiated;
-use tokio::io::unix::AsyncFd;
+use parking_lot::RwLock;
+use socket2::SockRef;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::client::Client;
-use crate::compress::{DeflateReader, DeflateWriter, SnappyReader, SnappyWriter};
+use nsq_compress::{DeflateReader, DeflateWriter, SnappyReader, SnappyWriter};
 
 /// The TLS handshake deadline.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -88,31 +93,91 @@ const CHUNK_MAX: usize = 64 * 1024;
 /// At most this much is read from a parked socket at once (see `FdReader::read_parked`).
 const PARKED_READ_MAX: usize = 1024 * 1024;
 
-/// Registers a socket descriptor this process owns for the given readiness.
-// `AsyncFd::with_interest` is deprecated since tokio 1.54 because a `T` that does not own its
-// descriptor (a bare `RawFd`) could be closed while registered; here `T` is the owning
-// `std::net::TcpStream`, moved into the `AsyncFd`, so that cannot happen (and the workspace
-// forbids the `unsafe` successor).
-#[allow(deprecated)]
-fn register(
-    s: std::net::TcpStream,
-    interest: Interest,
-) -> io::Result<AsyncFd<std::net::TcpStream>> {
-    AsyncFd::with_interest(s, interest)
+/// Where the connection's one descriptor is.
+enum Reg {
+    /// In the reactor, for both directions (edge-triggered).
+    Registered(TcpStream),
+    /// Out of the reactor (parked by the reader): arriving bytes wake nobody.
+    Parked(std::net::TcpStream),
+    /// Handed on to the TLS layer, or lost because re-registering it failed.
+    Gone,
 }
 
-/// Splits an accepted stream into the two halves (see the module comment).
+fn gone() -> io::Error {
+    io::Error::from(io::ErrorKind::NotConnected)
+}
+
+/// A plain TCP connection's one descriptor, shared by its two halves. The lock is taken
+/// shared for every read and write (they run concurrently) and exclusively only to move the
+/// descriptor in or out of the reactor; it is never held across an `.await`.
+struct Socket {
+    reg: RwLock<Reg>,
+    /// The writer is waiting for writability: the socket must stay in the reactor (its waker
+    /// would be lost with the registration).
+    write_waiting: AtomicBool,
+}
+
+impl Socket {
+    /// Puts a parked socket back in the reactor.
+    fn register(&self) -> io::Result<()> {
+        if !matches!(*self.reg.read(), Reg::Parked(_)) {
+            return Ok(());
+        }
+        let mut reg = self.reg.write();
+        match std::mem::replace(&mut *reg, Reg::Gone) {
+            Reg::Parked(s) => *reg = Reg::Registered(TcpStream::from_std(s)?),
+            other => *reg = other,
+        }
+        Ok(())
+    }
+
+    /// Takes the socket out of the reactor, unless the writer is waiting on it.
+    fn park(&self) {
+        let mut reg = self.reg.write();
+        if self.write_waiting.load(Ordering::Acquire) || !matches!(*reg, Reg::Registered(_)) {
+            return;
+        }
+        if let Reg::Registered(s) = std::mem::replace(&mut *reg, Reg::Gone) {
+            match s.into_std() {
+                Ok(s) => *reg = Reg::Parked(s),
+                Err(e) => tracing::debug!("parking a socket: {e}"),
+            }
+        }
+    }
+
+    /// The descriptor for a system call that needs no readiness (non-blocking read, shutdown).
+    fn with_fd<R>(&self, f: impl FnOnce(SockRef<'_>) -> io::Result<R>) -> io::Result<R> {
+        match &*self.reg.read() {
+            Reg::Registered(s) => f(SockRef::from(s)),
+            Reg::Parked(s) => f(SockRef::from(s)),
+            Reg::Gone => Err(gone()),
+        }
+    }
+
+    /// The socket as one tokio stream (TLS upgrade); the halves are done with it.
+    fn take(&self) -> io::Result<TcpStream> {
+        match std::mem::replace(&mut *self.reg.write(), Reg::Gone) {
+            Reg::Registered(s) => Ok(s),
+            Reg::Parked(s) => TcpStream::from_std(s),
+            Reg::Gone => Err(gone()),
+        }
+    }
+}
+
+/// Splits an accepted stream into the two halves of its one descriptor (see the module
+/// comment).
 pub(crate) fn split(stream: TcpStream) -> io::Result<(ReadSide, WriteSide)> {
-    let s = stream.into_std()?;
-    let w = s.try_clone()?;
+    let sock = Arc::new(Socket {
+        reg: RwLock::new(Reg::Registered(stream)),
+        write_waiting: AtomicBool::new(false),
+    });
     Ok((
         ReadSide::Tcp(FdReader {
-            fd: Some(register(s, Interest::READABLE)?),
-            parked: None,
+            sock: sock.clone(),
             chunk: CHUNK_MIN,
         }),
         WriteSide::Tcp(FdWriter {
-            fd: register(w, Interest::WRITABLE)?,
+            sock,
             shutdown_on_drop: true,
         }),
     ))
@@ -120,35 +185,27 @@ pub(crate) fn split(stream: TcpStream) -> io::Result<(ReadSide, WriteSide)> {
 
 /// The read half of a plain TCP connection.
 pub(crate) struct FdReader {
-    /// Registered for readability (`None` while parked).
-    fd: Option<AsyncFd<std::net::TcpStream>>,
-    /// The socket while parked: not registered, so arriving bytes wake nobody.
-    parked: Option<std::net::TcpStream>,
+    sock: Arc<Socket>,
     /// Bytes to zero-initialize and read at most next time.
     chunk: usize,
 }
 
 impl FdReader {
-    fn unpark(&mut self) -> io::Result<()> {
-        if let Some(s) = self.parked.take() {
-            self.fd = Some(register(s, Interest::READABLE)?);
-        }
-        Ok(())
-    }
-
-    /// Leaves the reactor until the next [`FdReader::readable`] or read through `AsyncRead`.
+    /// Leaves the reactor until the next [`FdReader::readable`] or read through `AsyncRead`
+    /// (not while the writer waits for writability).
     pub(crate) fn park(&mut self) {
-        if let Some(f) = self.fd.take() {
-            self.parked = Some(f.into_inner());
-        }
+        self.sock.park();
     }
 
     /// Waits until bytes (or EOF) can be read, re-registering a parked socket.
     pub(crate) async fn readable(&mut self) -> io::Result<()> {
-        self.unpark()?;
-        let fd = self.fd.as_ref().expect("unparked");
-        // Dropping the guard keeps the readiness for the read that follows.
-        fd.readable().await.map(|_| ())
+        self.sock.register()?;
+        std::future::poll_fn(|cx| match &*self.sock.reg.read() {
+            Reg::Registered(s) => s.poll_read_ready(cx),
+            // Only the reader parks or takes the socket, and it is here.
+            Reg::Parked(_) | Reg::Gone => Poll::Ready(Err(gone())),
+        })
+        .await
     }
 
     /// Non-blocking reads on a parked socket until it is empty (or `PARKED_READ_MAX` bytes
@@ -159,16 +216,11 @@ impl FdReader {
     /// reader sleeps, and a window of 2,500 FINs is 52 KiB; reading it a few KiB per period
     /// left the client waiting for a refill with all its work done.
     pub(crate) fn read_parked(&mut self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
-        let s = match (&self.parked, &self.fd) {
-            (Some(s), _) => s,
-            (None, Some(f)) => f.get_ref(),
-            (None, None) => unreachable!("a reader always holds its socket"),
-        };
         let mut total = 0;
         loop {
             let old = buf.len();
             buf.resize(old + self.chunk, 0);
-            let r = (&*s).read(&mut buf[old..]);
+            let r = self.sock.with_fd(|s| (&*s).read(&mut buf[old..]));
             let n = *r.as_ref().unwrap_or(&0);
             buf.truncate(old + n);
             match r {
@@ -194,13 +246,8 @@ impl FdReader {
     }
 
     /// The socket as one tokio stream again (TLS upgrade), registered for both directions.
-    fn into_stream(mut self) -> io::Result<TcpStream> {
-        let s = match (self.parked.take(), self.fd.take()) {
-            (Some(s), _) => s,
-            (None, Some(f)) => f.into_inner(),
-            (None, None) => unreachable!("a reader always holds its socket"),
-        };
-        TcpStream::from_std(s)
+    fn into_stream(self) -> io::Result<TcpStream> {
+        self.sock.take()
     }
 }
 
@@ -212,6 +259,35 @@ fn next_chunk(chunk: usize, got: usize) -> usize {
     }
 }
 
+/// One system call on a registered socket (`io` reads or writes at most `want` bytes). A
+/// call that moves fewer bytes than asked emptied the receive queue (or filled the send
+/// buffer): with epoll's edge-triggered readiness the next edge is awaited instead of paying
+/// a call that returns EAGAIN (as tokio's own `TcpStream::poll_read` does). The closure
+/// reports a short transfer to `try_io` as `WouldBlock`, which clears the readiness with the
+/// tick it saw *before* the call, so an edge that arrived meanwhile is kept. One syscall less
+/// per request for a PUB-per-round-trip publisher.
+fn transfer(
+    s: &TcpStream,
+    interest: Interest,
+    want: usize,
+    io: impl FnOnce(SockRef<'_>) -> io::Result<usize>,
+) -> io::Result<usize> {
+    let mut done = None;
+    let r = s.try_io(interest, || {
+        let n = io(SockRef::from(s))?;
+        done = Some(n);
+        if n > 0 && n < want {
+            Err(io::ErrorKind::WouldBlock.into())
+        } else {
+            Ok(n)
+        }
+    });
+    match done {
+        Some(n) => Ok(n),
+        None => r,
+    }
+}
+
 impl AsyncRead for FdReader {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -219,41 +295,33 @@ impl AsyncRead for FdReader {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        this.unpark()?;
-        let fd = this.fd.as_ref().expect("unparked");
+        this.sock.register()?;
+        let reg = this.sock.reg.read();
+        let Reg::Registered(s) = &*reg else {
+            return Poll::Ready(Err(gone()));
+        };
         loop {
-            let mut guard = std::task::ready!(fd.poll_read_ready(cx))?;
+            std::task::ready!(s.poll_read_ready(cx))?;
             let want = this.chunk.min(buf.remaining());
             let dst = buf.initialize_unfilled_to(want);
-            match guard.try_io(|inner| {
-                let mut s: &std::net::TcpStream = inner.get_ref();
-                s.read(dst)
-            }) {
-                Ok(Ok(n)) => {
+            match transfer(s, Interest::READABLE, want, |fd| (&*fd).read(dst)) {
+                Ok(n) => {
                     buf.advance(n);
                     this.chunk = next_chunk(this.chunk, n);
-                    // A short read emptied the socket: with epoll's edge-triggered readiness,
-                    // wait for the next edge instead of paying a read that returns EAGAIN (as
-                    // tokio's own TcpStream does; the guard's tick keeps an edge that arrived
-                    // meanwhile). One syscall less per request for a PUB-per-round-trip
-                    // publisher.
-                    if n > 0 && n < want {
-                        guard.clear_ready();
-                    }
                     return Poll::Ready(Ok(()));
                 }
-                Ok(Err(e)) => return Poll::Ready(Err(e)),
-                Err(_would_block) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
             }
         }
     }
 }
 
-/// The write half of a plain TCP connection (registered for writability only).
+/// The write half of a plain TCP connection.
 pub(crate) struct FdWriter {
-    fd: AsyncFd<std::net::TcpStream>,
-    /// False once the socket is handed on (TLS upgrade): dropping this descriptor then must
-    /// not shut the connection's write direction down.
+    sock: Arc<Socket>,
+    /// False once the socket is handed on (TLS upgrade): dropping this half then must not
+    /// shut the connection's write direction down.
     shutdown_on_drop: bool,
 }
 
@@ -263,22 +331,35 @@ impl AsyncWrite for FdWriter {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        let sock = &self.sock;
         loop {
-            let mut guard = std::task::ready!(self.fd.poll_write_ready(cx))?;
-            match guard.try_io(|inner| {
-                let mut s: &std::net::TcpStream = inner.get_ref();
-                s.write(buf)
-            }) {
-                Ok(Ok(n)) => {
-                    // A short write filled the send buffer: wait for the next edge (see
-                    // `FdReader::poll_read`).
-                    if n > 0 && n < buf.len() {
-                        guard.clear_ready();
+            let reg = sock.reg.read();
+            match &*reg {
+                Reg::Registered(s) => {
+                    if s.poll_write_ready(cx)?.is_pending() {
+                        // Set under the shared lock, which `park` takes exclusively.
+                        sock.write_waiting.store(true, Ordering::Release);
+                        return Poll::Pending;
                     }
-                    return Poll::Ready(Ok(n));
+                    match transfer(s, Interest::WRITABLE, buf.len(), |fd| (&*fd).write(buf)) {
+                        Ok(n) => {
+                            sock.write_waiting.store(false, Ordering::Release);
+                            return Poll::Ready(Ok(n));
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        Err(e) => return Poll::Ready(Err(e)),
+                    }
                 }
-                Ok(Err(e)) => return Poll::Ready(Err(e)),
-                Err(_would_block) => continue,
+                Reg::Parked(s) => match (&*s).write(buf) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        // The send buffer is full: back into the reactor to wait for room.
+                        sock.write_waiting.store(true, Ordering::Release);
+                        drop(reg);
+                        sock.register()?;
+                    }
+                    r => return Poll::Ready(r),
+                },
+                Reg::Gone => return Poll::Ready(Err(gone())),
             }
         }
     }
@@ -288,16 +369,16 @@ impl AsyncWrite for FdWriter {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(self.fd.get_ref().shutdown(Shutdown::Write))
+        Poll::Ready(self.sock.with_fd(|s| s.shutdown(Shutdown::Write)))
     }
 }
 
 impl Drop for FdWriter {
     fn drop(&mut self) {
         // As tokio's write half does on drop: the peer sees EOF even while the read half
-        // (the other descriptor) is still open.
+        // is still open.
         if self.shutdown_on_drop {
-            let _ = self.fd.get_ref().shutdown(Shutdown::Write);
+            let _ = self.sock.with_fd(|s| s.shutdown(Shutdown::Write));
         }
     }
 }
@@ -387,6 +468,50 @@ pub(crate) async fn upgrade(
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+
+    /// The writer of a parked socket writes to it directly; when the send buffer fills, it
+    /// puts the socket back in the reactor and waits for room, and the reader cannot park it
+    /// again meanwhile (the wait would be lost). Everything arrives once the peer reads.
+    #[tokio::test]
+    async fn writer_fills_a_parked_socket_and_waits_for_room() {
+        use tokio::io::AsyncReadExt;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (server, _) = l.accept().await.unwrap();
+        let (ReadSide::Tcp(mut rd), WriteSide::Tcp(mut wr)) = split(server).unwrap() else {
+            panic!("plain TCP splits into descriptors");
+        };
+        rd.park();
+        assert!(matches!(*rd.sock.reg.read(), Reg::Parked(_)));
+        // Far more than the socket buffers hold on loopback.
+        let data: Vec<u8> = (0..32 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+        let writer = tokio::spawn(async move {
+            wr.write_all(&data).await.unwrap();
+            wr.shutdown().await.unwrap();
+            data
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!writer.is_finished(), "the send buffer filled");
+        assert!(
+            matches!(*rd.sock.reg.read(), Reg::Registered(_)),
+            "back in the reactor"
+        );
+        rd.park();
+        assert!(
+            matches!(*rd.sock.reg.read(), Reg::Registered(_)),
+            "not parked while the writer waits"
+        );
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), client.read_to_end(&mut got))
+            .await
+            .expect("everything within 30 s")
+            .unwrap();
+        let data = writer.await.unwrap();
+        assert_eq!(got.len(), data.len());
+        assert!(got == data);
+        rd.park();
+        assert!(matches!(*rd.sock.reg.read(), Reg::Parked(_)), "parks again");
+    }
 
     /// A parked socket is read until it is empty: a window's worth of FINs that arrived while
     /// the reader slept comes back from one `read_parked`, not a chunk per period.

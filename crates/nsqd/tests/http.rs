@@ -1042,3 +1042,46 @@ async fn keep_alive_requests() {
     assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
     d.h.shutdown().await;
 }
+
+/// Requests Go's server reads and hyper by default does not, and Go's bytes for one it cannot
+/// parse (issue 21, defect 5; nsq_http::serve): a 1 MB header and 10,000 headers are
+/// served; a malformed request gets `400 Bad Request` as a plain-text body, then the close.
+#[tokio::test]
+async fn http_heads_as_go_reads_them() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let d = Daemon::start(&[]).await;
+    let addr = d.http();
+    let exchange = |req: Vec<u8>| async move {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = s.write_all(&req).await;
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+            .await
+            .expect("closed within 10 s")
+            .unwrap();
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    let mut big = b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: ".to_vec();
+    big.resize(big.len() + 1_000_000, b'a');
+    big.extend_from_slice(b"\r\n\r\n");
+    let mut many = b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".to_vec();
+    for i in 0..10_000 {
+        many.extend_from_slice(format!("X-H{i}: v\r\n").as_bytes());
+    }
+    many.extend_from_slice(b"\r\n");
+    for req in [big, many] {
+        let resp = exchange(req).await;
+        assert!(
+            resp.starts_with("HTTP/1.1 200 OK\r\n") && resp.ends_with("\r\n\r\nOK"),
+            "{resp}"
+        );
+    }
+    assert_eq!(
+        exchange(b"GET /ping HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n".to_vec()).await,
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         Connection: close\r\n\r\n400 Bad Request"
+    );
+    let resp = exchange(b"GET /ping HTTP/1.0\r\n\r\n".to_vec()).await;
+    assert!(resp.starts_with("HTTP/1.0 200 OK\r\n"), "{resp}");
+    d.h.shutdown().await;
+}

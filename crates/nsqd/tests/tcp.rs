@@ -352,7 +352,8 @@ async fn fatal_error_does_not_disturb_other_clients() {
 
 /// The read deadline covers a whole command (nsqd/protocol_v2.go, IOLoop sets it once per
 /// command): a PUB body sent one byte per 1.5 s must not keep the connection open past
-/// 2 × heartbeat, although every single read comes well within it.
+/// 2 × heartbeat, although every single read comes well within it; the PUB then fails with
+/// its body's read error.
 #[tokio::test]
 async fn trickled_body_hits_the_command_read_deadline() {
     let (h, _d) = start().await;
@@ -380,12 +381,25 @@ async fn trickled_body_hits_the_command_read_deadline() {
         .ok();
     let took = start.elapsed();
     // Closed at ~2 s (2 × heartbeat from the command's start), long before the 15 s the body
-    // takes; no OK was sent (heartbeats may have been).
+    // takes; no OK was sent (heartbeats may have been), and the last frame is the body's read
+    // error, as the reference's `io.ReadFull` fails on the deadline (nsqd/protocol_v2.go, PUB).
     assert!(took >= Duration::from_millis(1500), "closed after {took:?}");
     assert!(took < Duration::from_secs(9), "closed only after {took:?}");
     let mut buf = BytesMut::from(&rest[..]);
+    let mut frames = Vec::new();
     while let Some(f) = take_frame(&mut buf).unwrap() {
-        assert_eq!(&f.data[..], b"_heartbeat_");
+        frames.push((f.frame_type, f.data.to_vec()));
+    }
+    let last = frames.pop().expect("an error frame");
+    assert_eq!(
+        (last.0, String::from_utf8_lossy(&last.1).into_owned()),
+        (
+            1,
+            "E_BAD_MESSAGE PUB failed to read message body".to_string()
+        )
+    );
+    for (t, data) in frames {
+        assert_eq!((t, &data[..]), (0, &b"_heartbeat_"[..]));
     }
     trickle.abort();
     h.shutdown().await;
@@ -497,4 +511,79 @@ async fn saturated_connection_still_answers_other_commands() {
         assert!(std::time::Instant::now() < deadline, "close not noticed");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A body cut short by a half-close: the reference's `io.ReadFull` fails and the command
+/// answers with its fatal read error before the connection closes (nsqd/protocol_v2.go,
+/// `PUB`, `DPUB`, `readMPUB`, `IDENTIFY`, `AUTH`); an MPUB has created its topic by then. A
+/// connection that ends between commands or inside a command line closes silently (`IOLoop`).
+#[tokio::test]
+async fn body_cut_short_by_a_half_close_gets_the_read_error() {
+    let (h, _d) = start().await;
+    let cases: &[(&[u8], &str)] = &[
+        (
+            b"PUB t\n\0\0\0\x0aabc",
+            "E_BAD_MESSAGE PUB failed to read message body",
+        ),
+        (
+            b"PUB t\n",
+            "E_BAD_MESSAGE PUB failed to read message body size",
+        ),
+        (
+            b"PUB t\n\0\0",
+            "E_BAD_MESSAGE PUB failed to read message body size",
+        ),
+        (
+            b"DPUB t 10\n\0\0\0\x0aabc",
+            "E_BAD_MESSAGE DPUB failed to read message body",
+        ),
+        (
+            b"MPUB m\n\0\0\0\x20\0\0\0\x02\0\0\0\x01a\0\0",
+            "E_BAD_MESSAGE MPUB failed to read message(1) body size",
+        ),
+        (
+            b"MPUB m\n\0\0\0\x20\0\0",
+            "E_BAD_BODY MPUB failed to read message count",
+        ),
+        (
+            b"IDENTIFY\n\0\0\0\x10{}",
+            "E_BAD_BODY IDENTIFY failed to read body",
+        ),
+        (b"AUTH\n\0\0\0\x05ab", "E_BAD_BODY AUTH failed to read body"),
+        (b"NOP\n", ""),
+        (b"PUB t", ""),
+    ];
+    for (sent, text) in cases {
+        let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
+        s.write_all(b"  V2").await.unwrap();
+        s.write_all(sent).await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got))
+            .await
+            .expect("closed within 10 s")
+            .unwrap();
+        let mut want = Vec::new();
+        if !text.is_empty() {
+            want.extend_from_slice(&(text.len() as u32 + 4).to_be_bytes());
+            want.extend_from_slice(&1u32.to_be_bytes());
+            want.extend_from_slice(text.as_bytes());
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want),
+            "after {:?}",
+            String::from_utf8_lossy(sent)
+        );
+        assert_eq!(got, want);
+    }
+    assert!(
+        h.nsqd.engine.get_topic("m").is_some(),
+        "MPUB created its topic"
+    );
+    assert!(
+        h.nsqd.engine.get_topic("t").is_none(),
+        "no PUB went through"
+    );
+    h.shutdown().await;
 }

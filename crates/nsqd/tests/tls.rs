@@ -6,6 +6,8 @@
 //! certificates); handshakes run over real loopback sockets with tokio-rustls on both ends.
 //! When `openssl` is installed, `s_client` checks the protocol versions from the outside.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -490,6 +492,117 @@ async fn require_verify_checks_against_root_ca() {
             .unwrap();
         assert_eq!(n.common_name, "client-alice");
     }
+}
+
+/// An X.509 v1 client certificate signed by the root CA passes `require-verify`, as Go's
+/// `RequireAndVerifyClientCert` lets it (webpki alone refuses it: `UnsupportedCertVersion`),
+/// and `require`; a v1 certificate with a forged signature, an expired one, or one from
+/// another CA is still refused.
+#[tokio::test]
+async fn require_verify_accepts_v1_client_certs_from_the_root_ca() {
+    let pki = pki();
+    let v1 = pki.v1_client("v1", "client-v1", "491231235959Z", false);
+    let forged = pki.v1_client("forged", "client-v1", "491231235959Z", true);
+    let expired = pki.v1_client("expired", "client-v1", "210101000000Z", false);
+    let other_ca = Pki::new();
+    let stranger = other_ca.v1_client("stranger", "client-v1", "491231235959Z", false);
+    let verify = server_config(&NsqdOptions {
+        tls_client_auth_policy: "require-verify".to_string(),
+        tls_root_ca_file: path(&pki.ca.cert),
+        ..opts(&pki)
+    });
+    let require = server_config(&NsqdOptions {
+        tls_client_auth_policy: "require".to_string(),
+        ..opts(&pki)
+    });
+    for versions in [TLS12, TLS13] {
+        let n = handshake(&verify, &pki, versions, Some(&v1)).await.unwrap();
+        assert_eq!(n.common_name, "client-v1");
+        let n = handshake(&require, &pki, versions, Some(&v1))
+            .await
+            .unwrap();
+        assert_eq!(n.common_name, "client-v1");
+        for (what, bad) in [
+            ("forged", &forged),
+            ("expired", &expired),
+            ("another CA's", &stranger),
+        ] {
+            let r = handshake(&verify, &pki, versions, Some(bad)).await;
+            assert!(r.is_err(), "{what} v1 certificate accepted: {r:?}");
+        }
+        // v3 certificates still go through webpki.
+        let n = handshake(&verify, &pki, versions, Some(&pki.client))
+            .await
+            .unwrap();
+        assert_eq!(n.common_name, "client-alice");
+    }
+}
+
+/// The same end to end: nsqd with `--tls-client-auth-policy=require-verify` takes a v1 client
+/// certificate on the TCP `tls_v1` upgrade (then a PUB over TLS) and on the HTTPS listener.
+#[tokio::test]
+async fn v1_client_cert_on_the_tls_upgrade_and_https() {
+    let pki = pki();
+    let v1 = pki.v1_client("v1", "client-v1", "491231235959Z", false);
+    let (h, _d) = common::start_with(&[
+        format!("--tls-cert={}", pki.server.cert_path()),
+        format!("--tls-key={}", pki.server.key_path()),
+        format!("--tls-root-ca-file={}", pki.ca_path()),
+        "--tls-client-auth-policy=require-verify".to_string(),
+    ])
+    .await;
+    let name = || ServerName::try_from("localhost").unwrap();
+
+    for versions in [TLS12, TLS13] {
+        let mut tcp = TcpStream::connect(h.tcp_addr()).await.unwrap();
+        let body = br#"{"feature_negotiation":true,"tls_v1":true}"#;
+        let mut identify = b"  V2IDENTIFY\n".to_vec();
+        identify.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        identify.extend_from_slice(body);
+        tcp.write_all(&identify).await.unwrap();
+        let mut size = [0u8; 4];
+        tcp.read_exact(&mut size).await.unwrap();
+        let mut resp = vec![0u8; u32::from_be_bytes(size) as usize];
+        tcp.read_exact(&mut resp).await.unwrap();
+        assert!(String::from_utf8_lossy(&resp).contains(r#""tls_v1":true"#));
+        let mut tls = TlsConnector::from(client_config(&pki, versions, None, Some(&v1)))
+            .connect(name(), tcp)
+            .await
+            .unwrap();
+        let mut ok = [0u8; 10];
+        tls.read_exact(&mut ok).await.unwrap();
+        assert_eq!(&ok, b"\0\0\0\x06\0\0\0\0OK");
+        tls.write_all(b"PUB t\n\0\0\0\x02v1").await.unwrap();
+        tls.read_exact(&mut ok).await.unwrap();
+        assert_eq!(&ok, b"\0\0\0\x06\0\0\0\0OK");
+        let cn: Vec<String> = h
+            .nsqd
+            .clients()
+            .into_iter()
+            .map(|c| c.stats().meta.tls_common_name)
+            .collect();
+        assert!(cn.contains(&"client-v1".to_string()), "{cn:?}");
+
+        let tcp = TcpStream::connect(h.nsqd.https_addr.unwrap())
+            .await
+            .unwrap();
+        let mut tls = TlsConnector::from(client_config(&pki, versions, None, Some(&v1)))
+            .connect(name(), tcp)
+            .await
+            .unwrap();
+        tls.write_all(b"GET /ping HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut out))
+            .await
+            .expect("HTTPS answer")
+            .unwrap();
+        let out = String::from_utf8_lossy(&out);
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+        assert!(out.ends_with("\r\n\r\nOK"), "{out}");
+    }
+    h.shutdown().await;
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
-use nsq_http::listen::ListenError;
+use nsq_http::listen::{tcp_listener, ListenError};
 
 use crate::db::RegistrationDb;
 use crate::nsqlookupd::Nsqlookupd;
@@ -77,36 +77,28 @@ pub async fn start(opts: NsqlookupdOptions) -> Result<NsqlookupdHandle, StartErr
 
 /// Go's `net.Listen("tcp", addr)`: an empty host (`:4160`) or `0.0.0.0` listens on every
 /// address, IPv6 included (a dual-stack `[::]` socket, as Go does when the system supports
-/// it; otherwise plain `0.0.0.0`).
+/// it; otherwise plain `0.0.0.0`), with Go's backlog (`nsq_http::listen::backlog`).
 async fn listen(addr: &str) -> Result<TcpListener, ListenError> {
     let fail = |e: std::io::Error| ListenError::new(addr, e);
     if let Some((host, port)) = addr.rsplit_once(':') {
         if host.is_empty() || host == "0.0.0.0" {
-            if let Ok(l) = TcpListener::bind(format!("[::]:{port}")).await {
+            if let Ok(l) = tcp_listener(&format!("[::]:{port}")).await {
                 return Ok(l);
             }
-            return TcpListener::bind(format!("0.0.0.0:{port}"))
-                .await
-                .map_err(fail);
+            return tcp_listener(&format!("0.0.0.0:{port}")).await.map_err(fail);
         }
     }
-    TcpListener::bind(addr).await.map_err(fail)
+    tcp_listener(addr).await.map_err(fail)
 }
 
 async fn run(lookupd: Arc<Nsqlookupd>, tcp: TcpListener, http: TcpListener, stop: Arc<Notify>) {
     let http_stop = Arc::new(Notify::new());
     let http_task = {
-        let service = crate::http::router(lookupd.clone())
-            .into_make_service_with_connect_info::<SocketAddr>();
+        let router = crate::http::router(lookupd.clone());
         let s = http_stop.clone();
-        tokio::spawn(async move {
-            let r = axum::serve(http, service)
-                .with_graceful_shutdown(async move { s.notified().await })
-                .await;
-            if let Err(e) = r {
-                tracing::error!("http server error - {e}");
-            }
-        })
+        tokio::spawn(nsq_http::serve::serve(http, router, async move {
+            s.notified().await
+        }))
     };
 
     let (close_tx, close_rx) = watch::channel(false);

@@ -387,3 +387,24 @@ async fn wildcard_listen_addresses_like_go() {
         json!(c.s.local_addr().unwrap().to_string())
     );
 }
+
+/// Both listeners queue as many connects as the system allows (`net.core.somaxconn`, as Go's
+/// `net.Listen`), not the 128 that Tokio's `TcpListener::bind` asks for.
+#[tokio::test]
+async fn listeners_have_the_system_backlog() {
+    let Some(want) = nsq_testkit::sockets::somaxconn() else {
+        eprintln!("no /proc/sys/net/core/somaxconn: skipped");
+        return;
+    };
+    let l = Lookupd::start().await;
+    for (what, port) in [
+        ("TCP", l.h.tcp_addr().port()),
+        ("HTTP", l.h.http_addr().port()),
+    ] {
+        let Some(got) = nsq_testkit::sockets::listen_backlog(port) else {
+            eprintln!("`ss` not available: skipped");
+            return;
+        };
+        assert_eq!(got, want, "{what} listener backlog");
+    }
+}

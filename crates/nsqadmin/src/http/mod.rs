@@ -26,7 +26,7 @@ use bytes::Bytes;
 
 use crate::admin::Admin;
 
-/// Builds the router (served with `axum::serve` and `ConnectInfo<SocketAddr>`).
+/// Builds the router (served by `nsq_http::serve::serve`, which adds `ConnectInfo<SocketAddr>`).
 pub fn router(admin: Arc<Admin>) -> Router {
     Router::new().fallback(dispatch).with_state(admin)
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use nsqd::compress::{DeflateReader, DeflateWriter, SnappyReader, SnappyWriter};
+use nsq_compress::{DeflateReader, DeflateWriter, SnappyReader, SnappyWriter};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
