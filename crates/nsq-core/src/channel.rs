@@ -526,9 +526,9 @@ impl Channel {
         let mut msgs: Vec<Queued> = msgs.collect();
         let mut rest = msgs.split_off(room.min(msgs.len()));
         if !msgs.is_empty() && !self.admit(msgs.iter().map(Weigh::weight).sum()) {
+            // Memory refused: all of it goes to the backend, in order.
             msgs.append(&mut rest);
-            rest = msgs;
-            msgs = Vec::new();
+            rest = std::mem::take(&mut msgs);
         }
         if self.durable {
             st.spill = true;

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::{start, v2};
+use common::{channel, start, v2};
 use nsq_testkit::sized;
 
 /// Inodes of the established IPv4 TCP sockets whose local port is `port` (the daemon's ends
@@ -128,13 +128,7 @@ async fn parked_consumer_with_a_full_send_buffer_gets_everything() {
     sub.expect_response(b"OK").await;
     // 200 × 64 KiB in flight is far more than the socket buffers hold: the writer blocks.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let ch = h
-        .nsqd
-        .engine
-        .get_topic("t")
-        .unwrap()
-        .get_channel("c")
-        .unwrap();
+    let ch = channel(&h, "t", "c");
     assert_eq!(ch.stats().in_flight_count, 200);
     let mut seen = HashSet::new();
     let deadline = Instant::now() + Duration::from_secs(30);

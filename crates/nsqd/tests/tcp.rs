@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use common::{start, start_with, v2};
+use common::{channel, start, start_with, v2};
 use nsq_protocol::frame::take_frame;
 use nsq_testkit::sized;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -180,13 +180,7 @@ async fn rdy_window_fin_req_touch() {
     assert_eq!((m1.attempts, &m1.body[..]), (1, &b"m0"[..]));
     assert_eq!(&m2.body[..], b"m1");
     assert_eq!(&m3.body[..], b"m2");
-    let ch = h
-        .nsqd
-        .engine
-        .get_topic("t")
-        .unwrap()
-        .get_channel("c")
-        .unwrap();
+    let ch = channel(&h, "t", "c");
     assert_eq!(ch.stats().in_flight_count, 3);
 
     // Lower the window; FINs below it deliver nothing until in-flight < RDY.
@@ -325,13 +319,7 @@ async fn msg_timeout_requeues() {
     assert_eq!(m.attempts, 1);
     let again = c.message().await;
     assert_eq!((again.id, again.attempts), (m.id, 2));
-    let ch = h
-        .nsqd
-        .engine
-        .get_topic("t")
-        .unwrap()
-        .get_channel("c")
-        .unwrap();
+    let ch = channel(&h, "t", "c");
     assert_eq!(ch.stats().timeout_count, 1);
     h.shutdown().await;
 }
@@ -495,13 +483,7 @@ async fn saturated_connection_still_answers_other_commands() {
         .await;
     sub.expect_error("E_FIN_FAILED FIN 0000000000000000 failed ID not in flight")
         .await;
-    let ch = h
-        .nsqd
-        .engine
-        .get_topic("t")
-        .unwrap()
-        .get_channel("c")
-        .unwrap();
+    let ch = channel(&h, "t", "c");
     assert_eq!(ch.stats().in_flight_count, 64);
     assert_eq!(ch.stats().consumers.len(), 1);
     // Closing while saturated (the reader parked) is noticed: the consumer goes away.

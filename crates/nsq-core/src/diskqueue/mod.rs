@@ -270,11 +270,16 @@ impl BackendQueue for DiskQueue {
 
     fn set_read_watermark(&self, pos: Option<RecordPos>) {
         let mut st = self.state.lock();
+        if st.dirty_since.is_some() {
+            // A sync is already due within `sync_timeout`; it will persist the new position.
+            st.watermark.set(pos);
+            return;
+        }
         let before = st.watermark.persisted_read(&st);
         st.watermark.set(pos);
         // The read position on disk must follow within `sync_timeout` (the syncer's timer
         // looks at `dirty_since`), or a crash re-delivers what was settled since.
-        if st.dirty_since.is_none() && st.watermark.persisted_read(&st) != before {
+        if st.watermark.persisted_read(&st) != before {
             st.dirty_since = Some(Instant::now());
         }
     }

@@ -44,6 +44,16 @@ pub async fn start() -> (NsqdHandle, TempDir) {
     start_with::<&str>(&[]).await
 }
 
+/// Channel `channel` of topic `topic` in `h`'s engine; panics if either does not exist.
+pub fn channel(h: &NsqdHandle, topic: &str, channel: &str) -> std::sync::Arc<nsq_core::Channel> {
+    h.nsqd
+        .engine
+        .get_topic(topic)
+        .expect("topic exists")
+        .get_channel(channel)
+        .expect("channel exists")
+}
+
 /// A V2 connection to `h` (magic sent).
 pub async fn v2(h: &NsqdHandle) -> FrameConn {
     FrameConn::connect(h.tcp_addr(), b"  V2").await
