@@ -10,7 +10,7 @@ use std::collections::BinaryHeap;
 
 use nsq_protocol::MessageId;
 use rustc_hash::FxHashMap;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::message::Message;
 
@@ -35,6 +35,11 @@ impl DeferredQueue {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Whether a message with this ID is deferred.
+    pub fn contains(&self, id: &MessageId) -> bool {
+        self.entries.contains_key(id)
     }
 
     /// Record size of the deferred messages.

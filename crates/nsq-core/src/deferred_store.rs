@@ -58,7 +58,7 @@ const SPANS_LOGGED: usize = 16;
 
 /// Identifies how far the store's writer got, for [`DeferredStore::wait_durable`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub struct StoreTicket(u64);
+pub struct StoreTicket(pub(crate) u64);
 
 /// The file and what is known about it; held briefly (one `write` syscall at most).
 struct Inner {

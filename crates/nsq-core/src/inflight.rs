@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use nsq_protocol::MessageId;
 use rustc_hash::FxHashMap;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::backend::RecordPos;
 use crate::message::Message;

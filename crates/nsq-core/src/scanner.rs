@@ -2,8 +2,9 @@
 //! releases due deferred ones across all channels.
 //!
 //! Every `interval` pick up to `selection_count` random channels, process them on a worker
-//! pool (`clamp(channels / 4, 1, worker_pool_max)` tasks), and loop again at once while more
-//! than `dirty_percent` of them had work. The channel list is refreshed every
+//! pool (`clamp(channels / 4, 1, worker_pool_max)` tasks) — timeouts, due deferrals, then the
+//! settlements waiting for a sync (`Channel::settle_durable`) — and loop again at once while
+//! more than `dirty_percent` of them had work. The channel list is refreshed every
 //! `refresh_interval`, and at once when channels were created or deleted since the last look.
 
 use std::sync::Arc;
@@ -63,7 +64,11 @@ impl Pool {
                     let job = rx.lock().await.recv().await;
                     match job {
                         Some(Some(ch)) => {
-                            if done.send(scan_channel(&ch)).await.is_err() {
+                            let dirty = scan_channel(&ch);
+                            // Settlements waiting for a sync (requeued and deferred messages'
+                            // old records): not dirty work, it never repeats at once.
+                            ch.settle_durable().await;
+                            if done.send(dirty).await.is_err() {
                                 return;
                             }
                         }

@@ -1,0 +1,198 @@
+//! Consumers joining and leaving, administration (pause, empty, delete), shutdown, stats.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use nsq_protocol::MessageId;
+
+use super::{Channel, ChannelStats, Consumer, SubscribeError};
+use crate::backend::BackendError;
+use crate::e2e::E2eLatency;
+use crate::message::Message;
+
+impl Channel {
+    // ---- consumers --------------------------------------------------------------------------
+
+    /// SUB: adds a consumer, enforcing `--max-channel-consumers`.
+    pub fn add_consumer(&self, c: Arc<dyn Consumer>) -> Result<(), SubscribeError> {
+        let mut g = self.lock();
+        if self.is_exiting() {
+            return Err(SubscribeError::Exiting);
+        }
+        if g.consumers.iter().any(|x| x.id() == c.id()) {
+            return Ok(());
+        }
+        let max = self.opts.max_channel_consumers;
+        if max > 0 && g.consumers.len() >= max {
+            return Err(SubscribeError::TooManyConsumers(max));
+        }
+        g.consumers.push(c);
+        Ok(())
+    }
+
+    /// A consumer's connection ended. Its in-flight messages stay until they time out. An
+    /// ephemeral channel left without consumers deletes itself.
+    pub fn remove_consumer(&self, client_id: u64) {
+        let now_empty = {
+            let mut g = self.lock();
+            let before = g.consumers.len();
+            g.consumers.retain(|c| c.id() != client_id);
+            before != g.consumers.len() && g.consumers.is_empty()
+        };
+        if now_empty && self.ephemeral && !self.deleting.swap(true, Ordering::AcqRel) {
+            if let Some(topic) = self.topic.upgrade() {
+                topic.delete_channel_if(&self.name, self);
+            }
+        }
+    }
+
+    pub fn consumer_count(&self) -> usize {
+        self.lock().consumers.len()
+    }
+
+    // ---- administration ---------------------------------------------------------------------
+
+    pub fn pause(&self) {
+        self.paused.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    pub fn unpause(&self) {
+        self.paused.store(false, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    /// Discards everything queued, in flight and deferred; consumers' in-flight counts reset.
+    pub fn empty(&self) -> Result<(), BackendError> {
+        let consumers = {
+            let mut g = self.lock();
+            g.state.clear();
+            g.consumers.clone()
+        };
+        for c in consumers {
+            c.on_empty();
+        }
+        if let Some(store) = &self.store {
+            if let Err(e) = store.compact(std::iter::empty()) {
+                tracing::error!(channel = %self.name, "failed to empty deferred store - {e}");
+            }
+        }
+        self.backend.empty()
+    }
+
+    /// Stops the channel: no more puts, requeues or subscriptions; consumers are closed.
+    fn stop(&self) {
+        self.exiting.store(true, Ordering::Release);
+        let consumers = {
+            let mut g = self.lock();
+            g.state.set_closing();
+            std::mem::take(&mut g.consumers)
+        };
+        for c in consumers {
+            c.close();
+        }
+    }
+
+    /// Deletion: stop, close consumers, discard everything, remove the backend's files.
+    pub(crate) fn delete(&self) {
+        self.stop();
+        if let Err(e) = self.empty() {
+            tracing::error!(channel = %self.name, "failed to empty channel backend - {e}");
+        }
+        if let Some(store) = &self.store {
+            if let Err(e) = store.remove() {
+                tracing::error!(channel = %self.name, "failed to remove deferred store - {e}");
+            }
+        }
+        if let Err(e) = self.backend.delete() {
+            tracing::error!(channel = %self.name, "failed to delete channel backend - {e}");
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// Shutdown: close consumers, then persist memory queue, in-flight and deferred messages
+    /// to the backend and close it — the data dir is then exactly what the reference leaves
+    /// (no watermark, no deferred journal).
+    ///
+    /// Two writes: first what is held only in memory (the reserve guarantees its room, see
+    /// [`crate::reserve`]), then what also has a copy on disk (messages read from the backend,
+    /// journaled deferred ones). If the second fails (a full disk), the watermark and the
+    /// journal stay, so those are read again after the restart and nothing is lost.
+    pub(crate) fn close(&self) -> Result<(), BackendError> {
+        self.stop();
+        let (volatile, backed) = self.lock().state.drain_for_close();
+        let write = |msgs: &[Message]| -> Result<(), BackendError> {
+            if msgs.is_empty() {
+                return Ok(());
+            }
+            self.backend
+                .put_batch(msgs.len(), &mut |i, out| msgs[i].encode_into(out))
+                .map(drop)
+        };
+        let first = write(&volatile);
+        if let Err(e) = &first {
+            tracing::error!(channel = %self.name, "failed to flush channel to backend - {e}");
+        }
+        let second = write(&backed);
+        match &second {
+            Ok(()) => self.lock().state.flushed(),
+            Err(e) => {
+                tracing::error!(channel = %self.name, "failed to flush messages read from disk back to it, they stay where they were (read again after the restart) - {e}");
+            }
+        }
+        self.backend.close()?;
+        if second.is_ok() {
+            if let Some(store) = &self.store {
+                store.remove()?;
+            }
+        }
+        first.and(second)
+    }
+
+    // ---- stats ------------------------------------------------------------------------------
+
+    pub fn depth(&self) -> i64 {
+        self.lock().state.mem_len() as i64 + self.backend.depth()
+    }
+
+    pub fn stats(&self) -> ChannelStats {
+        let (mem, in_flight, deferred, consumers) = {
+            let g = self.lock();
+            (
+                g.state.mem_len(),
+                g.state.in_flight_len(),
+                g.state.deferred_len(),
+                g.consumers.clone(),
+            )
+        };
+        let backend_depth = self.backend.depth();
+        ChannelStats {
+            name: self.name.clone(),
+            depth: mem as i64 + backend_depth,
+            backend_depth,
+            in_flight_count: in_flight,
+            deferred_count: deferred,
+            message_count: self.counters.message_count.load(Ordering::Relaxed),
+            requeue_count: self.counters.requeue_count.load(Ordering::Relaxed),
+            timeout_count: self.counters.timeout_count.load(Ordering::Relaxed),
+            paused: self.is_paused(),
+            consumers,
+        }
+    }
+
+    /// The channel's e2e processing-latency window.
+    pub fn e2e(&self) -> &E2eLatency {
+        &self.e2e
+    }
+
+    /// IDs currently in flight (test helper and debugging aid).
+    pub fn in_flight_ids(&self) -> Vec<MessageId> {
+        self.lock().state.in_flight_ids()
+    }
+
+    #[doc(hidden)]
+    pub fn peek_bodies(&self) -> Vec<Bytes> {
+        self.lock().state.queued().map(|m| m.body.clone()).collect()
+    }
+}

@@ -1,0 +1,240 @@
+//! Delivery and what consumers do with it: take (an RDY window), FIN, REQ, TOUCH, and the
+//! queue scanner's timeout and deferred-due ticks.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use nsq_protocol::MessageId;
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::state::Requeued;
+use super::{now, Channel, FinishError, RequeueError};
+use crate::message::{now_nanos, Message};
+
+impl Channel {
+    // ---- delivery -------------------------------------------------------------------------
+
+    /// Takes up to `max` messages for delivery to consumer `client_id`, records them in flight
+    /// (attempts incremented, deadline now + `msg_timeout`) and appends them to `out`.
+    ///
+    /// With `sample_rate` in 1..=99 each message is kept with probability ~(rate+1)%; the others
+    /// are consumed and dropped, as the reference does. Returns how many were appended.
+    pub fn take(
+        &self,
+        client_id: u64,
+        max: usize,
+        msg_timeout: Duration,
+        sample_rate: i32,
+        out: &mut Vec<Message>,
+    ) -> usize {
+        self.take_with(client_id, max, msg_timeout, sample_rate, &mut |m| {
+            out.push(m.clone())
+        })
+    }
+
+    /// [`Channel::take`] handing each taken message to `emit` (under the channel lock: it
+    /// must be cheap, e.g. encoding the frame into the connection's output buffer) instead of
+    /// cloning it into a vector: a delivery then moves the message into flight without a
+    /// reference-count round trip on its body.
+    pub fn take_with(
+        &self,
+        client_id: u64,
+        max: usize,
+        msg_timeout: Duration,
+        sample_rate: i32,
+        emit: &mut dyn FnMut(&Message),
+    ) -> usize {
+        if max == 0 || self.is_paused() || self.is_exiting() {
+            return 0;
+        }
+        let now = Instant::now().into_std();
+        let mut rng = (sample_rate > 0).then(rand::thread_rng);
+        let mut keep = |_: &Message| match rng.as_mut() {
+            Some(r) => r.gen_range(0..100) <= sample_rate,
+            None => true,
+        };
+        let mut g = self.lock();
+        let taken = g
+            .state
+            .take_memory(client_id, max, now, msg_timeout, &mut keep, emit);
+        let Some(asked) = taken.read else {
+            return taken.n;
+        };
+        // Read under the lock (see `state`'s module docs: the watermark needs it).
+        let mut raw = Vec::with_capacity(asked);
+        self.backend.read_batch_pos(asked, &mut raw);
+        let empty = raw.len() < asked && self.backend.depth() <= 0;
+        let (n, bad) = g.state.take_backend(
+            raw,
+            asked,
+            empty,
+            client_id,
+            now,
+            msg_timeout,
+            &mut keep,
+            emit,
+        );
+        drop(g);
+        if bad > 0 {
+            tracing::error!(channel = %self.name, topic = %self.topic_name, "failed to decode {bad} messages read from the backend, dropped");
+        }
+        taken.n + n
+    }
+
+    /// FIN: removes the message from flight and settles its record.
+    pub fn finish(&self, client_id: u64, id: &MessageId) -> Result<(), FinishError> {
+        let ts = self.lock().state.finish(client_id, id)?;
+        if self.e2e.enabled() {
+            self.e2e.record(now_nanos() - ts);
+        }
+        Ok(())
+    }
+
+    /// FIN of several messages under one lock acquisition: what a connection's reader does with
+    /// every FIN parsed from one socket read (one lock round instead of one per FIN). Behaves
+    /// exactly like [`Channel::finish`] called for each ID in order; the failures are appended
+    /// to `failed` in order. Returns how many succeeded.
+    pub fn finish_many(
+        &self,
+        client_id: u64,
+        ids: &[MessageId],
+        failed: &mut Vec<(MessageId, FinishError)>,
+    ) -> usize {
+        let e2e = self.e2e.enabled();
+        // Publish timestamps of the finished messages, recorded after the lock is released.
+        let mut stamps = Vec::new();
+        let mut ok = 0;
+        {
+            let mut g = self.lock();
+            for id in ids {
+                match g.state.finish(client_id, id) {
+                    Ok(ts) => {
+                        ok += 1;
+                        if e2e {
+                            stamps.push(ts);
+                        }
+                    }
+                    Err(e) => failed.push((*id, e)),
+                }
+            }
+        }
+        if e2e {
+            let now = now_nanos();
+            for ts in stamps {
+                self.e2e.record(now - ts);
+            }
+        }
+        ok
+    }
+
+    /// REQ: back to the queue now (`delay` zero) or into the deferred set.
+    pub fn requeue(
+        &self,
+        client_id: u64,
+        id: &MessageId,
+        delay: Duration,
+    ) -> Result<(), RequeueError> {
+        let r = self.lock().state.requeue(client_id, id, delay, now())?;
+        self.counters.requeue_count.fetch_add(1, Ordering::Relaxed);
+        match r {
+            // A failed backend write keeps the message in memory; the REQ itself succeeded
+            // (the message left flight), as in the reference.
+            Requeued::Restore(r) => self.restore(r),
+            Requeued::Deferred {
+                journal: Some((due_wall, msg)),
+                pos,
+            } => {
+                let store = self.store.as_ref().expect("journaled means a store");
+                let t = match store.add([(due_wall, &msg)]) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        // Its record stays unsettled: after a crash it is read again.
+                        tracing::error!(channel = %self.name, topic = %self.topic_name, "failed to journal deferred message - {e}");
+                        None
+                    }
+                };
+                self.lock().state.journal_added(t, pos);
+            }
+            Requeued::Deferred { journal: None, .. } => {}
+        }
+        Ok(())
+    }
+
+    /// TOUCH: pushes the deadline to now + `msg_timeout`, capped at delivery + max-msg-timeout.
+    pub fn touch(
+        &self,
+        client_id: u64,
+        id: &MessageId,
+        msg_timeout: Duration,
+    ) -> Result<(), FinishError> {
+        let now = Instant::now().into_std();
+        self.lock().state.touch(client_id, id, now, msg_timeout)
+    }
+
+    // ---- the queue scanner's work -----------------------------------------------------------
+
+    /// Times out every in-flight message whose deadline is `<= now`; returns whether any did.
+    pub fn process_in_flight(&self, now: Instant) -> bool {
+        let (restore, consumers, n) = {
+            let mut g = self.lock();
+            let Some((owners, r)) = g.state.expire(now.into_std()) else {
+                return false;
+            };
+            let consumers: Vec<_> = owners
+                .iter()
+                .filter_map(|id| g.consumers.iter().find(|c| c.id() == *id).cloned())
+                .collect();
+            (r, consumers, owners.len())
+        };
+        self.counters
+            .timeout_count
+            .fetch_add(n as u64, Ordering::Relaxed);
+        self.restore(restore);
+        for c in consumers {
+            c.on_timeout();
+        }
+        true
+    }
+
+    /// Moves every deferred message due at `now` to the queue; returns whether any was.
+    /// Journaled, their journal entries are deleted once the queue's copy is durable; if the
+    /// backend refuses them (disk full) they stay in memory and in the journal.
+    pub fn process_deferred(&self, now: Instant) -> bool {
+        let due = self.lock().state.release_due(now.into_std());
+        match due {
+            Some(r) => {
+                self.restore(r);
+                true
+            }
+            None => {
+                self.maybe_compact_store();
+                false
+            }
+        }
+    }
+
+    /// Rewrites the deferred journal when mostly dead (called by the scanner).
+    fn maybe_compact_store(&self) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        if !store.wants_compaction() {
+            return;
+        }
+        let now = now();
+        let live: Vec<(i64, Message)> = {
+            let g = self.lock();
+            g.state
+                .deferred()
+                .map(|(due, m)| {
+                    let wait = due.saturating_duration_since(now.mono).as_nanos() as i64;
+                    (now.wall.saturating_add(wait), m.clone())
+                })
+                .collect()
+        };
+        if let Err(e) = store.compact(live.iter().map(|(d, m)| (*d, m))) {
+            tracing::error!(channel = %self.name, "failed to compact deferred store - {e}");
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! A channel: one subscriber group's copy of a topic's stream.
+//!
+//! Two layers:
+//! - [`state::ChannelState`] decides everything — where a message goes (memory queue, backend,
+//!   in flight, deferred), when a record read from the backend is settled, what the read
+//!   watermark is — as a synchronous state machine without locks, I/O or tokio; `model.rs`
+//!   checks it against a reference model through random interleavings and crashes.
+//! - [`Channel`] (this file) is its driver: it applies one event to the state under one
+//!   `parking_lot::Mutex`, then carries out the effects the state returned — backend writes,
+//!   journal entries, waking consumers. A take's backend read is done under the lock (the
+//!   watermark's contract needs it, see `state.rs`). The one effect carried out before the lock
+//!   is released is handing the read watermark to the backend (cheap, no I/O), so watermarks
+//!   reach the backend in the order the state produced them ([`Locked`]).
+//!
+//! docs/durability.md explains the crash-safety design; [`crate::inflight`],
+//! [`crate::deferred`] and [`crate::deferred_store`] hold the in-flight set, the deferred set
+//! and the durable deferred journal. The reference's counterpart is nsqd/channel.go.
+
+mod admin;
+mod deliver;
+mod enter;
+mod reads;
+mod state;
+
+#[cfg(test)]
+mod model;
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::{Mutex, MutexGuard};
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::backend::BackendQueue;
+use crate::client_stats::ClientStats;
+use crate::deferred_store::DeferredStore;
+use crate::e2e::E2eLatency;
+pub use crate::inflight::FinishError;
+use crate::message::now_nanos;
+use crate::options::{Health, Options};
+use crate::reserve::Reserve;
+use crate::topic::Topic;
+use state::{ChannelState, Config, Now};
+
+/// What a channel needs from a subscribed connection. Implemented by nsqd's client type.
+///
+/// Callbacks are invoked without any channel lock held; they must only update the client's own
+/// state and wake its tasks, never call back into the channel synchronously.
+pub trait Consumer: Send + Sync + 'static {
+    /// Unique per connection for the daemon's lifetime.
+    fn id(&self) -> u64;
+    /// A message delivered to this consumer timed out: its in-flight count drops by one.
+    fn on_timeout(&self);
+    /// The channel was emptied: this consumer's in-flight count is now 0.
+    fn on_empty(&self);
+    /// The channel is being deleted or closed: close the connection.
+    fn close(&self);
+    /// This consumer's `/stats` snapshot (nsqd/channel.go, `Consumer.Stats`).
+    fn stats(&self) -> ClientStats;
+}
+
+/// Why REQ failed (non-fatal `E_REQ_FAILED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequeueError {
+    NotInFlight,
+    NotOwner,
+    Exiting,
+}
+
+impl std::fmt::Display for RequeueError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RequeueError::NotInFlight => "ID not in flight",
+            RequeueError::NotOwner => "client does not own message",
+            RequeueError::Exiting => "exiting",
+        })
+    }
+}
+
+impl From<FinishError> for RequeueError {
+    fn from(e: FinishError) -> Self {
+        match e {
+            FinishError::NotInFlight => RequeueError::NotInFlight,
+            FinishError::NotOwner => RequeueError::NotOwner,
+        }
+    }
+}
+
+/// Why SUB could not join the channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubscribeError {
+    /// `--max-channel-consumers` reached.
+    TooManyConsumers(usize),
+    /// The channel is being deleted or closed.
+    Exiting,
+}
+
+/// Everything the channel lock protects.
+struct Inner {
+    state: ChannelState,
+    consumers: Vec<Arc<dyn Consumer>>,
+}
+
+/// The channel lock held: on release, a changed read watermark is handed to the backend.
+struct Locked<'a> {
+    guard: MutexGuard<'a, Inner>,
+    backend: &'a dyn BackendQueue,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.guard
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        if let Some(wm) = self.guard.state.watermark_change() {
+            self.backend.set_read_watermark(wm);
+        }
+    }
+}
+
+/// Counters that `/stats` reads without taking the lock.
+#[derive(Default)]
+struct Counters {
+    message_count: AtomicU64,
+    requeue_count: AtomicU64,
+    timeout_count: AtomicU64,
+}
+
+/// A point-in-time view of a channel for `/stats` and statsd.
+#[derive(Clone)]
+pub struct ChannelStats {
+    pub name: String,
+    pub depth: i64,
+    pub backend_depth: i64,
+    pub in_flight_count: usize,
+    pub deferred_count: usize,
+    pub message_count: u64,
+    pub requeue_count: u64,
+    pub timeout_count: u64,
+    pub paused: bool,
+    pub consumers: Vec<Arc<dyn Consumer>>,
+}
+
+/// One channel of a topic.
+pub struct Channel {
+    topic_name: String,
+    name: String,
+    ephemeral: bool,
+    topic: Weak<Topic>,
+    opts: Arc<Options>,
+    health: Arc<Health>,
+    backend: Arc<dyn BackendQueue>,
+    /// The durable deferred journal: present for a non-ephemeral channel with a memory queue of
+    /// 0 (`--mem-queue-size=0` or `--durable`), where everything the channel holds is on disk.
+    store: Option<Arc<DeferredStore>>,
+    /// Disk space memory must fit in (see [`crate::reserve`]); `None`: memory is unbounded
+    /// by it (tests, tools) or the channel is ephemeral.
+    reserve: Option<Arc<Reserve>>,
+    inner: Mutex<Inner>,
+    counters: Counters,
+    paused: AtomicBool,
+    exiting: AtomicBool,
+    /// Set once an ephemeral channel starts deleting itself.
+    deleting: AtomicBool,
+    /// Wakes consumer delivery loops: new messages, unpause.
+    notify: Notify,
+    e2e: E2eLatency,
+}
+
+impl std::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channel")
+            .field("topic", &self.topic_name)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// The clocks the state is given: Tokio's (paused in tests) and the wall clock.
+fn now() -> Now {
+    Now {
+        mono: Instant::now().into_std(),
+        wall: now_nanos(),
+    }
+}
+
+impl Channel {
+    pub(crate) fn new(
+        topic: Weak<Topic>,
+        topic_name: &str,
+        name: &str,
+        opts: Arc<Options>,
+        health: Arc<Health>,
+        backend: Arc<dyn BackendQueue>,
+        reserve: Option<Arc<Reserve>>,
+    ) -> Arc<Self> {
+        // An #ephemeral channel has the drop-sink backend (nsqd/channel.go, NewChannel).
+        let durable = !nsq_protocol::names::is_ephemeral(name);
+        let e2e = E2eLatency::new(&opts.e2e_percentiles, opts.e2e_window);
+        let mut replayed = Vec::new();
+        let store = if durable && opts.mem_queue_size == 0 {
+            let path = DeferredStore::path_for(&opts.data_path, &format!("{topic_name}:{name}"));
+            match DeferredStore::open(path) {
+                Ok((store, r)) => {
+                    if !r.is_empty() {
+                        tracing::info!(topic = %topic_name, channel = %name, "restored {} deferred messages", r.len());
+                    }
+                    replayed = r;
+                    Some(store)
+                }
+                Err(e) => {
+                    tracing::error!(topic = %topic_name, channel = %name, "failed to open deferred store, deferred messages are kept in memory only - {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let cfg = Config {
+            mem_queue_size: opts.mem_queue_size,
+            durable,
+            journaled: store.is_some(),
+            max_msg_timeout: opts.max_msg_timeout,
+        };
+        // A backlog left on disk by a previous run is older than anything new: read it first.
+        let state = ChannelState::recover(cfg, backend.depth(), replayed, now());
+        Arc::new(Channel {
+            topic_name: topic_name.to_string(),
+            name: name.to_string(),
+            ephemeral: !durable,
+            topic,
+            opts,
+            health,
+            backend,
+            store,
+            reserve: reserve.filter(|_| durable),
+            inner: Mutex::new(Inner {
+                state,
+                consumers: Vec::new(),
+            }),
+            counters: Counters::default(),
+            paused: AtomicBool::new(false),
+            exiting: AtomicBool::new(false),
+            deleting: AtomicBool::new(false),
+            notify: Notify::new(),
+            e2e,
+        })
+    }
+
+    /// Takes the channel lock (see [`Locked`]).
+    fn lock(&self) -> Locked<'_> {
+        Locked {
+            guard: self.inner.lock(),
+            backend: &*self.backend,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn topic_name(&self) -> &str {
+        &self.topic_name
+    }
+
+    pub fn is_ephemeral(&self) -> bool {
+        self.ephemeral
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Acquire)
+    }
+
+    pub fn is_exiting(&self) -> bool {
+        self.exiting.load(Ordering::Acquire)
+    }
+
+    /// A future that completes at the next wake-up (messages arrived, unpaused). Call
+    /// `enable()` on it (pinned) before checking [`Channel::take`] to avoid lost wake-ups.
+    pub fn notified(&self) -> Notified<'_> {
+        self.notify.notified()
+    }
+
+    /// Wakes every waiting consumer loop.
+    pub fn wake_consumers(&self) {
+        self.notify.notify_waiters();
+    }
+}

@@ -1,0 +1,717 @@
+//! `ChannelState`: every rule of a channel's delivery and crash safety, as a synchronous state
+//! machine with no lock, no I/O and no clock of its own.
+//!
+//! Events come in as method calls — a put, a take of an RDY window, FIN, REQ (with or without
+//! a delay), TOUCH, the timeout and deferred-due ticks, a backend read or write reported back,
+//! a sync reported durable, recovery on start — and the effects come out as return values:
+//! records to write to the backend, journal entries to add or delete, the read watermark to
+//! hand to the backend ([`ChannelState::watermark_change`]), the consumers whose messages
+//! timed out, a publish refused. The driver (`Channel` in `mod.rs`) applies one event under
+//! its lock and carries the effects out; the model check (`model.rs`) applies the same events
+//! against a simulated disk, crashes included.
+//!
+//! A backend write is two events: a put that must go to disk returns the records to write
+//! ([`Put::Write`]) and the state counts the write as outstanding until
+//! [`ChannelState::put_done`] (likewise a [`Restore`]); other events may arrive in between —
+//! the model check interleaves them — and the state keeps the channel FIFO meanwhile.
+//!
+//! A backend read is not split: the driver performs the read that [`Taken::read`] asks for
+//! and reports it with [`ChannelState::take_backend`] under the same lock, with no event in
+//! between. The diskqueue sets its watermark to the first record a read takes when none is
+//! set; with reads outside the lock, a second reader's records could move the watermark past
+//! those of a first reader that had not reported yet, and a sync then persisted a read
+//! position past messages in flight (a crash lost them). The model check found that in the
+//! previous design, which counted outstanding reads.
+//!
+//! The reference keeps none of this: nsqd/channel.go (`put`, `StartInFlightTimeout`,
+//! `FinishMessage`, `RequeueMessage`, `processInFlightQueue`, `processDeferredQueue`) moves
+//! messages between a Go channel, the diskqueue and two priority queues, and a message read
+//! from disk is gone from it once read.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use nsq_protocol::MessageId;
+
+use super::reads::ReadTracker;
+use super::RequeueError;
+use crate::backend::{RecordPos, WriteTicket};
+use crate::deferred::DeferredQueue;
+use crate::deferred_store::StoreTicket;
+use crate::inflight::{FinishError, InFlightQueue};
+use crate::memqueue::{MemQueue, Weigh};
+use crate::message::Message;
+
+/// A message waiting in the memory queue, with the backend record it was read from while that
+/// record is unsettled (a requeued or timed-out message keeps its record until re-stored).
+pub(super) struct Queued {
+    pub(super) msg: Message,
+    pub(super) pos: Option<RecordPos>,
+}
+
+impl Queued {
+    pub(super) fn new(msg: Message) -> Self {
+        Queued { msg, pos: None }
+    }
+}
+
+impl Weigh for Queued {
+    /// Only a message with no record on disk needs room at shutdown.
+    fn weight(&self) -> u64 {
+        if self.pos.is_none() {
+            self.msg.record_len()
+        } else {
+            0
+        }
+    }
+}
+
+/// What does not change over a channel's life.
+#[derive(Debug, Clone)]
+pub(super) struct Config {
+    /// `--mem-queue-size`.
+    pub(super) mem_queue_size: usize,
+    /// The backend keeps what it is given (a diskqueue); false for the drop sink of an
+    /// `#ephemeral` channel, where overflow is discarded and the FIFO spill never engages.
+    pub(super) durable: bool,
+    /// Deferred messages are journaled (`--mem-queue-size=0` or `--durable`): a record's
+    /// settlement then waits until its new copy is synced.
+    pub(super) journaled: bool,
+    /// `--max-msg-timeout`: TOUCH never extends past delivery + this.
+    pub(super) max_msg_timeout: Duration,
+}
+
+/// A write whose sync a settlement waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum After {
+    Backend(WriteTicket),
+    Journal(StoreTicket),
+}
+
+/// Records to settle (and journal entries to delete) once a write is synced.
+struct Awaiting {
+    after: After,
+    positions: Vec<RecordPos>,
+    journal_del: Vec<MessageId>,
+}
+
+/// The outcome of [`ChannelState::put`].
+pub(super) enum Put {
+    /// Everything went to the memory queue.
+    Memory,
+    /// The channel is closing: nothing was taken.
+    Exiting,
+    /// Write `disk` to the backend, then report with [`ChannelState::put_done`], handing
+    /// `mem` back (it enters memory only if the write succeeded).
+    Write { mem: Vec<Queued>, disk: Vec<Queued> },
+}
+
+/// Messages that already belong to the channel going back to its queue (requeued, timed out,
+/// due): write `write` to the backend (when not empty) and report with
+/// [`ChannelState::restore_done`]; delete `journal_del` from the journal once that is done.
+pub(super) struct Restore {
+    pub(super) write: Vec<Queued>,
+    pub(super) journal_del: Vec<MessageId>,
+}
+
+/// The outcome of a REQ.
+pub(super) enum Requeued {
+    /// Back to the queue.
+    Restore(Restore),
+    /// Into the deferred set; when journaled, add `(due_wall, msg)` to the journal and report
+    /// with [`ChannelState::journal_added`], handing `pos` back.
+    Deferred {
+        journal: Option<(i64, Message)>,
+        pos: Option<RecordPos>,
+    },
+}
+
+/// The outcome of [`ChannelState::take_memory`].
+pub(super) struct Taken {
+    /// Messages handed to `emit`.
+    pub(super) n: usize,
+    /// Read up to this many records from the backend and report them with
+    /// [`ChannelState::take_backend`], with no other event in between (see the module docs).
+    pub(super) read: Option<usize>,
+}
+
+/// A channel's state (see the module docs).
+pub(super) struct ChannelState {
+    cfg: Config,
+    mem: MemQueue<Queued>,
+    /// The backend holds messages newer than everything in `mem`; new puts go behind them so
+    /// the channel stays FIFO. Cleared when a read finds the backend empty with no write
+    /// outstanding.
+    spill: bool,
+    /// Backend writes decided and not yet reported.
+    writing: usize,
+    in_flight: InFlightQueue,
+    deferred: DeferredQueue,
+    reads: ReadTracker,
+    /// Settlements waiting for a sync, in the order they were registered.
+    awaiting: Vec<Awaiting>,
+    /// Closed or being deleted: puts and requeues are refused.
+    closing: bool,
+}
+
+/// `now` for deadlines and due times, `wall` (Unix nanoseconds) for the journal.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Now {
+    pub(super) mono: Instant,
+    pub(super) wall: i64,
+}
+
+impl ChannelState {
+    /// Recovery on start: `backend_depth` records wait on disk from a previous run (read them
+    /// before anything new), `replayed` are the journal's deferred messages with their due
+    /// times (Unix nanoseconds).
+    pub(super) fn recover(
+        cfg: Config,
+        backend_depth: i64,
+        replayed: Vec<(i64, Message)>,
+        now: Now,
+    ) -> Self {
+        let mut deferred = DeferredQueue::new();
+        for (due_wall, m) in replayed {
+            let wait = u64::try_from(due_wall.saturating_sub(now.wall)).unwrap_or(0);
+            // A duplicate ID is dropped, as the reference's pushDeferredMessage does.
+            let _ = deferred.insert(now.mono + Duration::from_nanos(wait), m);
+        }
+        ChannelState {
+            spill: cfg.durable && backend_depth > 0,
+            cfg,
+            mem: MemQueue::new(),
+            writing: 0,
+            in_flight: InFlightQueue::new(),
+            deferred,
+            reads: ReadTracker::default(),
+            awaiting: Vec::new(),
+            closing: false,
+        }
+    }
+
+    // ---- entering the channel ----------------------------------------------------------
+
+    /// Appends messages to the queue: memory while there is room, nothing older waits on disk
+    /// and `admit` accepts their weight (`bytes`, see [`crate::reserve`]); the rest to the
+    /// backend. All or nothing: the part for memory enters only once the backend write
+    /// succeeded ([`ChannelState::put_done`]), so a refused put leaves no trace. (A consumer
+    /// may read the disk part of such a batch before its memory part arrives: order holds
+    /// between batches, not inside one that straddles the memory limit. The reference, which
+    /// places each message on its own, promises no order at all.)
+    pub(super) fn put(
+        &mut self,
+        msgs: impl ExactSizeIterator<Item = Queued>,
+        bytes: u64,
+        admit: &mut dyn FnMut(u64) -> bool,
+    ) -> Put {
+        if self.closing {
+            return Put::Exiting;
+        }
+        let mut room = if self.spill {
+            0
+        } else {
+            self.cfg.mem_queue_size.saturating_sub(self.mem.len())
+        };
+        if msgs.len() <= room {
+            if admit(bytes) {
+                // All of it fits: straight into the memory queue, no intermediate vector.
+                self.mem.extend(msgs);
+                return Put::Memory;
+            }
+            room = 0;
+        }
+        let mut mem: Vec<Queued> = msgs.collect();
+        let mut disk = mem.split_off(room.min(mem.len()));
+        if !mem.is_empty() && !admit(mem.iter().map(Weigh::weight).sum()) {
+            // Memory refused: all of it goes to the backend, in order.
+            mem.append(&mut disk);
+            disk = std::mem::take(&mut mem);
+        }
+        self.start_write();
+        Put::Write { mem, disk }
+    }
+
+    fn start_write(&mut self) {
+        if self.cfg.durable {
+            self.spill = true;
+        }
+        self.writing += 1;
+    }
+
+    /// The backend write of a [`Put::Write`] finished: on success `mem` enters the memory
+    /// queue. `backend_empty`: the backend's depth is 0 now.
+    pub(super) fn put_done(&mut self, mem: Vec<Queued>, ok: bool, backend_empty: bool) {
+        self.writing -= 1;
+        if ok {
+            self.mem.extend(mem);
+        } else {
+            self.end_spill_if_drained(backend_empty);
+        }
+    }
+
+    fn end_spill_if_drained(&mut self, backend_empty: bool) {
+        if self.writing == 0 && backend_empty {
+            self.spill = false;
+        }
+    }
+
+    /// A deferred message enters the channel (DPUB; journaled by the caller first). Returns
+    /// false for a duplicate ID, dropped as the reference's `pushDeferredMessage` does.
+    pub(super) fn defer_new(&mut self, due: Instant, msg: Message) -> bool {
+        self.deferred.insert(due, msg).is_ok()
+    }
+
+    /// Puts messages that already belong to the channel back in the queue: memory while
+    /// there is room and nothing older waits on disk, the rest to the backend. Nothing is
+    /// dropped (see [`ChannelState::restore_done`]).
+    fn restore(&mut self, msgs: Vec<Queued>, journal_del: Vec<MessageId>) -> Restore {
+        let mut write = Vec::new();
+        for q in msgs {
+            if !self.spill && self.mem.len() < self.cfg.mem_queue_size {
+                self.mem.push_back(q);
+            } else {
+                if self.cfg.durable {
+                    self.spill = true;
+                }
+                write.push(q);
+            }
+        }
+        if !write.is_empty() {
+            self.writing += 1;
+        }
+        Restore { write, journal_del }
+    }
+
+    /// The backend write of a [`Restore`] finished (`Some(ticket)`) or failed (`None`); only
+    /// called when it had something to write. Returns journal entries to delete now.
+    ///
+    /// Written: the old records of the re-stored messages are settled — once the write is
+    /// synced when journaled (the new copy must survive a power loss before the old one may
+    /// be passed), at once otherwise (nothing on disk is promised there beyond the backend's
+    /// own syncs). Failed (disk full): the messages stay in memory beyond the memory-queue
+    /// size with their records unsettled — except due deferred messages whose only durable
+    /// copy is their journal entry: they go back to the deferred set, due again at `now`, so
+    /// the entry stays theirs until a write succeeds (kept in memory, a FIN would leave the
+    /// entry behind and a restart would deliver them again).
+    pub(super) fn restore_done(
+        &mut self,
+        write: Vec<Queued>,
+        written: Option<WriteTicket>,
+        journal_del: Vec<MessageId>,
+        now: Instant,
+    ) -> Vec<MessageId> {
+        self.writing -= 1;
+        let Some(ticket) = written else {
+            for q in write {
+                if journal_del.contains(&q.msg.id) {
+                    let _ = self.deferred.insert(now, q.msg);
+                } else {
+                    self.mem.push_back(q);
+                }
+            }
+            return Vec::new();
+        };
+        let positions: Vec<RecordPos> = write.iter().filter_map(|q| q.pos).collect();
+        if self.cfg.journaled {
+            if !positions.is_empty() || !journal_del.is_empty() {
+                self.awaiting.push(Awaiting {
+                    after: After::Backend(ticket),
+                    positions,
+                    journal_del,
+                });
+            }
+            return Vec::new();
+        }
+        for p in positions {
+            self.reads.settle(p);
+        }
+        journal_del
+    }
+
+    // ---- delivery -------------------------------------------------------------------------
+
+    /// Takes up to `max` messages from memory for consumer `client_id`: each one `keep`
+    /// accepts (sampling) gets its attempts incremented, is handed to `emit` and goes in
+    /// flight until `now + timeout`; the others are consumed and dropped, as the reference's
+    /// sampling does. Asks for a backend read when the memory queue ran out before `max` and
+    /// the backend holds more.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn take_memory(
+        &mut self,
+        client_id: u64,
+        max: usize,
+        now: Instant,
+        timeout: Duration,
+        keep: &mut dyn FnMut(&Message) -> bool,
+        emit: &mut dyn FnMut(&Message),
+    ) -> Taken {
+        let mut n = 0;
+        while n < max {
+            let Some(Queued { msg, pos }) = self.mem.pop_front() else {
+                break;
+            };
+            if self.deliver(msg, pos, client_id, now, timeout, keep, emit) {
+                n += 1;
+            }
+        }
+        let read = (n < max && self.spill).then_some(max - n);
+        Taken { n, read }
+    }
+
+    /// The backend read asked for by [`Taken::read`] returned `raw` (`asked` were asked for):
+    /// the records are registered as unsettled and delivered as in
+    /// [`ChannelState::take_memory`]. Returns how many were handed to `emit`, and how many
+    /// records could not be decoded (dropped, settled).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn take_backend(
+        &mut self,
+        raw: Vec<(Bytes, RecordPos)>,
+        asked: usize,
+        backend_empty: bool,
+        client_id: u64,
+        now: Instant,
+        timeout: Duration,
+        keep: &mut dyn FnMut(&Message) -> bool,
+        emit: &mut dyn FnMut(&Message),
+    ) -> (usize, usize) {
+        if let Some((_, first)) = raw.first() {
+            self.reads.backend_set(*first);
+        }
+        let got = raw.len();
+        let (mut n, mut bad) = (0, 0);
+        for (payload, pos) in raw {
+            self.reads.read(pos);
+            match Message::decode(payload) {
+                Ok(m) => {
+                    if self.deliver(m, Some(pos), client_id, now, timeout, keep, emit) {
+                        n += 1;
+                    }
+                }
+                Err(_) => {
+                    self.reads.settle(pos);
+                    bad += 1;
+                }
+            }
+        }
+        if got < asked {
+            self.end_spill_if_drained(backend_empty);
+        }
+        (n, bad)
+    }
+
+    /// One message to one consumer; false if sampling dropped it.
+    #[allow(clippy::too_many_arguments)]
+    fn deliver(
+        &mut self,
+        mut msg: Message,
+        pos: Option<RecordPos>,
+        client_id: u64,
+        now: Instant,
+        timeout: Duration,
+        keep: &mut dyn FnMut(&Message) -> bool,
+        emit: &mut dyn FnMut(&Message),
+    ) -> bool {
+        if !keep(&msg) {
+            if let Some(p) = pos {
+                self.reads.settle(p);
+            }
+            return false;
+        }
+        msg.attempts = msg.attempts.wrapping_add(1);
+        emit(&msg);
+        // A duplicate ID keeps the first entry and delivery proceeds, as the reference.
+        if self
+            .in_flight
+            .insert(msg, pos, client_id, now, timeout)
+            .is_err()
+        {
+            if let Some(p) = pos {
+                self.reads.settle(p);
+            }
+        }
+        true
+    }
+
+    /// FIN: the message leaves flight and its record is settled. Returns its publish time.
+    pub(super) fn finish(&mut self, client_id: u64, id: &MessageId) -> Result<i64, FinishError> {
+        let f = self.in_flight.remove_owned(client_id, id)?;
+        if let Some(p) = f.pos {
+            self.reads.settle(p);
+        }
+        Ok(f.msg.timestamp)
+    }
+
+    /// REQ: back to the queue now (`delay` zero) or into the deferred set until `now + delay`.
+    pub(super) fn requeue(
+        &mut self,
+        client_id: u64,
+        id: &MessageId,
+        delay: Duration,
+        now: Now,
+    ) -> Result<Requeued, RequeueError> {
+        let f = self.in_flight.remove_owned(client_id, id)?;
+        if self.closing {
+            // Keep it in flight: the shutdown flush persists it.
+            let _ =
+                self.in_flight
+                    .insert(f.msg, f.pos, f.client_id, f.delivered_at, Duration::ZERO);
+            return Err(RequeueError::Exiting);
+        }
+        let (msg, pos) = (f.msg, f.pos);
+        if delay.is_zero() {
+            return Ok(Requeued::Restore(
+                self.restore(vec![Queued { msg, pos }], Vec::new()),
+            ));
+        }
+        let journal = self.cfg.journaled.then(|| {
+            (
+                now.wall.saturating_add(delay.as_nanos() as i64),
+                msg.clone(),
+            )
+        });
+        if self.deferred.insert(now.mono + delay, msg).is_err() {
+            // The ID is already deferred (a duplicate): that copy stands for this one.
+            if let Some(p) = pos {
+                self.reads.settle(p);
+            }
+            return Ok(Requeued::Deferred { journal: None, pos });
+        }
+        if journal.is_none() {
+            // Not journaled: a deferred message lives in memory, as in the reference.
+            if let Some(p) = pos {
+                self.reads.settle(p);
+            }
+        }
+        Ok(Requeued::Deferred { journal, pos })
+    }
+
+    /// The journal ADD of a deferral was written (`Some(ticket)`) or failed (`None`: the
+    /// record stays unsettled, read again after a crash). Its record is settled once the
+    /// entry is synced.
+    pub(super) fn journal_added(&mut self, ticket: Option<StoreTicket>, pos: Option<RecordPos>) {
+        if let (Some(t), Some(p)) = (ticket, pos) {
+            self.awaiting.push(Awaiting {
+                after: After::Journal(t),
+                positions: vec![p],
+                journal_del: Vec::new(),
+            });
+        }
+    }
+
+    /// TOUCH: the deadline moves to `now + timeout`, capped at delivery + max-msg-timeout.
+    pub(super) fn touch(
+        &mut self,
+        client_id: u64,
+        id: &MessageId,
+        now: Instant,
+        timeout: Duration,
+    ) -> Result<(), FinishError> {
+        self.in_flight
+            .touch(client_id, id, now, timeout, self.cfg.max_msg_timeout)
+    }
+
+    // ---- ticks ------------------------------------------------------------------------------
+
+    /// The timeout tick: every in-flight message whose deadline is `<= now` goes back to the
+    /// queue. Returns their owners (one entry per message) and what to write.
+    pub(super) fn expire(&mut self, now: Instant) -> Option<(Vec<u64>, Restore)> {
+        let mut owners = Vec::new();
+        let mut back = Vec::new();
+        while let Some(f) = self.in_flight.pop_expired(now) {
+            owners.push(f.client_id);
+            back.push(Queued {
+                msg: f.msg,
+                pos: f.pos,
+            });
+        }
+        if back.is_empty() {
+            return None;
+        }
+        Some((owners, self.restore(back, Vec::new())))
+    }
+
+    /// The deferred-due tick: every deferred message due at `now` goes to the queue; when
+    /// journaled, their entries are deleted once the queue's copy is stored.
+    pub(super) fn release_due(&mut self, now: Instant) -> Option<Restore> {
+        let mut due = Vec::new();
+        while let Some(m) = self.deferred.pop_due(now) {
+            due.push(Queued::new(m));
+        }
+        if due.is_empty() {
+            return None;
+        }
+        let ids = if self.cfg.journaled {
+            due.iter().map(|q| q.msg.id).collect()
+        } else {
+            Vec::new()
+        };
+        Some(self.restore(due, ids))
+    }
+
+    // ---- durability -------------------------------------------------------------------------
+
+    /// The newest backend and journal tickets a settlement waits for, if any: the driver
+    /// waits until both are synced, then reports with [`ChannelState::synced`].
+    pub(super) fn awaited(&self) -> (Option<WriteTicket>, Option<StoreTicket>) {
+        let mut b = None;
+        let mut j = None;
+        for a in &self.awaiting {
+            match a.after {
+                After::Backend(t) => b = b.max(Some(t)),
+                After::Journal(t) => j = j.max(Some(t)),
+            }
+        }
+        (b, j)
+    }
+
+    /// The backend is synced up to `backend` and the journal up to `journal` (`ok`), or the
+    /// sync covering them failed (`!ok`: those records stay unsettled and are read again
+    /// after a crash). Returns journal entries to delete.
+    pub(super) fn synced(
+        &mut self,
+        ok: bool,
+        backend: Option<WriteTicket>,
+        journal: Option<StoreTicket>,
+    ) -> Vec<MessageId> {
+        let covered = |a: &Awaiting| match a.after {
+            After::Backend(t) => backend.is_some_and(|b| t <= b),
+            After::Journal(t) => journal.is_some_and(|j| t <= j),
+        };
+        let mut del = Vec::new();
+        let mut i = 0;
+        while i < self.awaiting.len() {
+            if !covered(&self.awaiting[i]) {
+                i += 1;
+                continue;
+            }
+            let a = self.awaiting.swap_remove(i);
+            if ok {
+                for p in a.positions {
+                    self.reads.settle(p);
+                }
+                // A message deferred again since has a newer journal entry under the same ID,
+                // which a DEL would kill too (replay goes by ID): its old entry stays, and
+                // the newer one's own release deletes both. (Found by the model check.)
+                let deferred = &self.deferred;
+                del.extend(
+                    a.journal_del
+                        .into_iter()
+                        .filter(|id| !deferred.contains(id)),
+                );
+            }
+        }
+        del
+    }
+
+    /// The watermark to hand to the backend if it changed since last handed (the effect the
+    /// driver carries out after every event, before releasing its lock, so watermarks reach
+    /// the backend in the order the state produced them).
+    pub(super) fn watermark_change(&mut self) -> Option<Option<RecordPos>> {
+        self.reads.watermark_change()
+    }
+
+    // ---- administration ---------------------------------------------------------------------
+
+    /// Discards everything queued, in flight and deferred (`/channel/empty`).
+    pub(super) fn clear(&mut self) {
+        self.mem.clear();
+        self.in_flight = InFlightQueue::new();
+        self.deferred = DeferredQueue::new();
+        self.spill = false;
+        self.reads.clear();
+        self.awaiting.clear();
+    }
+
+    /// Stops accepting puts and requeues (close, delete).
+    pub(super) fn set_closing(&mut self) {
+        self.closing = true;
+    }
+
+    /// Shutdown: everything the channel holds, split into what is on disk nowhere else (the
+    /// memory queue and in-flight messages that came from memory; deferred ones unless
+    /// journaled) and what also has a copy on disk. Write the first, then the second, then
+    /// report [`ChannelState::flushed`].
+    pub(super) fn drain_for_close(&mut self) -> (Vec<Message>, Vec<Message>) {
+        self.closing = true;
+        let mut volatile = Vec::new();
+        let mut backed = Vec::new();
+        for q in self.mem.take_all() {
+            match q.pos {
+                None => volatile.push(q.msg),
+                Some(_) => backed.push(q.msg),
+            }
+        }
+        for f in self.in_flight.drain() {
+            match f.pos {
+                None => volatile.push(f.msg),
+                Some(_) => backed.push(f.msg),
+            }
+        }
+        let deferred = self.deferred.drain().map(|(_, m)| m);
+        if self.cfg.journaled {
+            backed.extend(deferred);
+        } else {
+            volatile.extend(deferred);
+        }
+        (volatile, backed)
+    }
+
+    /// Everything read is stored again (the shutdown flush succeeded): nothing is unsettled.
+    pub(super) fn flushed(&mut self) {
+        self.reads.clear();
+        self.awaiting.clear();
+    }
+
+    // ---- queries ----------------------------------------------------------------------------
+
+    /// What a shutdown would have to write that is on disk nowhere else (see
+    /// [`ChannelState::drain_for_close`]).
+    pub(super) fn held_bytes(&self) -> u64 {
+        let deferred = if self.cfg.journaled {
+            0
+        } else {
+            self.deferred.bytes()
+        };
+        self.mem.bytes() + self.in_flight.volatile_bytes() + deferred
+    }
+
+    pub(super) fn mem_len(&self) -> usize {
+        self.mem.len()
+    }
+
+    pub(super) fn in_flight_len(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    pub(super) fn deferred_len(&self) -> usize {
+        self.deferred.len()
+    }
+
+    pub(super) fn in_flight_ids(&self) -> Vec<MessageId> {
+        self.in_flight.ids()
+    }
+
+    pub(super) fn queued(&self) -> impl Iterator<Item = &Message> + '_ {
+        self.mem.iter().map(|q| &q.msg)
+    }
+
+    /// The deferred messages with their due times (for rewriting the journal).
+    pub(super) fn deferred(&self) -> impl Iterator<Item = (Instant, &Message)> + '_ {
+        self.deferred.iter()
+    }
+
+    #[cfg(test)]
+    pub(super) fn unsettled(&self) -> usize {
+        self.reads.unsettled()
+    }
+
+    #[cfg(test)]
+    pub(super) fn in_flight_of(&self, client_id: u64) -> Vec<MessageId> {
+        self.in_flight
+            .iter()
+            .filter(|f| f.client_id == client_id)
+            .map(|f| f.msg.id)
+            .collect()
+    }
+}
