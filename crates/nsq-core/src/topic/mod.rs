@@ -5,6 +5,12 @@
 //! Otherwise messages queue in the topic (memory, then backend) and a pump task drains the
 //! backlog once there is somewhere to send it — the reference's "depth accumulates in the
 //! topic until a channel exists / the topic is unpaused".
+//!
+//! [`state::TopicState`] makes those decisions without locks or I/O; `Topic` (this file)
+//! applies them under its lock and carries out the effects. A topic must be used inside a
+//! Tokio runtime: its pump is a task.
+
+mod state;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,23 +23,14 @@ use parking_lot::{Mutex, RwLock};
 use crate::backend::{BackendError, BackendQueue, RecordPos};
 use crate::channel::Channel;
 use crate::engine::Engine;
-use crate::memqueue::MemQueue;
 use crate::message::{now_nanos, GuidFactory, Message};
 use crate::options::{Health, Options};
 use crate::receipt::PutReceipt;
 use crate::reserve::Reserve;
+use state::{Batch, Gate, Publish, Pump, TopicState};
 
-/// Messages the pump moves per batch.
-const PUMP_BATCH: usize = 1024;
 /// How long the pump waits before retrying a channel that refused a batch.
 const PUMP_RETRY: Duration = Duration::from_millis(250);
-
-/// A batch the pump took from the topic and has not yet stored in every channel.
-struct PumpBatch {
-    msgs: Vec<Message>,
-    /// The channels still to receive it.
-    todo: Vec<Arc<Channel>>,
-}
 
 /// What one pump step did.
 enum PumpStep {
@@ -45,16 +42,12 @@ enum PumpStep {
     Stalled,
 }
 
+/// Everything the topic lock protects.
 struct State {
     channels: BTreeMap<String, Arc<Channel>>,
     /// Snapshot of `channels` for fan-out without holding the lock.
     fanout: Arc<[Arc<Channel>]>,
-    mem: MemQueue<Message>,
-    /// The backend holds messages newer than `mem` (FIFO), see `Channel`.
-    spill: bool,
-    backend_writers: usize,
-    /// A pump task is draining the backlog; new publishes queue behind it.
-    pumping: bool,
+    queue: TopicState<Arc<Channel>>,
 }
 
 /// Why a publish was refused (`E_PUB_FAILED PUB failed <reason>`).
@@ -91,9 +84,6 @@ pub struct Topic {
     /// (the reference's "start" step), so a persisted backlog reaches every channel.
     started: AtomicBool,
     exiting: AtomicBool,
-    /// The pump's batch that a channel refused, kept for a retry. Only the pump (one at a time,
-    /// see `State::pumping`) and `close` touch it.
-    stalled: Mutex<Option<PumpBatch>>,
     /// Read-held by the pump and by direct fan-out while a batch is between the topic and its
     /// channels; close/delete/empty write-lock it, so no acknowledged batch is half delivered
     /// when the channels close.
@@ -117,10 +107,11 @@ impl Topic {
         reserve: Option<Arc<Reserve>>,
     ) -> Arc<Self> {
         // A backlog left on disk by a previous run must be pumped before new messages.
-        let spill = backend.depth() > 0;
+        let ephemeral = nsq_protocol::names::is_ephemeral(name);
+        let queue = TopicState::new(opts.mem_queue_size, !ephemeral, backend.depth());
         Arc::new(Topic {
             name: name.to_string(),
-            ephemeral: nsq_protocol::names::is_ephemeral(name),
+            ephemeral,
             engine,
             guid: Mutex::new(GuidFactory::new(opts.node_id)),
             opts,
@@ -130,17 +121,13 @@ impl Topic {
             state: Mutex::new(State {
                 channels: BTreeMap::new(),
                 fanout: Arc::from(Vec::new()),
-                mem: MemQueue::new(),
-                spill,
-                backend_writers: 0,
-                pumping: false,
+                queue,
             }),
             message_count: AtomicU64::new(0),
             message_bytes: AtomicU64::new(0),
             paused: AtomicBool::new(false),
             started: AtomicBool::new(started),
             exiting: AtomicBool::new(false),
-            stalled: Mutex::new(None),
             pump_lock: RwLock::new(()),
         })
     }
@@ -183,7 +170,7 @@ impl Topic {
             return Err(BackendError::Exiting);
         }
         let defer_ms = u32::try_from(defer.as_millis()).unwrap_or(u32::MAX);
-        let mut msgs: Vec<Message> = {
+        let msgs: Vec<Message> = {
             let mut g = self.guid.lock();
             let ts = now_nanos();
             bodies
@@ -205,69 +192,43 @@ impl Topic {
         let total = msgs.len();
 
         let _fanout_guard = self.pump_lock.read();
-        let mut st = self.state.lock();
-        if self.is_exiting() {
-            return Err(BackendError::Exiting);
-        }
-        if !self.is_paused()
-            && self.started.load(Ordering::Acquire)
-            && !st.fanout.is_empty()
-            && st.mem.is_empty()
-            && !st.spill
-            && !st.pumping
-        {
-            let chans = st.fanout.clone();
-            drop(st);
-            let failed = fan_out_owned(&chans, msgs, &mut receipt);
-            return match failed.into_iter().next() {
-                None => {
-                    self.count(total, bytes);
-                    Ok(receipt)
-                }
-                Some((_, e)) => Err(e),
-            };
-        }
-
-        // Queue in the topic: memory first, the rest to the backend. All or nothing: the
-        // backend part is written before anything enters memory (ephemeral topics silently
-        // drop overflow, as the reference).
-        let mut room = if st.spill {
-            0
-        } else {
-            self.opts.mem_queue_size.saturating_sub(st.mem.len())
+        let reserve = self.reserve.as_deref();
+        let mut admit = |m: &[Message]| {
+            reserve.is_none_or(|r| r.admit(m.iter().map(Message::record_len).sum()))
         };
-        let fit = room.min(msgs.len());
-        if fit > 0 && !self.ephemeral {
-            if let Some(r) = &self.reserve {
-                if !r.admit(msgs[..fit].iter().map(Message::record_len).sum()) {
-                    room = 0;
-                }
+        let (publish, chans) = {
+            let mut st = self.state.lock();
+            if self.is_exiting() {
+                return Err(BackendError::Exiting);
             }
-        }
-        if msgs.len() > room {
-            let rest = msgs.split_off(room);
-            if !self.ephemeral {
-                st.spill = true;
-                st.backend_writers += 1;
-                drop(st);
+            let gate = self.gate(&st);
+            (st.queue.publish(msgs, gate, &mut admit), st.fanout.clone())
+        };
+        match publish {
+            Publish::Direct(msgs) => {
+                let failed = fan_out_owned(&chans, msgs, &mut receipt);
+                if let Some((_, e)) = failed.into_iter().next() {
+                    return Err(e);
+                }
+                self.count(total, bytes);
+                return Ok(receipt);
+            }
+            Publish::Memory => {}
+            Publish::Write { mem, disk } => {
                 let result = self
                     .backend
-                    .put_batch(rest.len(), &mut |i, out| rest[i].encode_into(out));
+                    .put_batch(disk.len(), &mut |i, out| disk[i].encode_into(out));
                 self.health.record(&result);
-                st = self.state.lock();
-                st.backend_writers -= 1;
+                {
+                    let mut st = self.state.lock();
+                    let empty = result.is_err() && self.backend.depth() <= 0;
+                    st.queue.write_done(mem, result.is_ok(), empty);
+                }
                 match result {
-                    Ok(t) => {
-                        if self.opts.durable {
-                            receipt.backend(&self.backend, t);
-                        }
-                    }
+                    Ok(t) if self.opts.durable => receipt.backend(&self.backend, t),
+                    Ok(_) => {}
                     Err(e) => {
-                        // Nothing went to disk: memory may take new puts again if it can.
-                        if st.backend_writers == 0 && self.backend.depth() <= 0 {
-                            st.spill = false;
-                        }
-                        drop(st);
+                        drop(_fanout_guard);
                         tracing::error!(topic = %self.name, "failed to write message to backend - {e}");
                         self.ensure_pump();
                         return Err(e);
@@ -275,12 +236,20 @@ impl Topic {
                 }
             }
         }
-        st.mem.extend(msgs);
-        drop(st);
         drop(_fanout_guard);
         self.count(total, bytes);
         self.ensure_pump();
         Ok(receipt)
+    }
+
+    /// The facts the state decides with, read under the lock.
+    fn gate(&self, st: &State) -> Gate {
+        Gate {
+            paused: self.is_paused(),
+            started: self.started.load(Ordering::Acquire),
+            exiting: self.is_exiting(),
+            has_channels: !st.fanout.is_empty(),
+        }
     }
 
     fn count(&self, n: usize, bytes: u64) {
@@ -298,39 +267,13 @@ impl Topic {
 
     /// Starts the pump if there is a backlog (or a stalled batch) and somewhere to send it.
     fn ensure_pump(self: &Arc<Self>) {
-        let mut st = self.state.lock();
-        if st.pumping
-            || self.is_paused()
-            || self.is_exiting()
-            || !self.started.load(Ordering::Acquire)
-            || st.fanout.is_empty()
-        {
-            return;
-        }
-        if st.mem.is_empty() && !st.spill && self.stalled.lock().is_none() {
-            return;
-        }
-        st.pumping = true;
-        drop(st);
-        let me = self.clone();
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) => {
-                h.spawn(async move { me.pump().await });
-            }
-            Err(_) => {
-                // No runtime (a synchronous caller such as a unit test): drain inline; a
-                // stalled batch waits for the next publish or channel to try again.
-                loop {
-                    match me.pump_batch() {
-                        PumpStep::Stop => break,
-                        PumpStep::Moved(_) => me.backend.set_read_watermark(None),
-                        PumpStep::Stalled => {
-                            me.state.lock().pumping = false;
-                            break;
-                        }
-                    }
-                }
-            }
+        let start = {
+            let mut st = self.state.lock();
+            let gate = self.gate(&st);
+            st.queue.start_pump(gate)
+        };
+        if start {
+            tokio::spawn(self.clone().pump());
         }
     }
 
@@ -355,73 +298,59 @@ impl Topic {
         }
     }
 
-    /// Moves one batch from the topic queues to every channel (a stalled batch first).
+    /// One pump step (see [`TopicState::pump`]) and its effects.
     fn pump_batch(&self) -> PumpStep {
         let _guard = self.pump_lock.read();
-        let mut st = self.state.lock();
-        if self.is_paused() || self.is_exiting() || st.fanout.is_empty() {
-            st.pumping = false;
-            return PumpStep::Stop;
-        }
-        let chans = st.fanout.clone();
-        let stalled = self.stalled.lock().take();
-        if let Some(b) = stalled {
-            drop(st);
-            return self.deliver(b);
-        }
-        let n = st.mem.len().min(PUMP_BATCH);
-        let mut batch: Vec<Message> = Vec::with_capacity(n);
-        st.mem.pop_front_into(n, &mut batch);
-        if batch.is_empty() {
-            if !st.spill {
-                st.pumping = false;
-                return PumpStep::Stop;
-            }
-            drop(st);
-            let mut raw: Vec<(Bytes, RecordPos)> = Vec::with_capacity(PUMP_BATCH);
-            let got = self.backend.read_batch_pos(PUMP_BATCH, &mut raw);
-            if let Some((_, first)) = raw.first() {
-                // Until the batch is in every channel, a crash re-reads from it on (the
-                // backend set this already when none was set; this also moves it past a
-                // batch whose sync failed).
-                self.backend.set_read_watermark(Some(*first));
-            }
-            for (payload, _) in raw {
-                match Message::decode(payload) {
-                    Ok(m) => batch.push(m),
-                    Err(e) => tracing::error!(topic = %self.name, "failed to decode message - {e}"),
+        let step = {
+            let mut st = self.state.lock();
+            let gate = self.gate(&st);
+            let fanout = st.fanout.clone();
+            st.queue.pump(gate, &fanout)
+        };
+        let step = match step {
+            Pump::Read(max) => {
+                let mut raw: Vec<(Bytes, RecordPos)> = Vec::with_capacity(max);
+                let got = self.backend.read_batch_pos(max, &mut raw);
+                if let Some((_, first)) = raw.first() {
+                    // Until the batch is in every channel, a crash re-reads from it on (the
+                    // backend set this already when none was set; this also moves it past a
+                    // batch whose sync failed).
+                    self.backend.set_read_watermark(Some(*first));
                 }
-            }
-            if got == 0 {
-                let mut st = self.state.lock();
-                if st.backend_writers == 0 && self.backend.depth() <= 0 {
-                    st.spill = false;
-                    if st.mem.is_empty() {
-                        st.pumping = false;
-                        return PumpStep::Stop;
+                let mut msgs = Vec::with_capacity(raw.len());
+                for (payload, _) in raw {
+                    match Message::decode(payload) {
+                        Ok(m) => msgs.push(m),
+                        Err(e) => {
+                            tracing::error!(topic = %self.name, "failed to decode message - {e}")
+                        }
                     }
                 }
-                return PumpStep::Moved(PutReceipt::default());
+                let mut st = self.state.lock();
+                let empty = got == 0 && self.backend.depth() <= 0;
+                let fanout = st.fanout.clone();
+                st.queue.pump_read(msgs, got, empty, &fanout)
             }
-        } else {
-            drop(st);
+            other => other,
+        };
+        match step {
+            Pump::Stop => PumpStep::Stop,
+            Pump::Again => PumpStep::Moved(PutReceipt::default()),
+            Pump::Deliver(b) => self.deliver(b),
+            Pump::Read(_) => unreachable!("a read is reported before the next step"),
         }
-        self.deliver(PumpBatch {
-            msgs: batch,
-            todo: chans.to_vec(),
-        })
     }
 
     /// Hands a batch to the channels still to get it; keeps it for a retry if one refuses.
-    fn deliver(&self, mut b: PumpBatch) -> PumpStep {
+    fn deliver(&self, b: Batch<Arc<Channel>>) -> PumpStep {
         let mut receipt = PutReceipt::default();
         let failed = fan_out(&b.todo, &b.msgs, &mut receipt);
-        if failed.is_empty() {
-            return PumpStep::Moved(receipt);
+        let refused = failed.into_iter().map(|(c, _)| c).collect();
+        if self.state.lock().queue.delivered(b.msgs, refused) {
+            PumpStep::Stalled
+        } else {
+            PumpStep::Moved(receipt)
         }
-        b.todo = failed.into_iter().map(|(c, _)| c).collect();
-        *self.stalled.lock() = Some(b);
-        PumpStep::Stalled
     }
 
     // ---- channels -----------------------------------------------------------------------
@@ -518,12 +447,7 @@ impl Topic {
     /// Discards the topic's own queue (channels keep theirs).
     pub fn empty(&self) -> Result<(), BackendError> {
         let _guard = self.pump_lock.write();
-        {
-            let mut st = self.state.lock();
-            st.mem.clear();
-            st.spill = false;
-            self.stalled.lock().take();
-        }
+        self.state.lock().queue.clear();
         self.backend.set_read_watermark(None);
         self.backend.empty()
     }
@@ -544,12 +468,7 @@ impl Topic {
                 e.hooks().channel_deleted(&self.name, ch.name());
             }
         }
-        {
-            let mut st = self.state.lock();
-            st.mem.clear();
-            st.spill = false;
-            self.stalled.lock().take();
-        }
+        self.state.lock().queue.clear();
         self.backend.set_read_watermark(None);
         if let Err(e) = self.backend.empty() {
             tracing::error!(topic = %self.name, "failed to empty topic backend - {e}");
@@ -567,7 +486,16 @@ impl Topic {
         self.exiting.store(true, Ordering::Release);
         let _guard = self.pump_lock.write();
         let mut settled = true;
-        if let Some(b) = self.stalled.lock().take() {
+        let (stalled, msgs, channels) = {
+            let mut st = self.state.lock();
+            let (stalled, msgs) = st.queue.drain();
+            (
+                stalled,
+                msgs,
+                st.channels.values().cloned().collect::<Vec<_>>(),
+            )
+        };
+        if let Some(b) = stalled {
             for ch in &b.todo {
                 if let Err(e) = ch.receive(&b.msgs, &mut PutReceipt::default()) {
                     tracing::error!(topic = %self.name, channel = %ch.name(), "failed to put message to channel - {e}");
@@ -575,11 +503,6 @@ impl Topic {
                 }
             }
         }
-        let (channels, msgs) = {
-            let mut st = self.state.lock();
-            let msgs: Vec<Message> = st.mem.take_all().collect();
-            (st.channels.values().cloned().collect::<Vec<_>>(), msgs)
-        };
         for ch in channels {
             if let Err(e) = ch.close() {
                 tracing::error!(topic = %self.name, channel = %ch.name(), "failed to close channel - {e}");
@@ -604,8 +527,7 @@ impl Topic {
     pub(crate) fn held_bytes(&self) -> u64 {
         let (mine, channels) = {
             let st = self.state.lock();
-            let mine = if self.ephemeral { 0 } else { st.mem.bytes() };
-            (mine, st.fanout.clone())
+            (st.queue.held_bytes(), st.fanout.clone())
         };
         mine + channels.iter().map(|c| c.held_bytes()).sum::<u64>()
     }
@@ -613,13 +535,13 @@ impl Topic {
     // ---- stats --------------------------------------------------------------------------
 
     pub fn depth(&self) -> i64 {
-        self.state.lock().mem.len() as i64 + self.backend.depth()
+        self.state.lock().queue.mem_len() as i64 + self.backend.depth()
     }
 
     pub fn stats(&self) -> TopicStats {
         let (mem, channels) = {
             let st = self.state.lock();
-            (st.mem.len(), st.channels.values().cloned().collect())
+            (st.queue.mem_len(), st.channels.values().cloned().collect())
         };
         let backend_depth = self.backend.depth();
         TopicStats {
