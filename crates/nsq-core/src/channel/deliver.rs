@@ -154,7 +154,8 @@ impl Channel {
                         None
                     }
                 };
-                self.lock().state.journal_added(t, pos);
+                let del = self.lock().state.journal_added(msg.id, t, pos);
+                self.journal_del(del);
             }
             Requeued::Deferred { journal: None, .. } => {}
         }
@@ -223,16 +224,16 @@ impl Channel {
             return;
         }
         let now = now();
-        let live: Vec<(i64, Message)> = {
-            let g = self.lock();
-            g.state
-                .deferred()
-                .map(|(due, m)| {
-                    let wait = due.saturating_duration_since(now.mono).as_nanos() as i64;
-                    (now.wall.saturating_add(wait), m.clone())
-                })
-                .collect()
-        };
+        let live: Vec<(i64, Message)> = self
+            .lock()
+            .state
+            .journal_live(now.mono)
+            .into_iter()
+            .map(|(due, m)| {
+                let wait = due.saturating_duration_since(now.mono).as_nanos() as i64;
+                (now.wall.saturating_add(wait), m)
+            })
+            .collect();
         if let Err(e) = store.compact(live.iter().map(|(d, m)| (*d, m))) {
             tracing::error!(channel = %self.name, "failed to compact deferred store - {e}");
         }

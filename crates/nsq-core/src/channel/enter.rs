@@ -172,16 +172,15 @@ impl Channel {
 
     /// Carries out a [`Restore`]: the backend write, then its report; journal deletions.
     pub(super) fn restore(&self, r: Restore) {
-        let del = if r.write.is_empty() {
-            r.journal_del
-        } else {
+        if !r.write.is_empty() {
             let written = self.write_backend(&r.write).ok();
             let now = Instant::now().into_std();
-            self.lock()
+            let del = self
+                .lock()
                 .state
-                .restore_done(r.write, written, r.journal_del, now)
-        };
-        self.journal_del(del);
+                .restore_done(r.write, written, r.journal_del, now);
+            self.journal_del(del);
+        }
         self.notify.notify_waiters();
     }
 

@@ -19,6 +19,7 @@
 mod admin;
 mod deliver;
 mod enter;
+mod journal;
 mod reads;
 mod state;
 

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use nsq_protocol::MessageId;
 
+use super::journal::{JournalBook, JournalRef};
 use super::reads::ReadTracker;
 use super::RequeueError;
 use crate::backend::{RecordPos, WriteTicket};
@@ -92,7 +93,7 @@ pub(super) enum After {
 struct Awaiting {
     after: After,
     positions: Vec<RecordPos>,
-    journal_del: Vec<MessageId>,
+    journal_del: Vec<JournalRef>,
 }
 
 /// The outcome of [`ChannelState::put`].
@@ -108,10 +109,11 @@ pub(super) enum Put {
 
 /// Messages that already belong to the channel going back to its queue (requeued, timed out,
 /// due): write `write` to the backend (when not empty) and report with
-/// [`ChannelState::restore_done`]; delete `journal_del` from the journal once that is done.
+/// [`ChannelState::restore_done`]. `journal_del`: the journal entries of released deferred
+/// messages, for the state (it decides when their DELs are written).
 pub(super) struct Restore {
     pub(super) write: Vec<Queued>,
-    pub(super) journal_del: Vec<MessageId>,
+    pub(super) journal_del: Vec<JournalRef>,
 }
 
 /// The outcome of a REQ.
@@ -150,6 +152,8 @@ pub(super) struct ChannelState {
     reads: ReadTracker,
     /// Settlements waiting for a sync, in the order they were registered.
     awaiting: Vec<Awaiting>,
+    /// The deferred journal's live entries (see `journal.rs`).
+    journal: JournalBook,
     /// Closed or being deleted: puts and requeues are refused.
     closing: bool,
 }
@@ -172,7 +176,9 @@ impl ChannelState {
         now: Now,
     ) -> Self {
         let mut deferred = DeferredQueue::new();
+        let mut journal = JournalBook::default();
         for (due_wall, m) in replayed {
+            journal.add(m.id, false);
             let wait = u64::try_from(due_wall.saturating_sub(now.wall)).unwrap_or(0);
             // A duplicate ID is dropped, as the reference's pushDeferredMessage does.
             let _ = deferred.insert(now.mono + Duration::from_nanos(wait), m);
@@ -186,6 +192,7 @@ impl ChannelState {
             deferred,
             reads: ReadTracker::default(),
             awaiting: Vec::new(),
+            journal,
             closing: false,
         }
     }
@@ -256,16 +263,20 @@ impl ChannelState {
         }
     }
 
-    /// A deferred message enters the channel (DPUB; journaled by the caller first). Returns
-    /// false for a duplicate ID, dropped as the reference's `pushDeferredMessage` does.
+    /// A deferred message enters the channel (DPUB; journaled by the caller first when the
+    /// channel is). Returns false for a duplicate ID, dropped as the reference's
+    /// `pushDeferredMessage` does.
     pub(super) fn defer_new(&mut self, due: Instant, msg: Message) -> bool {
+        if self.cfg.journaled {
+            self.journal.add(msg.id, false);
+        }
         self.deferred.insert(due, msg).is_ok()
     }
 
     /// Puts messages that already belong to the channel back in the queue: memory while
     /// there is room and nothing older waits on disk, the rest to the backend. Nothing is
     /// dropped (see [`ChannelState::restore_done`]).
-    fn restore(&mut self, msgs: Vec<Queued>, journal_del: Vec<MessageId>) -> Restore {
+    fn restore(&mut self, msgs: Vec<Queued>, journal_del: Vec<JournalRef>) -> Restore {
         let mut write = Vec::new();
         for q in msgs {
             if !self.spill && self.mem.len() < self.cfg.mem_queue_size {
@@ -277,9 +288,15 @@ impl ChannelState {
                 write.push(q);
             }
         }
-        if !write.is_empty() {
-            self.writing += 1;
+        if write.is_empty() {
+            // Everything went to memory (only possible without a journal, whose channels have
+            // a memory queue of 0): no journal entry to delete.
+            return Restore {
+                write,
+                journal_del: Vec::new(),
+            };
         }
+        self.writing += 1;
         Restore { write, journal_del }
     }
 
@@ -298,13 +315,14 @@ impl ChannelState {
         &mut self,
         write: Vec<Queued>,
         written: Option<WriteTicket>,
-        journal_del: Vec<MessageId>,
+        journal_del: Vec<JournalRef>,
         now: Instant,
     ) -> Vec<MessageId> {
         self.writing -= 1;
         let Some(ticket) = written else {
             for q in write {
-                if journal_del.contains(&q.msg.id) {
+                if journal_del.iter().any(|(id, _)| *id == q.msg.id) {
+                    self.journal.unreleased(&q.msg.id);
                     let _ = self.deferred.insert(now, q.msg);
                 } else {
                     self.mem.push_back(q);
@@ -326,7 +344,15 @@ impl ChannelState {
         for p in positions {
             self.reads.settle(p);
         }
-        journal_del
+        self.delete_journal(journal_del)
+    }
+
+    /// The DELs to write for these released messages now (see `journal.rs`).
+    fn delete_journal(&mut self, refs: Vec<JournalRef>) -> Vec<MessageId> {
+        refs.into_iter()
+            .filter(|r| self.journal.delete(*r))
+            .map(|(id, _)| id)
+            .collect()
     }
 
     // ---- delivery -------------------------------------------------------------------------
@@ -477,25 +503,42 @@ impl ChannelState {
             }
             return Ok(Requeued::Deferred { journal: None, pos });
         }
-        if journal.is_none() {
-            // Not journaled: a deferred message lives in memory, as in the reference.
-            if let Some(p) = pos {
-                self.reads.settle(p);
+        match &journal {
+            Some((_, m)) => {
+                self.journal.add(m.id, true);
+            }
+            None => {
+                // Not journaled: a deferred message lives in memory, as in the reference.
+                if let Some(p) = pos {
+                    self.reads.settle(p);
+                }
             }
         }
         Ok(Requeued::Deferred { journal, pos })
     }
 
-    /// The journal ADD of a deferral was written (`Some(ticket)`) or failed (`None`: the
+    /// The journal ADD of deferral `id` was written (`Some(ticket)`) or failed (`None`: the
     /// record stays unsettled, read again after a crash). Its record is settled once the
-    /// entry is synced.
-    pub(super) fn journal_added(&mut self, ticket: Option<StoreTicket>, pos: Option<RecordPos>) {
+    /// entry is synced. Returns journal entries to delete now: the DEL of this very entry if
+    /// the message was released and re-stored while the ADD was being written.
+    pub(super) fn journal_added(
+        &mut self,
+        id: MessageId,
+        ticket: Option<StoreTicket>,
+        pos: Option<RecordPos>,
+    ) -> Vec<MessageId> {
+        let del_now = self.journal.added(id);
         if let (Some(t), Some(p)) = (ticket, pos) {
             self.awaiting.push(Awaiting {
                 after: After::Journal(t),
                 positions: vec![p],
                 journal_del: Vec::new(),
             });
+        }
+        if del_now {
+            vec![id]
+        } else {
+            Vec::new()
         }
     }
 
@@ -541,12 +584,12 @@ impl ChannelState {
         if due.is_empty() {
             return None;
         }
-        let ids = if self.cfg.journaled {
-            due.iter().map(|q| q.msg.id).collect()
+        let refs = if self.cfg.journaled {
+            due.iter().map(|q| self.journal.released(&q.msg)).collect()
         } else {
             Vec::new()
         };
-        Some(self.restore(due, ids))
+        Some(self.restore(due, refs))
     }
 
     // ---- durability -------------------------------------------------------------------------
@@ -578,7 +621,7 @@ impl ChannelState {
             After::Backend(t) => backend.is_some_and(|b| t <= b),
             After::Journal(t) => journal.is_some_and(|j| t <= j),
         };
-        let mut del = Vec::new();
+        let mut ok_refs = Vec::new();
         let mut i = 0;
         while i < self.awaiting.len() {
             if !covered(&self.awaiting[i]) {
@@ -590,18 +633,10 @@ impl ChannelState {
                 for p in a.positions {
                     self.reads.settle(p);
                 }
-                // A message deferred again since has a newer journal entry under the same ID,
-                // which a DEL would kill too (replay goes by ID): its old entry stays, and
-                // the newer one's own release deletes both. (Found by the model check.)
-                let deferred = &self.deferred;
-                del.extend(
-                    a.journal_del
-                        .into_iter()
-                        .filter(|id| !deferred.contains(id)),
-                );
+                ok_refs.extend(a.journal_del);
             }
         }
-        del
+        self.delete_journal(ok_refs)
     }
 
     /// The watermark to hand to the backend if it changed since last handed (the effect the
@@ -621,6 +656,7 @@ impl ChannelState {
         self.spill = false;
         self.reads.clear();
         self.awaiting.clear();
+        self.journal.clear();
     }
 
     /// Stops accepting puts and requeues (close, delete).
@@ -696,9 +732,13 @@ impl ChannelState {
         self.mem.iter().map(|q| &q.msg)
     }
 
-    /// The deferred messages with their due times (for rewriting the journal).
-    pub(super) fn deferred(&self) -> impl Iterator<Item = (Instant, &Message)> + '_ {
-        self.deferred.iter()
+    /// What a rewritten journal must hold, with due times: the deferred messages, and the
+    /// released ones whose queue copy is not stored yet (due at once, should they be replayed).
+    pub(super) fn journal_live(&self, now: Instant) -> Vec<(Instant, Message)> {
+        let mut live: Vec<(Instant, Message)> =
+            self.deferred.iter().map(|(d, m)| (d, m.clone())).collect();
+        live.extend(self.journal.released_messages().map(|m| (now, m.clone())));
+        live
     }
 
     #[cfg(test)]
