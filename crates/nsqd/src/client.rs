@@ -205,14 +205,6 @@ impl Client {
         }
     }
 
-    /// The consumer has most of a large RDY window in flight (>= 3/4 of RDY >= 64): it is busy
-    /// with its messages, and its FINs (one segment each from go-nsq) can be collected on a
-    /// short timer instead of waking the daemon one by one (see `protocol_v2::read_loop`).
-    pub fn saturated(&self) -> bool {
-        let rdy = self.ready_count();
-        rdy >= 64 && self.in_flight() * 4 >= rdy * 3 && self.state() == ConnState::Subscribed
-    }
-
     /// Queues a frame for the writer and wakes it.
     pub fn send_frame(&self, f: impl FnOnce(&mut BytesMut)) {
         f(&mut self.out.lock());

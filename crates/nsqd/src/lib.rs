@@ -13,6 +13,7 @@ pub mod metadata;
 pub mod metrics;
 pub mod nsqd;
 pub mod options;
+mod park;
 pub mod protocol_v2;
 pub mod server;
 pub mod stats;

@@ -32,6 +32,8 @@ pub struct TcpConfig {
     pub features: ServerFeatures,
     pub auth_required: bool,
     pub tls_required: bool,
+    /// `--parked-reads` (crate::park).
+    pub parked_reads: bool,
 }
 
 /// Engine hooks: tell nsqlookupd (ephemeral names too, as the reference) and schedule a
@@ -245,5 +247,6 @@ pub(crate) fn tcp_config(o: &NsqdOptions, tls_available: bool) -> TcpConfig {
         },
         auth_required: !o.auth_http_addresses.is_empty(),
         tls_required: o.effective_tls_required() != crate::options::TlsRequired::False,
+        parked_reads: o.parked_reads,
     }
 }

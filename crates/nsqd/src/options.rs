@@ -222,6 +222,10 @@ pub struct NsqdOptions {
     pub output_buffer_timeout: Duration,
     /// 0 = unlimited.
     pub max_channel_consumers: i64,
+    /// `--parked-reads` (ours, not the reference's): a saturated consumer's socket is read on
+    /// a 1 ms timer instead of on readiness, so its FINs batch up (crate::park). `false`
+    /// reads every connection on readiness.
+    pub parked_reads: bool,
 
     // --- statsd ---
     /// UDP `host:port`; `""` disables statsd.
@@ -307,6 +311,7 @@ impl NsqdOptions {
             min_output_buffer_timeout: Duration::from_millis(25),
             output_buffer_timeout: Duration::from_millis(250),
             max_channel_consumers: 0,
+            parked_reads: true,
 
             statsd_address: String::new(),
             statsd_interval: Duration::from_secs(60),
@@ -535,6 +540,8 @@ pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
         "default duration of time between flushing data to clients";
     "max-channel-consumers" => max_channel_consumers: Int, Some("max_channel_consumers"),
         "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)";
+    "parked-reads" => parked_reads: Bool, Some("parked_reads"),
+        "read a consumer with most of its RDY window in flight every 1ms instead of on every arriving FIN (less daemon CPU per message; false: always read on arrival)";
     "statsd-address" => statsd_address: Str, Some("statsd_address"),
         "UDP <addr>:<port> of a statsd daemon for pushing stats";
     "statsd-interval" => statsd_interval: Dur, Some("statsd_interval"),
@@ -685,6 +692,8 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
     	unique part for message IDs, (int) in range [0,1024) (default is hash of hostname){ID_DEFAULT}
   -output-buffer-timeout duration
     	default duration of time between flushing data to clients (default 250ms)
+  -parked-reads
+    	read a consumer with most of its RDY window in flight every 1ms instead of on every arriving FIN (less daemon CPU per message; false: always read on arrival) (default true)
   -queue-scan-selection-count int
     	number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts (default 20)
   -queue-scan-worker-pool-max int

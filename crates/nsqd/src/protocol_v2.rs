@@ -7,9 +7,10 @@
 //! into one buffer and writes it with one syscall.
 //!
 //! The reader batches too: a consumer with most of a large RDY window in flight has its socket
-//! parked out of the reactor and read once a millisecond (`read_loop`), so clients that write
-//! one FIN per syscall (go-nsq) cost the daemon one wake-up per millisecond, not one per
-//! message. bench/README.md ("Parked reads") has the measurements.
+//! parked out of the reactor and read once a millisecond, so clients that write one FIN per
+//! syscall (go-nsq) cost the daemon one wake-up per millisecond, not one per message. The
+//! policy is `park.rs` (`ParkPolicy`, `--parked-reads`); bench/README.md ("Parked reads") has
+//! the measurements.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,6 +33,7 @@ use tokio::time::{timeout, Instant};
 
 use crate::client::{Client, ConnState, Handover};
 use crate::nsqd::Nsqd;
+use crate::park::{Load, ParkPolicy};
 use crate::transport::{self, ReadSide, WriteSide};
 
 /// Stop taking messages into one write once this many bytes are buffered.
@@ -42,12 +44,6 @@ const TAKE_CHUNK: usize = 512;
 const READ_BUF_MIN: usize = 4 * 1024;
 /// Read buffers grow to this when a read leaves less than 4 KiB free.
 const READ_BUF_MAX: usize = 64 * 1024;
-/// `FIN <16-byte id>\n`.
-const FIN_LEN: usize = 21;
-/// Reads without parking after a parked read found a fast client (see `read_loop`).
-const UNPARKED_READS: u32 = 256;
-/// How often a saturated consumer's socket is read while parked (see `read_loop`).
-const PARK_POLL: Duration = Duration::from_millis(1);
 /// A timer deadline that is never reached in practice (disabled timers).
 const FAR: Duration = Duration::from_secs(86_400 * 365);
 
@@ -196,11 +192,8 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
     tokio::pin!(read_timer);
     // When `read_timer` fires (None: never armed).
     let mut timer_at: Option<Instant> = None;
-    // Bytes the last read brought, whether it was a parked one, and how many reads to go
-    // before parking is allowed again (see `park` below).
-    let mut last_read = 0usize;
-    let mut parked_last = false;
-    let mut no_park = 0u32;
+    // Whether each read is parked (crate::park).
+    let mut parking = ParkPolicy::new(nsqd.tcp.parked_reads);
     let mut started = false;
     loop {
         let mut completed = !started;
@@ -291,29 +284,20 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 timer_at = Some(d);
             }
         }
-        // A saturated consumer (most of a large RDY in flight: it has plenty to work on) is
-        // read on a timer with its socket parked out of the reactor, so its FINs — one TCP
-        // segment each from go-nsq, which flushes every FIN — are collected a millisecond's
-        // worth at a time instead of waking the daemon one by one; the refill they free then
-        // goes out in one write. Other commands on such a connection wait up to ~2 ms more. A
-        // period without any bytes ends parking (the client went quiet: wait normally).
-        // A client that FINed a quarter of its RDY within one such period is fast enough to
-        // run its window dry before the next one: it is read as usual for the next
-        // UNPARKED_READS reads (its FINs batch up anyway while the daemon works), so parking
-        // never caps its throughput.
-        if parked_last && last_read >= (client.ready_count().max(0) as usize / 4) * FIN_LEN {
-            no_park = UNPARKED_READS;
-        }
-        let park = matches!(rd, ReadSide::Tcp(_)) && no_park == 0 && client.saturated();
-        no_park = no_park.saturating_sub(1);
-        parked_last = park;
+        // A saturated consumer's FINs are collected on a timer (crate::park).
+        let park = parking.next_read(Load {
+            plain_tcp: matches!(rd, ReadSide::Tcp(_)),
+            subscribed: client.state() == ConnState::Subscribed,
+            ready: client.ready_count(),
+            in_flight: client.in_flight(),
+        });
         loop {
             let fill = async {
                 if park {
                     if let ReadSide::Tcp(r) = &mut rd {
                         r.park();
-                        tokio::time::sleep(PARK_POLL).await;
-                        if let Some(n) = r.read_parked(&mut buf)? {
+                        tokio::time::sleep(ParkPolicy::POLL).await;
+                        if let Some(n) = r.read_parked(&mut buf, ParkPolicy::MAX_READ)? {
                             return Ok(n);
                         }
                     }
@@ -333,7 +317,7 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, mut rd: ReadSide) {
                 r = fill => match r {
                     Ok(0) | Err(_) => false,
                     Ok(n) => {
-                        last_read = n;
+                        parking.read_done(n);
                         break;
                     }
                 },

@@ -5,8 +5,8 @@
 //! The plain TCP halves ([`FdReader`], [`FdWriter`]) share the connection's one descriptor
 //! ([`Socket`]), registered with the reactor for both directions — except while the reader
 //! has *parked* it: then it is out of the reactor altogether, so that bytes arriving while a
-//! saturated consumer's FINs are collected on a timer wake nobody (see
-//! `protocol_v2::read_loop`). The writer writes to a parked socket directly; only when the
+//! saturated consumer's FINs are collected on a timer wake nobody (when to park is
+//! `park.rs`, `ParkPolicy`). The writer writes to a parked socket directly; only when the
 //! send buffer is full does it put the socket back in the reactor to wait for writability,
 //! and the reader does not park it again until a write has gone through. One descriptor per
 //! client, as NSQ (nsqd/client_v2.go keeps one `net.Conn`); an earlier version registered a
@@ -90,8 +90,6 @@ impl AsyncWrite for WriteSide {
 /// reads and shrinks after short ones, so FIN-sized reads do not clear 64 KiB each time).
 const CHUNK_MIN: usize = 4 * 1024;
 const CHUNK_MAX: usize = 64 * 1024;
-/// At most this much is read from a parked socket at once (see `FdReader::read_parked`).
-const PARKED_READ_MAX: usize = 1024 * 1024;
 
 /// Where the connection's one descriptor is.
 enum Reg {
@@ -208,14 +206,18 @@ impl FdReader {
         .await
     }
 
-    /// Non-blocking reads on a parked socket until it is empty (or `PARKED_READ_MAX` bytes
-    /// were read): everything that arrived during the parked period, in one go. `None` when
-    /// nothing is there; `Some(0)` at end of stream.
+    /// Non-blocking reads on a parked socket until it is empty (or at least `max` bytes were
+    /// read; `ParkPolicy::MAX_READ`): everything that arrived during the parked period, in one
+    /// go. `None` when nothing is there; `Some(0)` at end of stream.
     ///
     /// One chunk per period is not enough: a fast consumer FINs its whole window while the
     /// reader sleeps, and a window of 2,500 FINs is 52 KiB; reading it a few KiB per period
     /// left the client waiting for a refill with all its work done.
-    pub(crate) fn read_parked(&mut self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+    pub(crate) fn read_parked(
+        &mut self,
+        buf: &mut BytesMut,
+        max: usize,
+    ) -> io::Result<Option<usize>> {
         let mut total = 0;
         loop {
             let old = buf.len();
@@ -228,7 +230,7 @@ impl FdReader {
                     let full = n == self.chunk;
                     self.chunk = next_chunk(self.chunk, n);
                     total += n;
-                    if !full || total >= PARKED_READ_MAX {
+                    if !full || total >= max {
                         return Ok(Some(total));
                     }
                 }
@@ -525,14 +527,18 @@ mod tests {
         };
         rd.park();
         let mut buf = BytesMut::new();
-        assert_eq!(rd.read_parked(&mut buf).unwrap(), None, "nothing there yet");
+        assert_eq!(
+            rd.read_parked(&mut buf, 1024 * 1024).unwrap(),
+            None,
+            "nothing there yet"
+        );
         // 2,500 FINs: far more than one read chunk.
         let fins = b"FIN 0123456789abcdef\n".repeat(2500);
         client.write_all(&fins).await.unwrap();
         client.flush().await.unwrap();
         // Loopback queues the bytes at the receiver during the write; the pause is margin.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let n = rd.read_parked(&mut buf).unwrap();
+        let n = rd.read_parked(&mut buf, 1024 * 1024).unwrap();
         assert_eq!(
             n,
             Some(fins.len()),
@@ -542,7 +548,7 @@ mod tests {
         drop(client);
         let mut eof = None;
         for _ in 0..200 {
-            eof = rd.read_parked(&mut buf).unwrap();
+            eof = rd.read_parked(&mut buf, 1024 * 1024).unwrap();
             if eof.is_some() {
                 break;
             }
