@@ -94,6 +94,15 @@ pub(crate) struct Handover {
     pub(crate) back: oneshot::Receiver<WriteSide>,
 }
 
+impl Handover {
+    /// The writer's side: gives its write side to the reader and waits for the upgraded one;
+    /// `None` if the reader went away meanwhile.
+    pub(crate) async fn exchange(self, wr: WriteSide) -> Option<WriteSide> {
+        self.give.send(wr).ok()?;
+        self.back.await.ok()
+    }
+}
+
 impl Client {
     pub fn new(id: u64, remote_addr: SocketAddr, settings: ClientSettings) -> Arc<Self> {
         let ip = remote_addr.ip().to_string();

@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod client;
+mod commands;
 pub mod drain;
 pub mod http;
 pub mod lookup;

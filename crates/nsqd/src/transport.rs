@@ -46,6 +46,14 @@ pub(crate) enum WriteSide {
     Boxed(Box<dyn AsyncWrite + Unpin + Send>),
 }
 
+impl ReadSide {
+    /// A read side at end of stream: what a reader holds while its real one is being
+    /// upgraded (no allocation: `io::Empty` has no size).
+    pub(crate) fn closed() -> ReadSide {
+        ReadSide::Boxed(Box::new(tokio::io::empty()))
+    }
+}
+
 impl AsyncRead for ReadSide {
     fn poll_read(
         self: Pin<&mut Self>,
