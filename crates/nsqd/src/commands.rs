@@ -246,7 +246,7 @@ pub(crate) async fn exec(
     cmd: Command,
 ) -> Result<Reply, NsqError> {
     if nsqd.drain.is_draining() {
-        crate::drain::check_tcp(nsqd, &cmd)?;
+        crate::drain::check_tcp(&nsqd.engine, &cmd)?;
     }
     match cmd {
         Command::Nop => Ok(Reply::Nothing),

@@ -114,6 +114,11 @@ impl Nsqd {
         self.clients.lock().remove(&id);
     }
 
+    /// Starts draining (crate::drain); `false` if the node was draining already.
+    pub fn start_drain(&self) -> bool {
+        self.drain.start(&self.engine, &self.lookup)
+    }
+
     /// Every connected TCP client.
     pub fn clients(&self) -> Vec<Arc<Client>> {
         self.clients.lock().values().cloned().collect()

@@ -21,14 +21,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::BytesMut;
+use nsq_core::client_stats::ClientMeta;
 use nsq_protocol::frame;
 use nsq_protocol::identify::Negotiated;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use socket2::SockRef;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::client::Client;
 use nsq_compress::{DeflateReader, DeflateWriter, SnappyReader, SnappyWriter};
 
 /// The TLS handshake deadline.
@@ -415,13 +415,13 @@ pub(crate) enum UpgradeError {
 }
 
 /// Performs the negotiated upgrades in the reference's order (TLS, then snappy or deflate),
-/// recording them in the client's metadata for `/stats`.
+/// recording them in the client's metadata (`meta`, for `/stats` and AUTH) as each is done.
 pub(crate) async fn upgrade(
     mut rd: ReadSide,
     mut wr: WriteSide,
     negotiated: &Negotiated,
     tls: Option<&Arc<rustls::ServerConfig>>,
-    client: &Client,
+    meta: &Mutex<ClientMeta>,
 ) -> Result<(ReadSide, WriteSide), UpgradeError> {
     if negotiated.tls_v1 {
         let config = tls.ok_or(UpgradeError::NoTlsConfig)?;
@@ -438,7 +438,7 @@ pub(crate) async fn upgrade(
             .map_err(|_| UpgradeError::HandshakeTimeout)??;
         {
             let (_, conn) = tls_stream.get_ref();
-            let mut meta = client.meta.lock();
+            let mut meta = meta.lock();
             meta.tls = true;
             meta.tls_version = conn
                 .protocol_version()
@@ -459,13 +459,13 @@ pub(crate) async fn upgrade(
     if negotiated.snappy {
         rd = ReadSide::Boxed(Box::new(SnappyReader::new(rd)));
         wr = WriteSide::Boxed(Box::new(SnappyWriter::new(wr)));
-        client.meta.lock().snappy = true;
+        meta.lock().snappy = true;
         send_ok(&mut wr).await?;
     } else if negotiated.deflate {
         rd = ReadSide::Boxed(Box::new(DeflateReader::new(rd)));
         let level = negotiated.deflate_level.clamp(1, 9) as u32;
         wr = WriteSide::Boxed(Box::new(DeflateWriter::new(wr, level)));
-        client.meta.lock().deflate = true;
+        meta.lock().deflate = true;
         // The reference's first deflate bytes are an empty sync block (its pump flushes the
         // idle client) and then the OK: send the same bytes (client_v2.go, `UpgradeDeflate`).
         wr.flush().await?;
