@@ -6,14 +6,15 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 pub use nsq_core::client_stats::{ClientMeta, ClientStats};
 use nsq_core::{Channel, Consumer};
 use nsq_protocol::identify::ClientSettings;
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, watch, Notify};
 
-use crate::transport::WriteSide;
+use crate::auth::AuthState;
+use crate::transport::{Layer, WriteSide};
 
 /// A connection's protocol state (nsqd/protocol_v2.go: stateInit, stateSubscribed,
 /// stateClosing). The discriminants are the numbers `/stats` reports.
@@ -55,13 +56,39 @@ impl AtomicConnState {
     }
 }
 
+/// What the reader records about a client as its commands succeed: who it is (IDENTIFY and
+/// the upgrades), its authorization (AUTH) and what it published (PUB, MPUB, DPUB).
+#[derive(Debug, Default)]
+pub struct ClientRecord {
+    pub meta: ClientMeta,
+    /// The authorization from the auth server (AUTH), with the secret to refresh it.
+    pub auth: Option<(AuthState, Bytes)>,
+    /// Messages published per topic.
+    pub pub_counts: BTreeMap<String, u64>,
+}
+
 /// Shared state of one connection. The reader task owns command handling, the writer task
 /// owns the socket's write half; they meet here.
+///
+/// Counters and the protocol state are atomics. The three locks guard state that changes at
+/// different times for different readers, and each is held for a few instructions, never
+/// across an `.await` and never with another (docs/architecture.md, "Locks"):
+/// * `record`: written only by the reader (IDENTIFY, the upgrades, AUTH, each publish), read
+///   by `/stats` and the AUTH checks. One lock, because `/stats` takes all of it at once and
+///   AUTH sets the authorization together with the identity it names.
+/// * `settings`: written by IDENTIFY, read by the writer at every wake-up and by the reader
+///   after every batch of commands. Apart from `record` so that the writer never waits for the
+///   reader's bookkeeping or for a `/stats` copy of the whole record.
+/// * `out`: the queue of frames from the reader to the writer, taken once per response and per
+///   writer wake-up: the hottest of the three, so it guards nothing else.
+///
+/// The upgrade `handover` is a fourth, used once per upgraded connection; it only carries the
+/// channel ends between the two tasks (see `Handover`).
 pub struct Client {
     pub id: u64,
     pub remote_addr: SocketAddr,
     pub connect_ts: i64,
-    pub meta: Mutex<ClientMeta>,
+    pub record: Mutex<ClientRecord>,
     /// Per-connection settings (IDENTIFY); the writer reads them at each wake-up.
     pub settings: Mutex<ClientSettings>,
     state: AtomicConnState,
@@ -70,7 +97,6 @@ pub struct Client {
     message_count: AtomicU64,
     finish_count: AtomicU64,
     requeue_count: AtomicU64,
-    pub pub_counts: Mutex<BTreeMap<String, u64>>,
     /// The channel after a successful SUB.
     pub channel: OnceLock<Arc<Channel>>,
     /// Frames the reader produced (responses, errors) for the writer to send, in order.
@@ -84,8 +110,6 @@ pub struct Client {
     /// An IDENTIFY upgrade in progress: the writer hands its write side over (after flushing
     /// what was queued) and waits for the upgraded one.
     pub(crate) handover: Mutex<Option<Handover>>,
-    /// The authorization from the auth server (AUTH), with the secret to refresh it.
-    pub auth: Mutex<Option<(crate::auth::AuthState, bytes::Bytes)>>,
 }
 
 /// The two ends of a write-side handover between the writer and the reader task.
@@ -110,9 +134,12 @@ impl Client {
             id,
             remote_addr,
             connect_ts: unix_secs(),
-            meta: Mutex::new(ClientMeta {
-                client_id: ip.clone(),
-                hostname: ip,
+            record: Mutex::new(ClientRecord {
+                meta: ClientMeta {
+                    client_id: ip.clone(),
+                    hostname: ip,
+                    ..Default::default()
+                },
                 ..Default::default()
             }),
             settings: Mutex::new(settings),
@@ -122,14 +149,12 @@ impl Client {
             message_count: AtomicU64::new(0),
             finish_count: AtomicU64::new(0),
             requeue_count: AtomicU64::new(0),
-            pub_counts: Mutex::new(BTreeMap::new()),
             channel: OnceLock::new(),
             out: Mutex::new(BytesMut::new()),
             close_after_flush: AtomicBool::new(false),
             wake: Notify::new(),
             closed_tx: watch::channel(false).0,
             handover: Mutex::new(None),
-            auth: Mutex::new(None),
         })
     }
 
@@ -244,8 +269,27 @@ impl Client {
         self.closed_tx.subscribe()
     }
 
+    /// An upgrade put `layer` in place.
+    pub(crate) fn upgraded(&self, layer: Layer) {
+        let meta = &mut self.record.lock().meta;
+        match layer {
+            Layer::Tls {
+                version,
+                cipher_suite,
+                common_name,
+            } => {
+                meta.tls = true;
+                meta.tls_version = version;
+                meta.tls_cipher_suite = cipher_suite;
+                meta.tls_common_name = common_name;
+            }
+            Layer::Snappy => meta.snappy = true,
+            Layer::Deflate => meta.deflate = true,
+        }
+    }
+
     pub fn add_pub_count(&self, topic: &str, n: u64) {
-        let mut pc = self.pub_counts.lock();
+        let pc = &mut self.record.lock().pub_counts;
         match pc.get_mut(topic) {
             Some(c) => *c += n,
             None => {
@@ -255,12 +299,16 @@ impl Client {
     }
 
     pub fn is_producer(&self) -> bool {
-        !self.pub_counts.lock().is_empty()
+        !self.record.lock().pub_counts.is_empty()
     }
 
     pub fn stats(&self) -> ClientStats {
+        let (meta, pub_counts) = {
+            let r = self.record.lock();
+            (r.meta.clone(), r.pub_counts.clone())
+        };
         ClientStats {
-            meta: self.meta.lock().clone(),
+            meta,
             remote_address: self.remote_addr.to_string(),
             state: self.state().code(),
             ready_count: self.ready_count(),
@@ -270,7 +318,7 @@ impl Client {
             requeue_count: self.requeue_count.load(Ordering::Relaxed),
             connect_ts: self.connect_ts,
             sample_rate: self.settings.lock().sample_rate,
-            pub_counts: self.pub_counts.lock().clone(),
+            pub_counts,
         }
     }
 }

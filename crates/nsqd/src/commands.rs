@@ -75,7 +75,7 @@ impl DecodeHooks for Gate<'_> {
     fn gate(&mut self, raw_name: &[u8], kind: Option<CommandKind>) -> Result<Verdict, NsqError> {
         if self.nsqd.tcp.tls_required
             && kind != Some(CommandKind::Identify)
-            && !self.client.meta.lock().tls
+            && !self.client.record.lock().meta.tls
         {
             return Err(NsqError::tls_required(raw_name));
         }
@@ -163,7 +163,7 @@ async fn check_auth(
     if !nsqd.tcp.auth_required {
         return Ok(());
     }
-    let current = client.auth.lock().clone();
+    let current = client.record.lock().auth.clone();
     let Some((mut state, secret)) = current else {
         return Err(NsqError::auth_first(cmd));
     };
@@ -172,7 +172,7 @@ async fn check_auth(
             tracing::warn!("client({}): auth refresh failed - {e}", client.remote_addr);
             NsqError::auth_failed()
         })?;
-        *client.auth.lock() = Some((state.clone(), secret));
+        client.record.lock().auth = Some((state.clone(), secret));
     }
     if state.allows(topic, channel, cmd == "SUB") {
         Ok(())
@@ -187,8 +187,8 @@ async fn query_auth(
     secret: &[u8],
 ) -> Result<crate::auth::AuthState, crate::auth::AuthError> {
     let (tls, cn) = {
-        let m = client.meta.lock();
-        (m.tls, m.tls_common_name.clone())
+        let r = client.record.lock();
+        (r.meta.tls, r.meta.tls_common_name.clone())
     };
     crate::auth::query(
         &nsqd.http_client,
@@ -203,7 +203,7 @@ async fn query_auth(
 
 /// AUTH (nsqd/protocol_v2.go, `AUTH`).
 async fn auth(nsqd: &Nsqd, client: &Client, secret: Bytes) -> Result<Reply, NsqError> {
-    if client.auth.lock().is_some() {
+    if client.record.lock().auth.is_some() {
         return Err(NsqError::auth_already_set());
     }
     if !nsqd.tcp.auth_required {
@@ -216,14 +216,12 @@ async fn auth(nsqd: &Nsqd, client: &Client, secret: Bytes) -> Result<Reply, NsqE
     if state.permission_count() == 0 {
         return Err(NsqError::auth_no_authorizations());
     }
-    {
-        let mut m = client.meta.lock();
-        m.authed = true;
-        m.auth_identity = state.identity.clone();
-        m.auth_identity_url = state.identity_url.clone();
-    }
     let body = state.response_json();
-    *client.auth.lock() = Some((state, secret));
+    let mut r = client.record.lock();
+    r.meta.authed = true;
+    r.meta.auth_identity = state.identity.clone();
+    r.meta.auth_identity_url = state.identity_url.clone();
+    r.auth = Some((state, secret));
     Ok(Reply::Response(body.into()))
 }
 
@@ -349,7 +347,7 @@ pub(crate) async fn exec(
 fn identify(nsqd: &Nsqd, client: &Client, body: &[u8]) -> Result<Reply, NsqError> {
     let req = parse_identify(body)?;
     {
-        let mut meta = client.meta.lock();
+        let meta = &mut client.record.lock().meta;
         meta.client_id = req.client_id.clone();
         meta.hostname = req.hostname.clone();
         meta.user_agent = req.user_agent.clone();

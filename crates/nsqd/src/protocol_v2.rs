@@ -353,7 +353,11 @@ async fn upgrade(
     });
     client.wake.notify_one();
     let wr = give_rx.await.ok()?;
-    match transport::upgrade(rd, wr, negotiated, nsqd.tls.as_ref(), &client.meta).await {
+    match transport::upgrade(rd, wr, negotiated, nsqd.tls.as_ref(), &mut |l| {
+        client.upgraded(l)
+    })
+    .await
+    {
         Ok((rd, wr)) => {
             let _ = back_tx.send(wr);
             Some(rd)

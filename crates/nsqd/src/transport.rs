@@ -21,10 +21,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use nsq_core::client_stats::ClientMeta;
 use nsq_protocol::frame;
 use nsq_protocol::identify::Negotiated;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use socket2::SockRef;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::TcpStream;
@@ -414,14 +413,28 @@ pub(crate) enum UpgradeError {
     Io(#[from] io::Error),
 }
 
+/// A layer an upgrade put in place, reported as soon as it is (before its `OK` goes out), for
+/// `/stats` and the auth server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Layer {
+    Tls {
+        version: String,
+        cipher_suite: String,
+        /// The client certificate's subject CN (`""` without one).
+        common_name: String,
+    },
+    Snappy,
+    Deflate,
+}
+
 /// Performs the negotiated upgrades in the reference's order (TLS, then snappy or deflate),
-/// recording them in the client's metadata (`meta`, for `/stats` and AUTH) as each is done.
+/// telling `record` about each as soon as it is in place.
 pub(crate) async fn upgrade(
     mut rd: ReadSide,
     mut wr: WriteSide,
     negotiated: &Negotiated,
     tls: Option<&Arc<rustls::ServerConfig>>,
-    meta: &Mutex<ClientMeta>,
+    record: &mut (dyn FnMut(Layer) + Send),
 ) -> Result<(ReadSide, WriteSide), UpgradeError> {
     if negotiated.tls_v1 {
         let config = tls.ok_or(UpgradeError::NoTlsConfig)?;
@@ -436,21 +449,19 @@ pub(crate) async fn upgrade(
         let tls_stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
             .await
             .map_err(|_| UpgradeError::HandshakeTimeout)??;
-        {
-            let (_, conn) = tls_stream.get_ref();
-            let mut meta = meta.lock();
-            meta.tls = true;
-            meta.tls_version = conn
+        let (_, conn) = tls_stream.get_ref();
+        record(Layer::Tls {
+            version: conn
                 .protocol_version()
                 .map(crate::tls::version_name)
                 .unwrap_or_default()
-                .to_string();
-            meta.tls_cipher_suite = conn
+                .to_string(),
+            cipher_suite: conn
                 .negotiated_cipher_suite()
                 .map(crate::tls::cipher_suite_name)
-                .unwrap_or_default();
-            meta.tls_common_name = crate::tls::peer_common_name(conn);
-        }
+                .unwrap_or_default(),
+            common_name: crate::tls::peer_common_name(conn),
+        });
         let (r, w) = tokio::io::split(tls_stream);
         rd = ReadSide::Boxed(Box::new(r));
         wr = WriteSide::Boxed(Box::new(w));
@@ -459,13 +470,13 @@ pub(crate) async fn upgrade(
     if negotiated.snappy {
         rd = ReadSide::Boxed(Box::new(SnappyReader::new(rd)));
         wr = WriteSide::Boxed(Box::new(SnappyWriter::new(wr)));
-        meta.lock().snappy = true;
+        record(Layer::Snappy);
         send_ok(&mut wr).await?;
     } else if negotiated.deflate {
         rd = ReadSide::Boxed(Box::new(DeflateReader::new(rd)));
         let level = negotiated.deflate_level.clamp(1, 9) as u32;
         wr = WriteSide::Boxed(Box::new(DeflateWriter::new(wr, level)));
-        meta.lock().deflate = true;
+        record(Layer::Deflate);
         // The reference's first deflate bytes are an empty sync block (its pump flushes the
         // idle client) and then the OK: send the same bytes (client_v2.go, `UpgradeDeflate`).
         wr.flush().await?;
