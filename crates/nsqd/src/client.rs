@@ -11,10 +11,10 @@ pub use nsq_core::client_stats::{ClientMeta, ClientStats};
 use nsq_core::{Channel, Consumer};
 use nsq_protocol::identify::ClientSettings;
 use parking_lot::Mutex;
-use tokio::sync::{oneshot, watch, Notify};
+use tokio::sync::{watch, Notify};
 
 use crate::auth::AuthState;
-use crate::transport::{Layer, WriteSide};
+use crate::transport::Layer;
 
 /// A connection's protocol state (nsqd/protocol_v2.go: stateInit, stateSubscribed,
 /// stateClosing). The discriminants are the numbers `/stats` reports.
@@ -81,9 +81,6 @@ pub struct ClientRecord {
 ///   reader's bookkeeping or for a `/stats` copy of the whole record.
 /// * `out`: the queue of frames from the reader to the writer, taken once per response and per
 ///   writer wake-up: the hottest of the three, so it guards nothing else.
-///
-/// The upgrade `handover` is a fourth, used once per upgraded connection; it only carries the
-/// channel ends between the two tasks (see `Handover`).
 pub struct Client {
     pub id: u64,
     pub remote_addr: SocketAddr,
@@ -107,24 +104,9 @@ pub struct Client {
     pub wake: Notify,
     /// Flips to true when the connection must end now; the reader selects on it.
     closed_tx: watch::Sender<bool>,
-    /// An IDENTIFY upgrade in progress: the writer hands its write side over (after flushing
-    /// what was queued) and waits for the upgraded one.
-    pub(crate) handover: Mutex<Option<Handover>>,
-}
-
-/// The two ends of a write-side handover between the writer and the reader task.
-pub(crate) struct Handover {
-    pub(crate) give: oneshot::Sender<WriteSide>,
-    pub(crate) back: oneshot::Receiver<WriteSide>,
-}
-
-impl Handover {
-    /// The writer's side: gives its write side to the reader and waits for the upgraded one;
-    /// `None` if the reader went away meanwhile.
-    pub(crate) async fn exchange(self, wr: WriteSide) -> Option<WriteSide> {
-        self.give.send(wr).ok()?;
-        self.back.await.ok()
-    }
+    /// The reader asks for the write side (an IDENTIFY upgrade): the writer task flushes what
+    /// is queued and ends, returning it (see `protocol_v2::upgrade`).
+    handover: AtomicBool,
 }
 
 impl Client {
@@ -154,7 +136,7 @@ impl Client {
             close_after_flush: AtomicBool::new(false),
             wake: Notify::new(),
             closed_tx: watch::channel(false).0,
-            handover: Mutex::new(None),
+            handover: AtomicBool::new(false),
         })
     }
 
@@ -243,6 +225,17 @@ impl Client {
     pub fn send_frame(&self, f: impl FnOnce(&mut BytesMut)) {
         f(&mut self.out.lock());
         self.wake.notify_one();
+    }
+
+    /// Asks the writer task to flush what is queued and then end, handing its write side over.
+    pub(crate) fn request_handover(&self) {
+        self.handover.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// Whether the reader asked for the write side (the request is taken).
+    pub(crate) fn handover_requested(&self) -> bool {
+        self.handover.swap(false, Ordering::AcqRel)
     }
 
     /// Asks the writer to flush what is queued and then close the connection.

@@ -28,10 +28,10 @@ use nsq_protocol::frame;
 use nsq_protocol::identify::Negotiated;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant, Sleep};
 
-use crate::client::{Client, ConnState, Handover};
+use crate::client::{Client, ConnState};
 use crate::commands::{self, send_error, send_response, Fins, Gate, Reply};
 use crate::nsqd::Nsqd;
 use crate::park::{Load, ParkPolicy};
@@ -71,10 +71,16 @@ pub(crate) async fn serve(nsqd: Arc<Nsqd>, mut stream: TcpStream, peer: SocketAd
             return;
         }
     };
-    let writer = tokio::spawn(write_loop(client.clone(), wr));
-    read_loop(&nsqd, &client, rd).await;
+    let mut writer = Some(tokio::spawn(write_loop(
+        client.clone(),
+        wr,
+        Beat::start(&client),
+    )));
+    read_loop(&nsqd, &client, rd, &mut writer).await;
     client.close_after_flush();
-    let _ = writer.await;
+    if let Some(w) = writer {
+        let _ = w.await;
+    }
     if let Some(ch) = client.channel.get() {
         ch.remove_consumer(client.id);
     }
@@ -182,6 +188,8 @@ struct Stop;
 struct Reader<'a> {
     nsqd: &'a Arc<Nsqd>,
     client: &'a Arc<Client>,
+    /// The writer task (replaced by a new one after an upgrade; `None` after a failed one).
+    writer: &'a mut Option<JoinHandle<Handover>>,
     input: Input,
     decoder: Decoder,
     gate: Gate<'a>,
@@ -242,9 +250,12 @@ impl Reader<'_> {
             Ok(Reply::Upgrade(response, negotiated)) => {
                 send_response(self.client, &response);
                 let rd = std::mem::replace(&mut self.input.rd, ReadSide::closed());
-                self.input.rd = upgrade(self.nsqd, self.client, rd, &negotiated)
+                let writer = self.writer.take().ok_or(Stop)?;
+                let (rd, writer) = upgrade(self.nsqd, self.client, rd, writer, &negotiated)
                     .await
                     .ok_or(Stop)?;
+                self.input.rd = rd;
+                *self.writer = Some(writer);
                 // Bytes read past the IDENTIFY in the old framing are discarded, as the
                 // reference does (clients wait for the upgrade to complete).
                 self.input.buf.clear();
@@ -292,11 +303,18 @@ impl Reader<'_> {
     }
 }
 
-/// Reads and runs the connection's commands until it ends.
-async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, rd: ReadSide) {
+/// Reads and runs the connection's commands until it ends. `writer` is the writer task, which
+/// an IDENTIFY upgrade replaces.
+async fn read_loop(
+    nsqd: &Arc<Nsqd>,
+    client: &Arc<Client>,
+    rd: ReadSide,
+    writer: &mut Option<JoinHandle<Handover>>,
+) {
     let mut reader = Reader {
         nsqd,
         client,
+        writer,
         input: Input {
             rd,
             buf: BytesMut::new(),
@@ -337,31 +355,25 @@ async fn read_loop(nsqd: &Arc<Nsqd>, client: &Arc<Client>, rd: ReadSide) {
     reader.ended(deadline_passed).await;
 }
 
-/// Takes the write side from the writer task, performs the negotiated upgrades and hands the
-/// new write side back; returns the new read side, or `None` if the connection must close.
+/// Performs the negotiated upgrades: the writer task flushes what is queued (the IDENTIFY
+/// response goes out in the old framing) and ends, handing its write side over; both sides are
+/// upgraded together and a new writer task takes the new write side, carrying the heartbeat on
+/// (nsqd/protocol_v2.go, `IDENTIFY`; nsqd/client_v2.go, `UpgradeTLS`, holds the client's
+/// write lock instead). Returns the new read side and writer task, or `None` if the connection
+/// must close.
 async fn upgrade(
     nsqd: &Nsqd,
-    client: &Client,
+    client: &Arc<Client>,
     rd: ReadSide,
+    writer: JoinHandle<Handover>,
     negotiated: &Negotiated,
-) -> Option<ReadSide> {
-    let (give_tx, give_rx) = oneshot::channel();
-    let (back_tx, back_rx) = oneshot::channel();
-    *client.handover.lock() = Some(Handover {
-        give: give_tx,
-        back: back_rx,
-    });
-    client.wake.notify_one();
-    let wr = give_rx.await.ok()?;
-    match transport::upgrade(rd, wr, negotiated, nsqd.tls.as_ref(), &mut |l| {
-        client.upgraded(l)
-    })
-    .await
-    {
-        Ok((rd, wr)) => {
-            let _ = back_tx.send(wr);
-            Some(rd)
-        }
+) -> Option<(ReadSide, JoinHandle<Handover>)> {
+    client.request_handover();
+    // None: the writer ended for another reason (the connection is closing).
+    let (wr, beat) = writer.await.ok().flatten()?;
+    let record = &mut |l| client.upgraded(l);
+    match transport::upgrade(rd, wr, negotiated, nsqd.tls.as_ref(), record).await {
+        Ok((rd, wr)) => Some((rd, tokio::spawn(write_loop(client.clone(), wr, beat)))),
         Err(e) => {
             // The reference sends `E_IDENTIFY_FAILED IDENTIFY failed <err>` on a connection
             // that is usually already broken; we log and close.
@@ -375,8 +387,31 @@ async fn upgrade(
     }
 }
 
-/// The heartbeat: one timer for the connection's life, moved on when it fires (a fixed
-/// ticker, as nsqd/protocol_v2.go, `messagePump`), not re-created at every wake-up.
+/// Where the heartbeat stands: its interval and when the next is due, carried from one writer
+/// task to the next across an upgrade.
+#[derive(Debug, Clone, Copy)]
+struct Beat {
+    every: Option<Duration>,
+    next: Instant,
+}
+
+impl Beat {
+    /// A new connection's: the first heartbeat one interval from now.
+    fn start(client: &Client) -> Beat {
+        let every = client.settings.lock().heartbeat;
+        Beat {
+            every,
+            next: Instant::now() + every.unwrap_or(FAR),
+        }
+    }
+}
+
+/// How a writer task ends: `Some` with its write side and heartbeat when it hands them over for
+/// an upgrade (`Client::request_handover`), `None` when the connection is done.
+type Handover = Option<(WriteSide, Beat)>;
+
+/// The heartbeat: one timer for the writer's life, moved on when it fires (a fixed ticker, as
+/// nsqd/protocol_v2.go, `messagePump`), not re-created at every wake-up.
 struct Heartbeat<'t> {
     /// None: heartbeats are off.
     every: Option<Duration>,
@@ -483,15 +518,17 @@ async fn messages_ready(wait: Pin<&mut Option<tokio::sync::futures::Notified<'_>
 }
 
 /// Sends the connection's frames: the reader's responses, messages as the RDY window allows,
-/// heartbeats; hands the write side to the reader for an IDENTIFY upgrade.
-async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
+/// heartbeats; ends handing the write side over when the reader asks (an IDENTIFY upgrade).
+async fn write_loop(client: Arc<Client>, mut wr: WriteSide, beat: Beat) -> Handover {
     // Grows on first use (an idle connection never sends a frame before its first
     // heartbeat) and is then reused.
     let mut out = BytesMut::new();
-    let every = client.settings.lock().heartbeat;
-    let timer = tokio::time::sleep_until(Instant::now() + every.unwrap_or(FAR));
+    let timer = tokio::time::sleep_until(beat.next);
     tokio::pin!(timer);
-    let mut heartbeat = Heartbeat { every, timer };
+    let mut heartbeat = Heartbeat {
+        every: beat.every,
+        timer,
+    };
     loop {
         let chan = client.channel.get().cloned();
         let chan_wait = chan.as_ref().map(|c| c.notified());
@@ -508,20 +545,18 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
         if !flush(&mut wr, &mut out, heartbeat.every).await || closing || client.is_closed() {
             break;
         }
-        let handover = client.handover.lock().take();
-        if let Some(handover) = handover {
+        if client.handover_requested() {
             // Everything queued before the upgrade (the IDENTIFY response) goes out in the
             // old framing first.
             take_responses(&client, &mut out);
             if !flush(&mut wr, &mut out, None).await {
                 break;
             }
-            let Some(upgraded) = handover.exchange(wr).await else {
-                client.close_now();
-                return;
+            let beat = Beat {
+                every: heartbeat.every,
+                next: heartbeat.timer.deadline(),
             };
-            wr = upgraded;
-            continue;
+            return Some((wr, beat));
         }
         if full {
             continue;
@@ -536,4 +571,5 @@ async fn write_loop(client: Arc<Client>, mut wr: WriteSide) {
     }
     let _ = wr.shutdown().await;
     client.close_now();
+    None
 }
