@@ -28,8 +28,8 @@
 //! arrives.
 //!
 //! Where the pieces are: this module holds the drain state ([`Drain`], in `Nsqd::drain`),
-//! what a draining node refuses over TCP ([`check_tcp`]) and what it still waits for
-//! ([`remaining`]); `--sigterm` is `options.rs` ([`crate::options::SigtermMode`]), the HTTP
+//! what a draining node refuses over TCP (`check_tcp`) and what it still waits for
+//! (`remaining`); `--sigterm` is `options.rs` ([`crate::options::SigtermMode`]), the HTTP
 //! endpoints are `http/drain.rs`, and the daemon's run loop that reacts to signals and ends a
 //! finished drain is `server.rs` (`run_until_exit`). None of them needs the others' internals.
 

@@ -1,5 +1,7 @@
 //! The nsqd daemon as a library: the shared daemon state ([`nsqd`]), the V2 TCP protocol
-//! ([`protocol_v2`], one connection's reader and writer; [`client`] its state), the HTTP API
+//! ([`protocol_v2`], one connection's reader and writer; [`client`] its state; `commands.rs`
+//! what each command does; `transport.rs` the byte streams and upgrades; `park.rs` when a
+//! consumer's socket is read on a timer), drain mode ([`drain`]), the HTTP API
 //! ([`http`]), the stats snapshot ([`stats`]) behind `/stats` and statsd ([`statsd`]),
 //! `nsqd.dat` ([`metadata`]), nsqlookupd registration ([`lookup`]), TLS, AUTH and compression,
 //! and startup/shutdown ([`server`]). `apps/nsqd` only calls `nsq_http::daemon::run`.

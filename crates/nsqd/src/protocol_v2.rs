@@ -1,6 +1,6 @@
 //! The V2 TCP protocol's connection loops (nsqd/protocol_v2.go, `IOLoop` and `messagePump`):
-//! one reader task ([`read_loop`]: reads, decodes, and runs each command through
-//! `commands.rs`) and one writer task ([`write_loop`]: responses, message delivery,
+//! one reader task (`read_loop`: reads, decodes, and runs each command through
+//! `commands.rs`) and one writer task (`write_loop`: responses, message delivery,
 //! heartbeats) per connection, meeting in [`Client`]. The accept loop that spawns [`serve`] is
 //! in `server.rs`; the byte streams and their upgrades are `transport.rs`.
 //!
@@ -271,8 +271,9 @@ impl Reader<'_> {
         Ok(())
     }
 
-    /// The decoder refused the input: a line too long closes at once (as the reference's
-    /// `bufio` error does), anything else answers with its error first.
+    /// The decoder refused the input: a line too long closes at once without an answer (the
+    /// reference's line read fails, nsqd/protocol_v2.go, `IOLoop`); anything else answers with
+    /// its error first.
     async fn bad_input(&mut self, e: DecodeError) -> Stop {
         match e {
             DecodeError::LineTooLong => self.client.close_now(),
