@@ -72,13 +72,13 @@ pub struct ClientRecord {
 ///
 /// Counters and the protocol state are atomics. The three locks guard state that changes at
 /// different times for different readers, and each is held for a few instructions, never
-/// across an `.await` and never with another (docs/architecture.md, "Locks"):
+/// across an `.await` and never with another (docs/architecture.md, "Locks and their order"):
 /// * `record`: written only by the reader (IDENTIFY, the upgrades, AUTH, each publish), read
 ///   by `/stats` and the AUTH checks. One lock, because `/stats` takes all of it at once and
 ///   AUTH sets the authorization together with the identity it names.
 /// * `settings`: written by IDENTIFY, read by the writer at every wake-up and by the reader
 ///   after every batch of commands. Apart from `record` so that the writer never waits for the
-///   reader's bookkeeping or for a `/stats` copy of the whole record.
+///   reader's bookkeeping or for a `/stats` copy of the record.
 /// * `out`: the queue of frames from the reader to the writer, taken once per response and per
 ///   writer wake-up: the hottest of the three, so it guards nothing else.
 pub struct Client {
