@@ -6,14 +6,15 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 pub use nsq_core::client_stats::{ClientMeta, ClientStats};
 use nsq_core::{Channel, Consumer};
 use nsq_protocol::identify::ClientSettings;
 use parking_lot::Mutex;
-use tokio::sync::{oneshot, watch, Notify};
+use tokio::sync::{watch, Notify};
 
-use crate::transport::WriteSide;
+use crate::auth::AuthState;
+use crate::transport::Layer;
 
 /// A connection's protocol state (nsqd/protocol_v2.go: stateInit, stateSubscribed,
 /// stateClosing). The discriminants are the numbers `/stats` reports.
@@ -55,13 +56,36 @@ impl AtomicConnState {
     }
 }
 
+/// What the reader records about a client as its commands succeed: who it is (IDENTIFY and
+/// the upgrades), its authorization (AUTH) and what it published (PUB, MPUB, DPUB).
+#[derive(Debug, Default)]
+pub struct ClientRecord {
+    pub meta: ClientMeta,
+    /// The authorization from the auth server (AUTH), with the secret to refresh it.
+    pub auth: Option<(AuthState, Bytes)>,
+    /// Messages published per topic.
+    pub pub_counts: BTreeMap<String, u64>,
+}
+
 /// Shared state of one connection. The reader task owns command handling, the writer task
 /// owns the socket's write half; they meet here.
+///
+/// Counters and the protocol state are atomics. The three locks guard state that changes at
+/// different times for different readers, and each is held for a few instructions, never
+/// across an `.await` and never with another (docs/architecture.md, "Locks and their order"):
+/// * `record`: written only by the reader (IDENTIFY, the upgrades, AUTH, each publish), read
+///   by `/stats` and the AUTH checks. One lock, because `/stats` takes all of it at once and
+///   AUTH sets the authorization together with the identity it names.
+/// * `settings`: written by IDENTIFY, read by the writer at every wake-up and by the reader
+///   after every batch of commands. Apart from `record` so that the writer never waits for the
+///   reader's bookkeeping or for a `/stats` copy of the record.
+/// * `out`: the queue of frames from the reader to the writer, taken once per response and per
+///   writer wake-up: the hottest of the three, so it guards nothing else.
 pub struct Client {
     pub id: u64,
     pub remote_addr: SocketAddr,
     pub connect_ts: i64,
-    pub meta: Mutex<ClientMeta>,
+    pub record: Mutex<ClientRecord>,
     /// Per-connection settings (IDENTIFY); the writer reads them at each wake-up.
     pub settings: Mutex<ClientSettings>,
     state: AtomicConnState,
@@ -70,7 +94,6 @@ pub struct Client {
     message_count: AtomicU64,
     finish_count: AtomicU64,
     requeue_count: AtomicU64,
-    pub pub_counts: Mutex<BTreeMap<String, u64>>,
     /// The channel after a successful SUB.
     pub channel: OnceLock<Arc<Channel>>,
     /// Frames the reader produced (responses, errors) for the writer to send, in order.
@@ -81,17 +104,9 @@ pub struct Client {
     pub wake: Notify,
     /// Flips to true when the connection must end now; the reader selects on it.
     closed_tx: watch::Sender<bool>,
-    /// An IDENTIFY upgrade in progress: the writer hands its write side over (after flushing
-    /// what was queued) and waits for the upgraded one.
-    pub(crate) handover: Mutex<Option<Handover>>,
-    /// The authorization from the auth server (AUTH), with the secret to refresh it.
-    pub auth: Mutex<Option<(crate::auth::AuthState, bytes::Bytes)>>,
-}
-
-/// The two ends of a write-side handover between the writer and the reader task.
-pub(crate) struct Handover {
-    pub(crate) give: oneshot::Sender<WriteSide>,
-    pub(crate) back: oneshot::Receiver<WriteSide>,
+    /// The reader asks for the write side (an IDENTIFY upgrade): the writer task flushes what
+    /// is queued and ends, returning it (see `protocol_v2::upgrade`).
+    handover: AtomicBool,
 }
 
 impl Client {
@@ -101,9 +116,12 @@ impl Client {
             id,
             remote_addr,
             connect_ts: unix_secs(),
-            meta: Mutex::new(ClientMeta {
-                client_id: ip.clone(),
-                hostname: ip,
+            record: Mutex::new(ClientRecord {
+                meta: ClientMeta {
+                    client_id: ip.clone(),
+                    hostname: ip,
+                    ..Default::default()
+                },
                 ..Default::default()
             }),
             settings: Mutex::new(settings),
@@ -113,14 +131,12 @@ impl Client {
             message_count: AtomicU64::new(0),
             finish_count: AtomicU64::new(0),
             requeue_count: AtomicU64::new(0),
-            pub_counts: Mutex::new(BTreeMap::new()),
             channel: OnceLock::new(),
             out: Mutex::new(BytesMut::new()),
             close_after_flush: AtomicBool::new(false),
             wake: Notify::new(),
             closed_tx: watch::channel(false).0,
-            handover: Mutex::new(None),
-            auth: Mutex::new(None),
+            handover: AtomicBool::new(false),
         })
     }
 
@@ -205,18 +221,21 @@ impl Client {
         }
     }
 
-    /// The consumer has most of a large RDY window in flight (>= 3/4 of RDY >= 64): it is busy
-    /// with its messages, and its FINs (one segment each from go-nsq) can be collected on a
-    /// short timer instead of waking the daemon one by one (see `protocol_v2::read_loop`).
-    pub fn saturated(&self) -> bool {
-        let rdy = self.ready_count();
-        rdy >= 64 && self.in_flight() * 4 >= rdy * 3 && self.state() == ConnState::Subscribed
-    }
-
     /// Queues a frame for the writer and wakes it.
     pub fn send_frame(&self, f: impl FnOnce(&mut BytesMut)) {
         f(&mut self.out.lock());
         self.wake.notify_one();
+    }
+
+    /// Asks the writer task to flush what is queued and then end, handing its write side over.
+    pub(crate) fn request_handover(&self) {
+        self.handover.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// Whether the reader asked for the write side (the request is taken).
+    pub(crate) fn handover_requested(&self) -> bool {
+        self.handover.swap(false, Ordering::AcqRel)
     }
 
     /// Asks the writer to flush what is queued and then close the connection.
@@ -243,8 +262,27 @@ impl Client {
         self.closed_tx.subscribe()
     }
 
+    /// An upgrade put `layer` in place.
+    pub(crate) fn upgraded(&self, layer: Layer) {
+        let meta = &mut self.record.lock().meta;
+        match layer {
+            Layer::Tls {
+                version,
+                cipher_suite,
+                common_name,
+            } => {
+                meta.tls = true;
+                meta.tls_version = version;
+                meta.tls_cipher_suite = cipher_suite;
+                meta.tls_common_name = common_name;
+            }
+            Layer::Snappy => meta.snappy = true,
+            Layer::Deflate => meta.deflate = true,
+        }
+    }
+
     pub fn add_pub_count(&self, topic: &str, n: u64) {
-        let mut pc = self.pub_counts.lock();
+        let pc = &mut self.record.lock().pub_counts;
         match pc.get_mut(topic) {
             Some(c) => *c += n,
             None => {
@@ -254,12 +292,16 @@ impl Client {
     }
 
     pub fn is_producer(&self) -> bool {
-        !self.pub_counts.lock().is_empty()
+        !self.record.lock().pub_counts.is_empty()
     }
 
     pub fn stats(&self) -> ClientStats {
+        let (meta, pub_counts) = {
+            let r = self.record.lock();
+            (r.meta.clone(), r.pub_counts.clone())
+        };
         ClientStats {
-            meta: self.meta.lock().clone(),
+            meta,
             remote_address: self.remote_addr.to_string(),
             state: self.state().code(),
             ready_count: self.ready_count(),
@@ -269,7 +311,7 @@ impl Client {
             requeue_count: self.requeue_count.load(Ordering::Relaxed),
             connect_ts: self.connect_ts,
             sample_rate: self.settings.lock().sample_rate,
-            pub_counts: self.pub_counts.lock().clone(),
+            pub_counts,
         }
     }
 }

@@ -1,11 +1,14 @@
 //! The nsqd daemon as a library: the shared daemon state ([`nsqd`]), the V2 TCP protocol
-//! ([`protocol_v2`], one connection's reader and writer; [`client`] its state), the HTTP API
+//! ([`protocol_v2`], one connection's reader and writer; [`client`] its state; `commands.rs`
+//! what each command does; `transport.rs` the byte streams and upgrades; `park.rs` when a
+//! consumer's socket is read on a timer), drain mode ([`drain`]), the HTTP API
 //! ([`http`]), the stats snapshot ([`stats`]) behind `/stats` and statsd ([`statsd`]),
 //! `nsqd.dat` ([`metadata`]), nsqlookupd registration ([`lookup`]), TLS, AUTH and compression,
 //! and startup/shutdown ([`server`]). `apps/nsqd` only calls `nsq_http::daemon::run`.
 
 pub mod auth;
 pub mod client;
+mod commands;
 pub mod drain;
 pub mod http;
 pub mod lookup;
@@ -13,6 +16,7 @@ pub mod metadata;
 pub mod metrics;
 pub mod nsqd;
 pub mod options;
+mod park;
 pub mod protocol_v2;
 pub mod server;
 pub mod stats;

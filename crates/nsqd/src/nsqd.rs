@@ -32,6 +32,8 @@ pub struct TcpConfig {
     pub features: ServerFeatures,
     pub auth_required: bool,
     pub tls_required: bool,
+    /// `--parked-reads` (crate::park).
+    pub parked_reads: bool,
 }
 
 /// Engine hooks: tell nsqlookupd (ephemeral names too, as the reference) and schedule a
@@ -110,6 +112,11 @@ impl Nsqd {
 
     pub(crate) fn remove_client(&self, id: u64) {
         self.clients.lock().remove(&id);
+    }
+
+    /// Starts draining (crate::drain); `false` if the node was draining already.
+    pub fn start_drain(&self) -> bool {
+        self.drain.start(&self.engine, &self.lookup)
     }
 
     /// Every connected TCP client.
@@ -245,5 +252,6 @@ pub(crate) fn tcp_config(o: &NsqdOptions, tls_available: bool) -> TcpConfig {
         },
         auth_required: !o.auth_http_addresses.is_empty(),
         tls_required: o.effective_tls_required() != crate::options::TlsRequired::False,
+        parked_reads: o.parked_reads,
     }
 }

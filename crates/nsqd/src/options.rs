@@ -1,7 +1,7 @@
 //! nsqd's options: every flag of the reference nsqd v1.3.0 with its default and usage line
 //! (declared once as a [`FlagSet`], which gives the Go `flag` parsing, the `-h` text and the
 //! TOML `--config` resolution; see `nsq_go::flag`), nsqd's own flag types (`--tls-required`,
-//! `--tls-min-version`), startup validation, and the `/config/<key>` JSON view of each option.
+//! `--tls-min-version`, `--sigterm`), startup validation, and the `/config/<key>` JSON view of each option.
 //! The reference's counterparts are nsqd/options.go (`NewOptions`) and apps/nsqd/options.go
 //! (`nsqdFlagSet`).
 
@@ -153,6 +153,54 @@ impl flag::Value for TlsVersion {
     }
 }
 
+/// `--sigterm`: what SIGTERM does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SigtermMode {
+    /// A clean shutdown (the reference's behaviour).
+    Shutdown,
+    /// Start draining.
+    Drain,
+}
+
+impl SigtermMode {
+    /// Parses a `--sigterm` value; the error follows `invalid value "x" for flag -sigterm: `.
+    pub fn parse(s: &str) -> Result<SigtermMode, BadSigtermMode> {
+        match s {
+            "shutdown" => Ok(SigtermMode::Shutdown),
+            "drain" => Ok(SigtermMode::Drain),
+            _ => Err(BadSigtermMode),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SigtermMode::Shutdown => "shutdown",
+            SigtermMode::Drain => "drain",
+        }
+    }
+}
+
+/// A `--sigterm` value other than `shutdown` or `drain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("must be 'shutdown' or 'drain'")]
+pub struct BadSigtermMode;
+
+/// `--sigterm` on the command line and as `sigterm` in the config file.
+impl flag::Value for SigtermMode {
+    fn set(&mut self, text: &str) -> Result<(), flag::ValueError> {
+        *self = SigtermMode::parse(text)?;
+        Ok(())
+    }
+
+    fn usage_default(&self) -> Option<String> {
+        Some(self.as_str().to_string())
+    }
+
+    fn to_json(&self) -> Value {
+        Value::from(self.as_str())
+    }
+}
+
 /// Every nsqd option, one field per flag (nsqd/options.go, `Options`), holding the resolved
 /// value.
 ///
@@ -222,6 +270,10 @@ pub struct NsqdOptions {
     pub output_buffer_timeout: Duration,
     /// 0 = unlimited.
     pub max_channel_consumers: i64,
+    /// `--parked-reads` (ours, not the reference's): a saturated consumer's socket is read on
+    /// a 1 ms timer instead of on readiness, so its FINs batch up (crate::park). `false`
+    /// reads every connection on readiness.
+    pub parked_reads: bool,
 
     // --- statsd ---
     /// UDP `host:port`; `""` disables statsd.
@@ -253,7 +305,7 @@ pub struct NsqdOptions {
     pub max_deflate_level: i64,
     pub snappy: bool,
     /// `-sigterm`: what SIGTERM does (crate::drain); not in the reference.
-    pub sigterm: crate::drain::SigtermMode,
+    pub sigterm: SigtermMode,
 }
 
 impl Default for NsqdOptions {
@@ -307,6 +359,7 @@ impl NsqdOptions {
             min_output_buffer_timeout: Duration::from_millis(25),
             output_buffer_timeout: Duration::from_millis(250),
             max_channel_consumers: 0,
+            parked_reads: true,
 
             statsd_address: String::new(),
             statsd_interval: Duration::from_secs(60),
@@ -328,7 +381,7 @@ impl NsqdOptions {
             deflate: true,
             max_deflate_level: 6,
             snappy: true,
-            sigterm: crate::drain::SigtermMode::Shutdown,
+            sigterm: SigtermMode::Shutdown,
         }
     }
 
@@ -535,6 +588,8 @@ pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
         "default duration of time between flushing data to clients";
     "max-channel-consumers" => max_channel_consumers: Int, Some("max_channel_consumers"),
         "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)";
+    "parked-reads" => parked_reads: Bool, Some("parked_reads"),
+        "read a consumer with most of its RDY window in flight every 1ms instead of on every arriving FIN (less daemon CPU per message; false: always read on arrival)";
     "statsd-address" => statsd_address: Str, Some("statsd_address"),
         "UDP <addr>:<port> of a statsd daemon for pushing stats";
     "statsd-interval" => statsd_interval: Dur, Some("statsd_interval"),
@@ -685,6 +740,8 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
     	unique part for message IDs, (int) in range [0,1024) (default is hash of hostname){ID_DEFAULT}
   -output-buffer-timeout duration
     	default duration of time between flushing data to clients (default 250ms)
+  -parked-reads
+    	read a consumer with most of its RDY window in flight every 1ms instead of on every arriving FIN (less daemon CPU per message; false: always read on arrival) (default true)
   -queue-scan-selection-count int
     	number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts (default 20)
   -queue-scan-worker-pool-max int
@@ -754,6 +811,16 @@ mod tests {
                 .replace("{ID_DEFAULT}", &id_default);
             assert_eq!(usage_for_hostname(host), want);
         }
+    }
+
+    #[test]
+    fn sigterm_values() {
+        assert_eq!(SigtermMode::parse("drain"), Ok(SigtermMode::Drain));
+        assert_eq!(SigtermMode::parse("shutdown"), Ok(SigtermMode::Shutdown));
+        assert_eq!(
+            SigtermMode::parse("Drain").unwrap_err().to_string(),
+            "must be 'shutdown' or 'drain'"
+        );
     }
 
     #[test]

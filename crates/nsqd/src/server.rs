@@ -1,7 +1,8 @@
 //! Starting, running and stopping nsqd (nsqd/nsqd.go, `New`, `Main`, `Exit`): binds the
 //! listeners, loads metadata, runs the TCP accept loop (each connection is served by
 //! `protocol_v2.rs`), the HTTP(S) servers, the queue scanner, the statsd pusher and the
-//! metadata writer, and performs the loss-free graceful shutdown. The shared state they all
+//! metadata writer, and performs the loss-free graceful shutdown; [`run_until_exit`] waits for
+//! the signal, HTTP request or finished drain that ends it. The shared state they all
 //! hold is [`Nsqd`] (`nsqd.rs`).
 
 use std::net::SocketAddr;
@@ -307,11 +308,82 @@ async fn run(
     let _ = tokio::task::spawn_blocking(move || engine.close()).await;
 }
 
+/// How often a drain checks whether everything is delivered.
+const DRAIN_CHECK_EVERY: Duration = Duration::from_millis(100);
+/// How often a drain logs what it is waiting for.
+const DRAIN_LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// Runs the daemon until it should exit, then shuts it down cleanly: on SIGINT, on SIGTERM
+/// (which starts a drain instead under `--sigterm=drain`), on `PUT /config/shutdown`, at the
+/// end of a drain, or on a second signal during a drain.
+pub async fn run_until_exit(handle: NsqdHandle) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let nsqd = handle.nsqd.clone();
+    let mode = nsqd.opts.sigterm;
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    let mut tick = tokio::time::interval(DRAIN_CHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut was_draining = false;
+    let mut last_log = tokio::time::Instant::now();
+    // Two empty readings in a row: a message moving between queues is never counted twice
+    // nor missed by both.
+    let mut empty_once = false;
+    loop {
+        let draining = nsqd.drain.is_draining();
+        if draining && !was_draining {
+            // The checks start a full period after the drain does, one period apart.
+            was_draining = true;
+            tick.reset();
+        }
+        tokio::select! {
+            _ = term.recv() => {
+                if mode == crate::options::SigtermMode::Drain && !draining {
+                    nsqd.start_drain();
+                    continue;
+                }
+                if draining {
+                    tracing::info!("DRAIN: second signal (SIGTERM): shutting down now, persisting what is left");
+                }
+                break;
+            }
+            _ = int.recv() => {
+                if draining {
+                    tracing::info!("DRAIN: second signal (SIGINT): shutting down now, persisting what is left");
+                }
+                break;
+            }
+            _ = nsqd.drain.notified() => {
+                if nsqd.drain.shutdown_requested() {
+                    break;
+                }
+            }
+            _ = tick.tick(), if draining => {
+                let left = crate::drain::remaining(&nsqd.engine);
+                if left.is_empty() {
+                    if empty_once {
+                        tracing::info!("DRAIN: every topic and channel is empty: shutting down");
+                        break;
+                    }
+                    empty_once = true;
+                } else {
+                    empty_once = false;
+                    if last_log.elapsed() >= DRAIN_LOG_EVERY {
+                        last_log = tokio::time::Instant::now();
+                        tracing::info!("DRAIN: waiting for {left}");
+                    }
+                }
+            }
+        }
+    }
+    handle.shutdown().await;
+}
+
 // Signals, drain mode and `PUT /config/shutdown` (crate::drain) replace the default serve.
 nsq_http::impl_daemon!(
     NsqdHandle,
     NsqdOptions,
     StartError,
     "nsqd",
-    serve = crate::drain::run
+    serve = run_until_exit
 );

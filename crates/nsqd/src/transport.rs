@@ -5,8 +5,8 @@
 //! The plain TCP halves ([`FdReader`], [`FdWriter`]) share the connection's one descriptor
 //! ([`Socket`]), registered with the reactor for both directions — except while the reader
 //! has *parked* it: then it is out of the reactor altogether, so that bytes arriving while a
-//! saturated consumer's FINs are collected on a timer wake nobody (see
-//! `protocol_v2::read_loop`). The writer writes to a parked socket directly; only when the
+//! saturated consumer's FINs are collected on a timer wake nobody (when to park is
+//! `park.rs`, `ParkPolicy`). The writer writes to a parked socket directly; only when the
 //! send buffer is full does it put the socket back in the reactor to wait for writability,
 //! and the reader does not park it again until a write has gone through. One descriptor per
 //! client, as NSQ (nsqd/client_v2.go keeps one `net.Conn`); an earlier version registered a
@@ -28,7 +28,6 @@ use socket2::SockRef;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::client::Client;
 use nsq_compress::{DeflateReader, DeflateWriter, SnappyReader, SnappyWriter};
 
 /// The TLS handshake deadline.
@@ -44,6 +43,14 @@ pub(crate) enum ReadSide {
 pub(crate) enum WriteSide {
     Tcp(FdWriter),
     Boxed(Box<dyn AsyncWrite + Unpin + Send>),
+}
+
+impl ReadSide {
+    /// A read side at end of stream: what a reader holds while its real one is being
+    /// upgraded (no allocation: `io::Empty` has no size).
+    pub(crate) fn closed() -> ReadSide {
+        ReadSide::Boxed(Box::new(tokio::io::empty()))
+    }
 }
 
 impl AsyncRead for ReadSide {
@@ -90,8 +97,6 @@ impl AsyncWrite for WriteSide {
 /// reads and shrinks after short ones, so FIN-sized reads do not clear 64 KiB each time).
 const CHUNK_MIN: usize = 4 * 1024;
 const CHUNK_MAX: usize = 64 * 1024;
-/// At most this much is read from a parked socket at once (see `FdReader::read_parked`).
-const PARKED_READ_MAX: usize = 1024 * 1024;
 
 /// Where the connection's one descriptor is.
 enum Reg {
@@ -208,14 +213,18 @@ impl FdReader {
         .await
     }
 
-    /// Non-blocking reads on a parked socket until it is empty (or `PARKED_READ_MAX` bytes
-    /// were read): everything that arrived during the parked period, in one go. `None` when
-    /// nothing is there; `Some(0)` at end of stream.
+    /// Non-blocking reads on a parked socket until it is empty (or at least `max` bytes were
+    /// read; `ParkPolicy::MAX_READ`): everything that arrived during the parked period, in one
+    /// go. `None` when nothing is there; `Some(0)` at end of stream.
     ///
     /// One chunk per period is not enough: a fast consumer FINs its whole window while the
     /// reader sleeps, and a window of 2,500 FINs is 52 KiB; reading it a few KiB per period
     /// left the client waiting for a refill with all its work done.
-    pub(crate) fn read_parked(&mut self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+    pub(crate) fn read_parked(
+        &mut self,
+        buf: &mut BytesMut,
+        max: usize,
+    ) -> io::Result<Option<usize>> {
         let mut total = 0;
         loop {
             let old = buf.len();
@@ -228,7 +237,7 @@ impl FdReader {
                     let full = n == self.chunk;
                     self.chunk = next_chunk(self.chunk, n);
                     total += n;
-                    if !full || total >= PARKED_READ_MAX {
+                    if !full || total >= max {
                         return Ok(Some(total));
                     }
                 }
@@ -404,14 +413,28 @@ pub(crate) enum UpgradeError {
     Io(#[from] io::Error),
 }
 
+/// A layer an upgrade put in place, reported as soon as it is (before its `OK` goes out), for
+/// `/stats` and the auth server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Layer {
+    Tls {
+        version: String,
+        cipher_suite: String,
+        /// The client certificate's subject CN (`""` without one).
+        common_name: String,
+    },
+    Snappy,
+    Deflate,
+}
+
 /// Performs the negotiated upgrades in the reference's order (TLS, then snappy or deflate),
-/// recording them in the client's metadata for `/stats`.
+/// telling `record` about each as soon as it is in place.
 pub(crate) async fn upgrade(
     mut rd: ReadSide,
     mut wr: WriteSide,
     negotiated: &Negotiated,
     tls: Option<&Arc<rustls::ServerConfig>>,
-    client: &Client,
+    record: &mut (dyn FnMut(Layer) + Send),
 ) -> Result<(ReadSide, WriteSide), UpgradeError> {
     if negotiated.tls_v1 {
         let config = tls.ok_or(UpgradeError::NoTlsConfig)?;
@@ -426,21 +449,19 @@ pub(crate) async fn upgrade(
         let tls_stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
             .await
             .map_err(|_| UpgradeError::HandshakeTimeout)??;
-        {
-            let (_, conn) = tls_stream.get_ref();
-            let mut meta = client.meta.lock();
-            meta.tls = true;
-            meta.tls_version = conn
+        let (_, conn) = tls_stream.get_ref();
+        record(Layer::Tls {
+            version: conn
                 .protocol_version()
                 .map(crate::tls::version_name)
                 .unwrap_or_default()
-                .to_string();
-            meta.tls_cipher_suite = conn
+                .to_string(),
+            cipher_suite: conn
                 .negotiated_cipher_suite()
                 .map(crate::tls::cipher_suite_name)
-                .unwrap_or_default();
-            meta.tls_common_name = crate::tls::peer_common_name(conn);
-        }
+                .unwrap_or_default(),
+            common_name: crate::tls::peer_common_name(conn),
+        });
         let (r, w) = tokio::io::split(tls_stream);
         rd = ReadSide::Boxed(Box::new(r));
         wr = WriteSide::Boxed(Box::new(w));
@@ -449,13 +470,13 @@ pub(crate) async fn upgrade(
     if negotiated.snappy {
         rd = ReadSide::Boxed(Box::new(SnappyReader::new(rd)));
         wr = WriteSide::Boxed(Box::new(SnappyWriter::new(wr)));
-        client.meta.lock().snappy = true;
+        record(Layer::Snappy);
         send_ok(&mut wr).await?;
     } else if negotiated.deflate {
         rd = ReadSide::Boxed(Box::new(DeflateReader::new(rd)));
         let level = negotiated.deflate_level.clamp(1, 9) as u32;
         wr = WriteSide::Boxed(Box::new(DeflateWriter::new(wr, level)));
-        client.meta.lock().deflate = true;
+        record(Layer::Deflate);
         // The reference's first deflate bytes are an empty sync block (its pump flushes the
         // idle client) and then the OK: send the same bytes (client_v2.go, `UpgradeDeflate`).
         wr.flush().await?;
@@ -525,14 +546,18 @@ mod tests {
         };
         rd.park();
         let mut buf = BytesMut::new();
-        assert_eq!(rd.read_parked(&mut buf).unwrap(), None, "nothing there yet");
+        assert_eq!(
+            rd.read_parked(&mut buf, 1024 * 1024).unwrap(),
+            None,
+            "nothing there yet"
+        );
         // 2,500 FINs: far more than one read chunk.
         let fins = b"FIN 0123456789abcdef\n".repeat(2500);
         client.write_all(&fins).await.unwrap();
         client.flush().await.unwrap();
         // Loopback queues the bytes at the receiver during the write; the pause is margin.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let n = rd.read_parked(&mut buf).unwrap();
+        let n = rd.read_parked(&mut buf, 1024 * 1024).unwrap();
         assert_eq!(
             n,
             Some(fins.len()),
@@ -542,7 +567,7 @@ mod tests {
         drop(client);
         let mut eof = None;
         for _ in 0..200 {
-            eof = rd.read_parked(&mut buf).unwrap();
+            eof = rd.read_parked(&mut buf, 1024 * 1024).unwrap();
             if eof.is_some() {
                 break;
             }

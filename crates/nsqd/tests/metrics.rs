@@ -89,7 +89,7 @@ async fn exposition_structure_and_values() {
         );
     }
 
-    nsqd::drain::start(&h.nsqd);
+    h.nsqd.start_drain();
     let text = nsqd::metrics::render(&h.nsqd, false);
     check_structure(&text);
     assert!(text.contains("\nnsq_nsqd_draining 1\n"));

@@ -117,6 +117,7 @@ fn defaults_match_the_flag_table() {
     assert_eq!(o.min_output_buffer_timeout, Duration::from_millis(25));
     assert_eq!(o.output_buffer_timeout, Duration::from_millis(250));
     assert_eq!(o.max_channel_consumers, 0);
+    assert!(o.parked_reads);
 
     assert_eq!(o.statsd_address, "");
     assert_eq!(o.statsd_interval, Duration::from_secs(60));
@@ -229,6 +230,9 @@ fn bool_forms() {
     assert!(eo.durable && eo.mem_queue_size == 0);
     assert!(run(&["--sync-every=1"]).engine_options().durable);
     assert!(!defaults().engine_options().durable);
+    assert!(defaults().parked_reads);
+    assert!(!run(&["--parked-reads=false"]).parked_reads);
+    assert!(run(&["-parked-reads=true"]).parked_reads);
     assert_eq!(
         usage_err(&["-deflate=yes"]),
         "invalid boolean value \"yes\" for -deflate: parse error"
@@ -466,8 +470,9 @@ fn usage_text() {
     assert!(u.ends_with("  -worker-id\n    \t[deprecated] use --node-id\n"));
     // Every flag appears in the help text exactly once.
     let n = u.lines().filter(|l| l.starts_with("  -")).count();
-    assert_eq!(n, 55);
+    assert_eq!(n, 56);
     assert!(u.contains("  -durable\n    \tacknowledge a publish only once it is fdatasync'd"));
+    assert!(u.contains("  -parked-reads\n    \tread a consumer with most of its RDY window"));
     assert!(!nsqd::options::usage().is_empty());
 }
 
@@ -699,6 +704,7 @@ fn config_json_shapes() {
     assert_eq!(g("min_output_buffer_timeout"), Some(json!(25_000_000)));
     assert_eq!(g("statsd_mem_stats"), Some(json!(true)));
     assert_eq!(g("statsd_exclude_ephemeral"), Some(json!(false)));
+    assert_eq!(g("parked_reads"), Some(json!(true)));
     assert_eq!(
         g("e2e_processing_latency_window_time"),
         Some(json!(600_000_000_000i64))

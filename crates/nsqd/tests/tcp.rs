@@ -458,7 +458,18 @@ async fn saturated_client_gets_every_message_one_fin_per_write() {
 /// failed FIN still gets its error; closing such a connection is still noticed.
 #[tokio::test]
 async fn saturated_connection_still_answers_other_commands() {
-    let (h, _d) = start().await;
+    saturated_connection(&[]).await;
+}
+
+/// The same with parking turned off: the saturated connection is read on readiness.
+#[tokio::test]
+async fn saturated_connection_without_parked_reads() {
+    saturated_connection(&["--parked-reads=false"]).await;
+}
+
+async fn saturated_connection(flags: &[&str]) {
+    let (h, _d) = start_with(flags).await;
+    assert_eq!(h.nsqd.tcp.parked_reads, flags.is_empty());
     let mut p = v2(&h).await;
     let mut body = 100u32.to_be_bytes().to_vec();
     for i in 0..100 {

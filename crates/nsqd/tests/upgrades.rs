@@ -91,6 +91,77 @@ async fn snappy_upgrade_exact_bytes_then_pub() {
     h.shutdown().await;
 }
 
+/// One snappy chunk from the server, decoded (the stream identifier was read already).
+async fn snappy_chunk(s: &mut TcpStream) -> Vec<u8> {
+    let mut hdr = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut hdr))
+        .await
+        .expect("a chunk within 10 s")
+        .unwrap();
+    let len = u32::from_le_bytes([hdr[1], hdr[2], hdr[3], 0]) as usize;
+    let mut chunk = vec![0xff, 0x06, 0x00, 0x00, b's', b'N', b'a', b'P', b'p', b'Y'];
+    chunk.extend_from_slice(&hdr);
+    chunk.resize(chunk.len() + len, 0);
+    let start = chunk.len() - len;
+    s.read_exact(&mut chunk[start..]).await.unwrap();
+    let mut out = Vec::new();
+    snap::read::FrameDecoder::new(&chunk[..])
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+/// The upgrade hands the write side to a new writer task: heartbeats keep their schedule
+/// through it, and a subscription on the upgraded connection gets its messages.
+#[tokio::test]
+async fn after_an_upgrade_heartbeats_and_messages_flow() {
+    let (h, _d) = common::start().await;
+    let mut s = TcpStream::connect(h.tcp_addr()).await.unwrap();
+    let identified = std::time::Instant::now();
+    identify(
+        &mut s,
+        r#"{"feature_negotiation":true,"snappy":true,"heartbeat_interval":1000}"#,
+    )
+    .await;
+    let mut first = [0u8; 28];
+    s.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first[18..], OK_FRAME);
+    let mut buf = BytesMut::from(&snappy_chunk(&mut s).await[..]);
+    let hb = take_frame(&mut buf).unwrap().unwrap();
+    assert_eq!(&hb.data[..], b"_heartbeat_");
+    let waited = identified.elapsed();
+    assert!(
+        waited >= Duration::from_millis(800) && waited < Duration::from_millis(2500),
+        "first heartbeat after {waited:?}"
+    );
+
+    let mut enc = snap::write::FrameEncoder::new(Vec::new());
+    enc.write_all(b"NOP\nSUB t c\nRDY 1\n").unwrap();
+    enc.flush().unwrap();
+    s.write_all(&enc.into_inner().unwrap()).await.unwrap();
+    let mut frames = Vec::new();
+    while frames.len() < 2 {
+        buf.extend_from_slice(&snappy_chunk(&mut s).await);
+        while let Some(f) = take_frame(&mut buf).unwrap() {
+            if &f.data[..] != b"_heartbeat_" {
+                frames.push(f);
+            }
+        }
+        if frames.len() == 1 {
+            assert_eq!(&frames[0].data[..], b"OK", "SUB answered");
+            h.nsqd
+                .topic("t")
+                .await
+                .unwrap()
+                .put(bytes::Bytes::from_static(b"after upgrade"), Duration::ZERO)
+                .unwrap();
+        }
+    }
+    let m = nsq_protocol::message::decode(frames[1].data.clone()).unwrap();
+    assert_eq!(&m.body[..], b"after upgrade");
+    h.shutdown().await;
+}
+
 #[tokio::test]
 async fn deflate_upgrade_then_pub() {
     let (h, _d) = common::start().await;

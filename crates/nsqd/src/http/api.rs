@@ -36,15 +36,15 @@ pub(super) async fn handle(
         Endpoint::Pub | Endpoint::Mpub | Endpoint::TopicCreate | Endpoint::ChannelCreate
             if nsqd.drain.is_draining() =>
         {
-            crate::drain::http_refused()
+            super::drain::refused()
         }
         Endpoint::Config if matches!(param.as_deref(), Some("drain")) => {
-            crate::drain::http_config(nsqd, req.method(), "drain")
+            super::drain::config(nsqd, req.method(), "drain")
         }
         Endpoint::Config
             if param.as_deref() == Some("shutdown") && req.method() == axum::http::Method::PUT =>
         {
-            crate::drain::http_config(nsqd, req.method(), "shutdown")
+            super::drain::config(nsqd, req.method(), "shutdown")
         }
         // A draining node stays away from nsqlookupd.
         Endpoint::Config
@@ -52,7 +52,7 @@ pub(super) async fn handle(
                 && req.method() == axum::http::Method::PUT
                 && nsqd.drain.is_draining() =>
         {
-            crate::drain::http_refused()
+            super::drain::refused()
         }
         Endpoint::Ping => ping(nsqd),
         Endpoint::Info => v1(info(nsqd)),

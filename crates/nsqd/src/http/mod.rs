@@ -3,11 +3,12 @@
 //! styles.
 //!
 //! Submodules: [`api`] has the endpoints, [`stats`] the `/stats` snapshot and renderings,
-//! [`debug`] the `/debug/*` routes, [`tz`] the local zone for `/stats`' text. Go's URL and JSON
+//! [`debug`] the `/debug/*` routes, `drain` drain mode's endpoints and refusals, [`tz`] the local zone for `/stats`' text. Go's URL and JSON
 //! rules come from `nsq_go::{url, json}`, the reply primitives from `nsq_http::reply`.
 
 mod api;
 mod debug;
+mod drain;
 mod stats;
 mod tz;
 
