@@ -9,7 +9,7 @@
 # `strace -c -f -p` for the drain; with `perf` it writes /tmp/perf.data (perf record -g);
 # with `syscalls` it counts the daemon's syscalls with perf's tracepoints (far less intrusive
 # than strace, which stops the daemon at every syscall and so batches its work for it).
-# READER_ARGS adds bench_reader flags (e.g. --handler-us=10 for a go-nsq-paced consumer).
+# NSQD_ARGS adds nsqd flags (e.g. --parked-reads=false). READER_ARGS adds bench_reader flags (e.g. --handler-us=10 for a go-nsq-paced consumer).
 # The client's own CPU (user/sys seconds, from /usr/bin/time) is printed too: what the daemon
 # does changes what the client's syscalls cost; so are the daemon's peak RSS (VmHWM) and the
 # data directory's size at the end of the drain.
@@ -18,7 +18,7 @@ NSQD=$1; TOOL=${2:-none}; MODE=${3:-go}; SECS=${4:-5}
 T=$(cd "$(dirname "$0")/.." && pwd)/target/release
 D=$(mktemp -d); PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 HP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-$NSQD --tcp-address=127.0.0.1:$PORT --http-address=127.0.0.1:$HP --data-path=$D --mem-queue-size=${MEMQ:-100000000} >$D/log 2>&1 &
+$NSQD --tcp-address=127.0.0.1:$PORT --http-address=127.0.0.1:$HP --data-path=$D --mem-queue-size=${MEMQ:-100000000} ${NSQD_ARGS:-} >$D/log 2>&1 &
 P=$!
 sleep 0.5
 A=--nsqd-tcp-address=127.0.0.1:$PORT
