@@ -43,33 +43,28 @@ where
 
 /// `YYYY/MM/DD HH:MM:SS.ffffff` in UTC.
 fn timestamp() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = now.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}/{m:02}/{d:02} {:02}:{:02}:{:02}.{:06}",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60,
-        now.subsec_micros()
-    )
+    go_log_stamp(true)
 }
 
-/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+/// Now as Go's `log` package stamps a line (`log.LstdFlags`, plus `log.Lmicroseconds` when
+/// `micros`): `YYYY/MM/DD HH:MM:SS[.ffffff]`, in UTC.
+pub fn go_log_stamp(micros: bool) -> String {
+    let dt = jiff::Timestamp::now()
+        .to_zoned_datetime(jiff::tz::TimeZone::UTC)
+        .datetime();
+    let mut s = format!(
+        "{:04}/{:02}/{:02} {:02}:{:02}:{:02}",
+        dt.year(),
+        dt.month(),
+        dt.day(),
+        dt.hour(),
+        dt.minute(),
+        dt.second()
+    );
+    if micros {
+        s.push_str(&format!(".{:06}", dt.subsec_nanosecond() / 1000));
+    }
+    s
 }
 
 /// The level filter of the installed subscriber, so `PUT /config/log_level` takes effect.
@@ -178,9 +173,12 @@ mod tests {
     }
 
     #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_423), (2025, 12, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    fn go_log_stamps() {
+        let s = go_log_stamp(false);
+        assert_eq!(s.len(), "2026/12/01 15:37:13".len(), "{s}");
+        assert_eq!((&s[4..5], &s[7..8], &s[13..14]), ("/", "/", ":"));
+        let m = go_log_stamp(true);
+        assert_eq!(m.len(), "2026/12/01 15:37:13.123456".len(), "{m}");
+        assert_eq!(&m[19..20], ".");
     }
 }

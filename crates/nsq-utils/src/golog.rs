@@ -6,18 +6,7 @@ use std::io::Write;
 
 /// The `YYYY/MM/DD HH:MM:SS` stamp of Go's `log.LstdFlags`.
 pub fn timestamp() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = nsq_http::logging::civil_from_days(days);
-    format!(
-        "{y:04}/{m:02}/{d:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    nsq_http::logging::go_log_stamp(false)
 }
 
 /// `log.Printf`: one line on stderr (a trailing newline in `msg` is not doubled, as in Go).

@@ -10,7 +10,6 @@ mod api;
 mod debug;
 mod drain;
 mod stats;
-mod tz;
 
 use nsq_go::json;
 

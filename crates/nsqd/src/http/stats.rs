@@ -10,7 +10,6 @@ use crate::client::ClientStats;
 use crate::nsqd::Nsqd;
 use crate::stats::{Filter, Snapshot};
 use nsq_go::duration::format_nanos as go_duration;
-use nsq_http::logging::civil_from_days;
 
 /// What the query string asks for.
 pub(crate) type StatsQuery<'a> = Filter<'a>;
@@ -277,7 +276,7 @@ pub(crate) fn render_text(s: &StatsJson) -> String {
     let _ = writeln!(
         w,
         "start_time {}",
-        rfc3339(s.start_time, super::tz::local_offset(s.start_time))
+        rfc3339(s.start_time, &jiff::tz::TimeZone::system())
     );
     let uptime = now_ns.saturating_sub(i128::from(s.start_time) * 1_000_000_000);
     let _ = writeln!(w, "uptime {}", go_duration(uptime));
@@ -415,12 +414,16 @@ fn unix_nanos() -> i128 {
         .unwrap_or(0)
 }
 
-/// Go's `time.RFC3339` at second precision in a zone `offset` seconds east of UTC (`Z` for 0).
-fn rfc3339(secs: i64, offset: i64) -> String {
-    let local = secs + offset;
-    let days = local.div_euclid(86_400);
-    let rem = local.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
+/// Go's `time.RFC3339` at second precision in `zone` (`Z` for a zero offset, as Go prints
+/// it). `TimeZone::system()` finds the zone as Go's `time.Local` does on Linux: `$TZ`, else
+/// `/etc/localtime`.
+fn rfc3339(secs: i64, zone: &jiff::tz::TimeZone) -> String {
+    let Ok(ts) = jiff::Timestamp::from_second(secs) else {
+        return String::new();
+    };
+    let z = ts.to_zoned_datetime(zone.clone());
+    let offset = z.offset().seconds();
+    let dt = z.datetime();
     let zone = if offset == 0 {
         "Z".to_string()
     } else {
@@ -429,10 +432,13 @@ fn rfc3339(secs: i64, offset: i64) -> String {
         format!("{sign}{:02}:{:02}", a / 3600, a % 3600 / 60)
     };
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}{zone}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{zone}",
+        dt.year(),
+        dt.month(),
+        dt.day(),
+        dt.hour(),
+        dt.minute(),
+        dt.second()
     )
 }
 
@@ -450,9 +456,21 @@ mod tests {
 
     #[test]
     fn dates() {
-        assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_795_949_307, 0), "2026-11-29T10:48:27Z");
-        assert_eq!(rfc3339(1_795_949_307, 3600), "2026-11-29T11:48:27+01:00");
-        assert_eq!(rfc3339(0, -5 * 3600 - 1800), "1969-12-31T18:30:00-05:30");
+        let fixed =
+            |secs| jiff::tz::TimeZone::fixed(jiff::tz::Offset::from_seconds(secs).expect("offset"));
+        assert_eq!(rfc3339(0, &fixed(0)), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_795_949_307, &fixed(0)), "2026-11-29T10:48:27Z");
+        assert_eq!(
+            rfc3339(1_795_949_307, &fixed(3600)),
+            "2026-11-29T11:48:27+01:00"
+        );
+        assert_eq!(
+            rfc3339(0, &fixed(-5 * 3600 - 1800)),
+            "1969-12-31T18:30:00-05:30"
+        );
+        // A named zone from the system's tzdata, when installed (Go's LoadLocation).
+        if let Ok(tokyo) = jiff::tz::TimeZone::get("Asia/Tokyo") {
+            assert_eq!(rfc3339(1_795_949_307, &tokyo), "2026-11-29T19:48:27+09:00");
+        }
     }
 }
