@@ -168,10 +168,14 @@ async fn check_auth(
         return Err(NsqError::auth_first(cmd));
     };
     if state.is_expired() {
-        state = query_auth(nsqd, client, &secret).await.map_err(|e| {
-            tracing::warn!("client({}): auth refresh failed - {e}", client.remote_addr);
-            NsqError::auth_failed()
-        })?;
+        // Boxed: the HTTP request's future is large and rare; inline it would size every
+        // connection's reader task (see `exec`).
+        state = Box::pin(query_auth(nsqd, client, &secret))
+            .await
+            .map_err(|e| {
+                tracing::warn!("client({}): auth refresh failed - {e}", client.remote_addr);
+                NsqError::auth_failed()
+            })?;
         client.record.lock().auth = Some((state.clone(), secret));
     }
     if state.allows(topic, channel, cmd == "SUB") {
@@ -209,10 +213,12 @@ async fn auth(nsqd: &Nsqd, client: &Client, secret: Bytes) -> Result<Reply, NsqE
     if !nsqd.tcp.auth_required {
         return Err(NsqError::auth_disabled());
     }
-    let state = query_auth(nsqd, client, &secret).await.map_err(|e| {
-        tracing::warn!("client({}): auth failed - {e}", client.remote_addr);
-        NsqError::auth_failed()
-    })?;
+    let state = Box::pin(query_auth(nsqd, client, &secret))
+        .await
+        .map_err(|e| {
+            tracing::warn!("client({}): auth failed - {e}", client.remote_addr);
+            NsqError::auth_failed()
+        })?;
     if state.permission_count() == 0 {
         return Err(NsqError::auth_no_authorizations());
     }
@@ -332,14 +338,16 @@ pub(crate) async fn exec(
             client.add_pub_count(&topic, 1);
             Ok(Reply::ok())
         }
-        Command::Sub { topic, channel } => sub(nsqd, client, &topic, &channel).await,
+        // Rare commands with large futures are boxed: a connection's reader task is as large
+        // as the largest future it may await, for as long as the connection lives.
+        Command::Sub { topic, channel } => Box::pin(sub(nsqd, client, &topic, &channel)).await,
         Command::Cls => {
             client.set_ready_count(0);
             client.set_state(ConnState::Closing);
             Ok(Reply::Response(Cow::Borrowed(frame::CLOSE_WAIT)))
         }
         Command::Identify { body } => identify(nsqd, client, &body),
-        Command::Auth { body } => auth(nsqd, client, body).await,
+        Command::Auth { body } => Box::pin(auth(nsqd, client, body)).await,
     }
 }
 

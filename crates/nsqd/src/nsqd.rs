@@ -144,7 +144,9 @@ impl Nsqd {
         }
         let (t, created) = self.engine.get_or_create_topic_with(name, false)?;
         if created {
-            for ch in self.lookupd_channels(&lookupds, name).await {
+            // Boxed: the lookupd queries' futures are large and rare (every connection's
+            // reader task would otherwise be sized for them).
+            for ch in Box::pin(self.lookupd_channels(&lookupds, name)).await {
                 if let Err(e) = t.get_or_create_channel(&ch) {
                     tracing::error!("failed to pre-create channel {name}:{ch} - {e}");
                 }

@@ -251,9 +251,11 @@ impl Reader<'_> {
                 send_response(self.client, &response);
                 let rd = std::mem::replace(&mut self.input.rd, ReadSide::closed());
                 let writer = self.writer.take().ok_or(Stop)?;
-                let (rd, writer) = upgrade(self.nsqd, self.client, rd, writer, &negotiated)
-                    .await
-                    .ok_or(Stop)?;
+                // Boxed: the TLS handshake's future is large and happens once.
+                let (rd, writer) =
+                    Box::pin(upgrade(self.nsqd, self.client, rd, writer, &negotiated))
+                        .await
+                        .ok_or(Stop)?;
                 self.input.rd = rd;
                 *self.writer = Some(writer);
                 // Bytes read past the IDENTIFY in the old framing are discarded, as the
