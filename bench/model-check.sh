@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The channel's model check (crates/nsq-core/src/channel/model.rs), long form.
+# The channel's model check (crates/nsq-core/src/channel/model/), long form.
 #
 #   bench/model-check.sh [CASES] [SEED]
 #
 # Runs both model-check properties with CASES cases each (default 1,000,000) in release mode,
 # seeded with SEED (default: random, printed first). A failure prints the minimal failing
-# sequence of events; add it to model.rs as a fixed case. CI runs the same properties with
+# sequence of events; add it to model/cases.rs as a fixed case. CI runs the same properties with
 # 1,500 cases each (`cargo test -p nsq-core channel::model`).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -4,7 +4,7 @@
 //! DEL is written.
 //!
 //! The journal replays by ID (an ADD enters, a DEL removes every ADD of that ID). Three rules
-//! follow, each found by the model check (`model.rs`):
+//! follow, each found by the model check (`model/`):
 //! - a DEL is written only for the newest generation: a message deferred again (a new ADD)
 //!   before the DEL of its previous release was due would otherwise lose its new entry too;
 //! - a DEL waits until every ADD of its ID is written: written before one, it would leave

@@ -3,12 +3,12 @@
 //! Two layers:
 //! - [`state::ChannelState`] decides everything — where a message goes (memory queue, backend,
 //!   in flight, deferred), when a record read from the backend is settled, what the read
-//!   watermark is — as a synchronous state machine without locks, I/O or tokio; `model.rs`
+//!   watermark is — as a synchronous state machine without locks, I/O or tokio; `model/`
 //!   checks it against a reference model through random interleavings and crashes.
 //! - [`Channel`] (this file) is its driver: it applies one event to the state under one
 //!   `parking_lot::Mutex`, then carries out the effects the state returned — backend writes,
 //!   journal entries, waking consumers. A take's backend read is done under the lock (the
-//!   watermark's contract needs it, see `state.rs`). The one effect carried out before the lock
+//!   watermark's contract needs it, see `state/mod.rs`). The one effect carried out before the lock
 //!   is released is handing the read watermark to the backend (cheap, no I/O), so watermarks
 //!   reach the backend in the order the state produced them ([`Locked`]).
 //!

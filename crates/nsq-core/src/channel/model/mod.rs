@@ -28,160 +28,29 @@
 //! `cargo test -p nsq-core channel::model` runs a few thousand cases; `bench/model-check.sh`
 //! runs millions with a printed seed (`PROPTEST_CASES`, `PROPTEST_RNG_SEED`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use nsq_protocol::MessageId;
 use proptest::prelude::*;
 
+mod cases;
+mod disk;
+
 use super::state::{ChannelState, Config, Now, Put, Queued, Requeued, Restore};
 use crate::backend::{RecordPos, WriteTicket};
 use crate::deferred_store::StoreTicket;
 use crate::message::Message;
+use disk::{index_of, Disk};
 
 const TIMEOUT: Duration = Duration::from_millis(1000);
 const MAX_TIMEOUT: Duration = Duration::from_millis(3000);
 const CLIENTS: usize = 3;
-/// Records per simulated data file (positions are `(file, offset)` as the diskqueue's).
-const PER_FILE: usize = 5;
-
-fn pos_of(i: usize) -> RecordPos {
-    RecordPos {
-        file_num: (i / PER_FILE) as i64,
-        offset: (i % PER_FILE) as i64 * 64,
-    }
-}
-
-fn index_of(p: RecordPos) -> usize {
-    p.file_num as usize * PER_FILE + p.offset as usize / 64
-}
-
 fn id_of(n: u32) -> MessageId {
     let mut id = [b'0'; 16];
     id[8..].copy_from_slice(format!("{n:08x}").as_bytes());
     MessageId(id)
-}
-
-/// The simulated disk: the channel's diskqueue and its deferred journal.
-#[derive(Default)]
-struct Disk {
-    records: Vec<Bytes>,
-    /// The next record a read takes.
-    read: usize,
-    /// The furthest any read got, over every run.
-    read_high: usize,
-    /// Set by the channel; set by a read to its first record when none is.
-    watermark: Option<usize>,
-    /// The read position in the metadata (written at a sync).
-    persisted_read: usize,
-    /// Records up to here are on stable storage.
-    synced: usize,
-    fail_writes: bool,
-    journal: Vec<Entry>,
-    /// Entries up to here are on stable storage.
-    journal_synced: usize,
-    /// Appends so far (the journal's tickets), and the newest synced.
-    journal_ticket: u64,
-    journal_synced_ticket: u64,
-}
-
-#[derive(Clone)]
-enum Entry {
-    Add(i64, Message),
-    Del(MessageId),
-}
-
-impl Disk {
-    fn write(&mut self, msgs: &[Queued]) -> Option<WriteTicket> {
-        if self.fail_writes {
-            return None;
-        }
-        for q in msgs {
-            let mut v = Vec::new();
-            q.msg.encode_into(&mut v);
-            self.records.push(Bytes::from(v));
-        }
-        Some(WriteTicket(self.records.len() as u64))
-    }
-
-    fn read(&mut self, max: usize) -> Vec<(Bytes, RecordPos)> {
-        let end = (self.read + max).min(self.records.len());
-        let out: Vec<_> = (self.read..end)
-            .map(|i| (self.records[i].clone(), pos_of(i)))
-            .collect();
-        if !out.is_empty() && self.watermark.is_none() {
-            self.watermark = Some(self.read);
-        }
-        self.read = end;
-        self.read_high = self.read_high.max(end);
-        out
-    }
-
-    fn depth(&self) -> usize {
-        self.records.len() - self.read
-    }
-
-    /// A sync: data and journal to stable storage, metadata written.
-    fn sync(&mut self) -> Result<(), TestCaseError> {
-        let persisted = self.watermark.unwrap_or(self.read);
-        prop_assert!(
-            persisted >= self.persisted_read,
-            "persisted read position moved back: {} -> {persisted}",
-            self.persisted_read
-        );
-        self.persisted_read = persisted;
-        self.synced = self.records.len();
-        self.journal_synced = self.journal.len();
-        self.journal_synced_ticket = self.journal_ticket;
-        Ok(())
-    }
-
-    fn journal_add(&mut self, due_wall: i64, m: &Message) -> StoreTicket {
-        self.journal.push(Entry::Add(due_wall, m.clone()));
-        self.journal_ticket += 1;
-        StoreTicket(self.journal_ticket)
-    }
-
-    fn journal_del(&mut self, ids: Vec<MessageId>) {
-        if !ids.is_empty() {
-            self.journal.extend(ids.into_iter().map(Entry::Del));
-            self.journal_ticket += 1;
-        }
-    }
-
-    /// The journal rewritten with exactly `live`, and synced (`DeferredStore::compact`).
-    fn journal_compact(&mut self, live: Vec<(i64, Message)>) {
-        self.journal = live.into_iter().map(|(d, m)| Entry::Add(d, m)).collect();
-        self.journal_synced = self.journal.len();
-        self.journal_synced_ticket = self.journal_ticket;
-    }
-
-    fn journal_live(&self) -> BTreeMap<MessageId, (i64, Message)> {
-        let mut live = BTreeMap::new();
-        for e in &self.journal {
-            match e {
-                Entry::Add(due, m) => {
-                    live.insert(m.id, (*due, m.clone()));
-                }
-                Entry::Del(id) => {
-                    live.remove(id);
-                }
-            }
-        }
-        live
-    }
-
-    /// A crash: a power loss drops what was not synced; the read position comes from the
-    /// metadata either way.
-    fn crash(&mut self, power: bool) {
-        if power {
-            self.records.truncate(self.synced);
-            self.journal.truncate(self.journal_synced);
-        }
-        self.read = self.persisted_read.min(self.records.len());
-        self.watermark = None;
-    }
 }
 
 /// I/O the harness started and will finish later (the driver's work between two events).
@@ -848,74 +717,4 @@ proptest! {
     fn model_check_memory_and_disk(ops in proptest::collection::vec(op(false), 1..120)) {
         check(3, ops)?;
     }
-}
-
-// ---- failures the model check found, kept as fixed cases ------------------------------------
-
-/// A due deferred message whose write back to the queue failed was kept in memory; its FIN
-/// left the journal entry behind (delivered again after a restart). It now goes back to the
-/// deferred set until a write succeeds.
-#[test]
-fn regression_a_failed_release_left_its_journal_entry() {
-    use Op::*;
-    let ops = vec![
-        FailWrites(true),
-        Publish { n: 1, defer_ms: 1 },
-        Tick(1),
-        Advance(0),
-    ];
-    check(0, ops).unwrap();
-}
-
-/// A deferred message released, delivered and deferred again before the sync that settles
-/// its release: the release's journal DEL, written after the sync, also killed the new ADD
-/// (replay goes by ID) and a crash lost the message.
-#[test]
-fn regression_an_old_del_killed_a_newer_deferral() {
-    use Op::*;
-    let ops = vec![
-        Take { client: 0, rdy: 1 },
-        Publish { n: 1, defer_ms: 1 },
-        DiskSync,
-        Publish { n: 1, defer_ms: 0 },
-        Tick(1),
-        Fin { client: 0, k: 0 },
-        Advance(5),
-        Take { client: 1, rdy: 1 },
-        Req {
-            client: 1,
-            k: 0,
-            delay_ms: 1,
-        },
-        Advance(0),
-        Advance(0),
-        DiskSync,
-        Settle,
-        DiskSync,
-        Crash { power: false },
-    ];
-    check(0, ops).unwrap();
-}
-
-/// A deferral's journal ADD was still being written when the message came due, was re-stored
-/// and synced: the release's DEL went to the journal before the ADD, which then stayed live
-/// (delivered again after a restart). The DEL now waits for its ADD.
-#[test]
-fn regression_a_del_written_before_its_add() {
-    use Op::*;
-    let ops = vec![
-        Publish { n: 1, defer_ms: 0 },
-        Advance(0),
-        Take { client: 2, rdy: 1 },
-        Req {
-            client: 2,
-            k: 0,
-            delay_ms: 362,
-        },
-        Tick(1000),
-        Advance(1),
-        DiskSync,
-        Settle,
-    ];
-    check(0, ops).unwrap();
 }

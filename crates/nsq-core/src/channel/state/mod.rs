@@ -7,7 +7,7 @@
 //! records to write to the backend, journal entries to add or delete, the read watermark to
 //! hand to the backend ([`ChannelState::watermark_change`]), the consumers whose messages
 //! timed out, a publish refused. The driver (`Channel` in `mod.rs`) applies one event under
-//! its lock and carries the effects out; the model check (`model.rs`) applies the same events
+//! its lock and carries the effects out; the model check (`model/`) applies the same events
 //! against a simulated disk, crashes included.
 //!
 //! A backend write is two events: a put that must go to disk returns the records to write
@@ -33,6 +33,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use nsq_protocol::MessageId;
 
+mod settle;
+mod types;
+
+pub(in crate::channel) use types::{
+    After, Awaiting, Config, Now, Put, Queued, Requeued, Restore, Taken,
+};
+
 use super::journal::{JournalBook, JournalRef};
 use super::reads::ReadTracker;
 use super::RequeueError;
@@ -42,100 +49,6 @@ use crate::deferred_store::StoreTicket;
 use crate::inflight::{FinishError, InFlightQueue};
 use crate::memqueue::{MemQueue, Weigh};
 use crate::message::Message;
-
-/// A message waiting in the memory queue, with the backend record it was read from while that
-/// record is unsettled (a requeued or timed-out message keeps its record until re-stored).
-pub(super) struct Queued {
-    pub(super) msg: Message,
-    pub(super) pos: Option<RecordPos>,
-}
-
-impl Queued {
-    pub(super) fn new(msg: Message) -> Self {
-        Queued { msg, pos: None }
-    }
-}
-
-impl Weigh for Queued {
-    /// Only a message with no record on disk needs room at shutdown.
-    fn weight(&self) -> u64 {
-        if self.pos.is_none() {
-            self.msg.record_len()
-        } else {
-            0
-        }
-    }
-}
-
-/// What does not change over a channel's life.
-#[derive(Debug, Clone)]
-pub(super) struct Config {
-    /// `--mem-queue-size`.
-    pub(super) mem_queue_size: usize,
-    /// The backend keeps what it is given (a diskqueue); false for the drop sink of an
-    /// `#ephemeral` channel, where overflow is discarded and the FIFO spill never engages.
-    pub(super) durable: bool,
-    /// Deferred messages are journaled (`--mem-queue-size=0` or `--durable`): a record's
-    /// settlement then waits until its new copy is synced.
-    pub(super) journaled: bool,
-    /// `--max-msg-timeout`: TOUCH never extends past delivery + this.
-    pub(super) max_msg_timeout: Duration,
-}
-
-/// A write whose sync a settlement waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum After {
-    Backend(WriteTicket),
-    Journal(StoreTicket),
-}
-
-/// Records to settle (and journal entries to delete) once a write is synced.
-struct Awaiting {
-    after: After,
-    positions: Vec<RecordPos>,
-    journal_del: Vec<JournalRef>,
-}
-
-/// The outcome of [`ChannelState::put`].
-pub(super) enum Put {
-    /// Everything went to the memory queue.
-    Memory,
-    /// The channel is closing: nothing was taken.
-    Exiting,
-    /// Write `disk` to the backend, then report with [`ChannelState::put_done`], handing
-    /// `mem` back (it enters memory only if the write succeeded).
-    Write { mem: Vec<Queued>, disk: Vec<Queued> },
-}
-
-/// Messages that already belong to the channel going back to its queue (requeued, timed out,
-/// due): write `write` to the backend (when not empty) and report with
-/// [`ChannelState::restore_done`]. `journal_del`: the journal entries of released deferred
-/// messages, for the state (it decides when their DELs are written).
-pub(super) struct Restore {
-    pub(super) write: Vec<Queued>,
-    pub(super) journal_del: Vec<JournalRef>,
-}
-
-/// The outcome of a REQ.
-pub(super) enum Requeued {
-    /// Back to the queue.
-    Restore(Restore),
-    /// Into the deferred set; when journaled, add `(due_wall, msg)` to the journal and report
-    /// with [`ChannelState::journal_added`], handing `pos` back.
-    Deferred {
-        journal: Option<(i64, Message)>,
-        pos: Option<RecordPos>,
-    },
-}
-
-/// The outcome of [`ChannelState::take_memory`].
-pub(super) struct Taken {
-    /// Messages handed to `emit`.
-    pub(super) n: usize,
-    /// Read up to this many records from the backend and report them with
-    /// [`ChannelState::take_backend`], with no other event in between (see the module docs).
-    pub(super) read: Option<usize>,
-}
 
 /// A channel's state (see the module docs).
 pub(super) struct ChannelState {
@@ -156,13 +69,6 @@ pub(super) struct ChannelState {
     journal: JournalBook,
     /// Closed or being deleted: puts and requeues are refused.
     closing: bool,
-}
-
-/// `now` for deadlines and due times, `wall` (Unix nanoseconds) for the journal.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Now {
-    pub(super) mono: Instant,
-    pub(super) wall: i64,
 }
 
 impl ChannelState {
@@ -590,168 +496,5 @@ impl ChannelState {
             Vec::new()
         };
         Some(self.restore(due, refs))
-    }
-
-    // ---- durability -------------------------------------------------------------------------
-
-    /// The newest backend and journal tickets a settlement waits for, if any: the driver
-    /// waits until both are synced, then reports with [`ChannelState::synced`].
-    pub(super) fn awaited(&self) -> (Option<WriteTicket>, Option<StoreTicket>) {
-        let mut b = None;
-        let mut j = None;
-        for a in &self.awaiting {
-            match a.after {
-                After::Backend(t) => b = b.max(Some(t)),
-                After::Journal(t) => j = j.max(Some(t)),
-            }
-        }
-        (b, j)
-    }
-
-    /// The backend is synced up to `backend` and the journal up to `journal` (`ok`), or the
-    /// sync covering them failed (`!ok`: those records stay unsettled and are read again
-    /// after a crash). Returns journal entries to delete.
-    pub(super) fn synced(
-        &mut self,
-        ok: bool,
-        backend: Option<WriteTicket>,
-        journal: Option<StoreTicket>,
-    ) -> Vec<MessageId> {
-        let covered = |a: &Awaiting| match a.after {
-            After::Backend(t) => backend.is_some_and(|b| t <= b),
-            After::Journal(t) => journal.is_some_and(|j| t <= j),
-        };
-        let mut ok_refs = Vec::new();
-        let mut i = 0;
-        while i < self.awaiting.len() {
-            if !covered(&self.awaiting[i]) {
-                i += 1;
-                continue;
-            }
-            let a = self.awaiting.swap_remove(i);
-            if ok {
-                for p in a.positions {
-                    self.reads.settle(p);
-                }
-                ok_refs.extend(a.journal_del);
-            }
-        }
-        self.delete_journal(ok_refs)
-    }
-
-    /// The watermark to hand to the backend if it changed since last handed (the effect the
-    /// driver carries out after every event, before releasing its lock, so watermarks reach
-    /// the backend in the order the state produced them).
-    pub(super) fn watermark_change(&mut self) -> Option<Option<RecordPos>> {
-        self.reads.watermark_change()
-    }
-
-    // ---- administration ---------------------------------------------------------------------
-
-    /// Discards everything queued, in flight and deferred (`/channel/empty`).
-    pub(super) fn clear(&mut self) {
-        self.mem.clear();
-        self.in_flight = InFlightQueue::new();
-        self.deferred = DeferredQueue::new();
-        self.spill = false;
-        self.reads.clear();
-        self.awaiting.clear();
-        self.journal.clear();
-    }
-
-    /// Stops accepting puts and requeues (close, delete).
-    pub(super) fn set_closing(&mut self) {
-        self.closing = true;
-    }
-
-    /// Shutdown: everything the channel holds, split into what is on disk nowhere else (the
-    /// memory queue and in-flight messages that came from memory; deferred ones unless
-    /// journaled) and what also has a copy on disk. Write the first, then the second, then
-    /// report [`ChannelState::flushed`].
-    pub(super) fn drain_for_close(&mut self) -> (Vec<Message>, Vec<Message>) {
-        self.closing = true;
-        let mut volatile = Vec::new();
-        let mut backed = Vec::new();
-        for q in self.mem.take_all() {
-            match q.pos {
-                None => volatile.push(q.msg),
-                Some(_) => backed.push(q.msg),
-            }
-        }
-        for f in self.in_flight.drain() {
-            match f.pos {
-                None => volatile.push(f.msg),
-                Some(_) => backed.push(f.msg),
-            }
-        }
-        let deferred = self.deferred.drain().map(|(_, m)| m);
-        if self.cfg.journaled {
-            backed.extend(deferred);
-        } else {
-            volatile.extend(deferred);
-        }
-        (volatile, backed)
-    }
-
-    /// Everything read is stored again (the shutdown flush succeeded): nothing is unsettled.
-    pub(super) fn flushed(&mut self) {
-        self.reads.clear();
-        self.awaiting.clear();
-    }
-
-    // ---- queries ----------------------------------------------------------------------------
-
-    /// What a shutdown would have to write that is on disk nowhere else (see
-    /// [`ChannelState::drain_for_close`]).
-    pub(super) fn held_bytes(&self) -> u64 {
-        let deferred = if self.cfg.journaled {
-            0
-        } else {
-            self.deferred.bytes()
-        };
-        self.mem.bytes() + self.in_flight.volatile_bytes() + deferred
-    }
-
-    pub(super) fn mem_len(&self) -> usize {
-        self.mem.len()
-    }
-
-    pub(super) fn in_flight_len(&self) -> usize {
-        self.in_flight.len()
-    }
-
-    pub(super) fn deferred_len(&self) -> usize {
-        self.deferred.len()
-    }
-
-    pub(super) fn in_flight_ids(&self) -> Vec<MessageId> {
-        self.in_flight.ids()
-    }
-
-    pub(super) fn queued(&self) -> impl Iterator<Item = &Message> + '_ {
-        self.mem.iter().map(|q| &q.msg)
-    }
-
-    /// What a rewritten journal must hold, with due times: the deferred messages, and the
-    /// released ones whose queue copy is not stored yet (due at once, should they be replayed).
-    pub(super) fn journal_live(&self, now: Instant) -> Vec<(Instant, Message)> {
-        let mut live: Vec<(Instant, Message)> =
-            self.deferred.iter().map(|(d, m)| (d, m.clone())).collect();
-        live.extend(self.journal.released_messages().map(|m| (now, m.clone())));
-        live
-    }
-
-    #[cfg(test)]
-    pub(super) fn unsettled(&self) -> usize {
-        self.reads.unsettled()
-    }
-
-    #[cfg(test)]
-    pub(super) fn in_flight_of(&self, client_id: u64) -> Vec<MessageId> {
-        self.in_flight
-            .iter()
-            .filter(|f| f.client_id == client_id)
-            .map(|f| f.msg.id)
-            .collect()
     }
 }
