@@ -124,7 +124,19 @@ impl Input {
         }
         if lazy {
             if let ReadSide::Tcp(r) = &mut self.rd {
-                r.readable().await?;
+                loop {
+                    r.readable().await?;
+                    self.buf.reserve(self.next_size);
+                    match r.try_read_buf(&mut self.buf) {
+                        Ok(n) => return Ok(n),
+                        // Stale readiness (e.g. left by the magic's read): give the buffer
+                        // back before waiting, or every idle connection would hold one.
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            self.buf = BytesMut::new();
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
             }
             self.buf.reserve(self.next_size);
         } else if self.buf.capacity() - self.buf.len() < 4096 {

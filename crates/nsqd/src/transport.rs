@@ -202,6 +202,15 @@ impl FdReader {
         self.sock.park();
     }
 
+    /// One non-blocking read into `buf`'s spare capacity; `WouldBlock` (readiness was stale)
+    /// clears the readiness, so the next [`FdReader::readable`] waits for new bytes.
+    pub(crate) fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        match &*self.sock.reg.read() {
+            Reg::Registered(s) => s.try_read_buf(buf),
+            Reg::Parked(_) | Reg::Gone => Err(gone()),
+        }
+    }
+
     /// Waits until bytes (or EOF) can be read, re-registering a parked socket.
     pub(crate) async fn readable(&mut self) -> io::Result<()> {
         self.sock.register()?;
