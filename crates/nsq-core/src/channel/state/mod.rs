@@ -226,8 +226,12 @@ impl ChannelState {
     ) -> Vec<MessageId> {
         self.writing -= 1;
         let Some(ticket) = written else {
+            // A set, not a scan per message: a full disk fails every release of a large due
+            // batch at each scanner visit.
+            let released: rustc_hash::FxHashSet<MessageId> =
+                journal_del.iter().map(|(id, _)| *id).collect();
             for q in write {
-                if journal_del.iter().any(|(id, _)| *id == q.msg.id) {
+                if released.contains(&q.msg.id) {
                     self.journal.unreleased(&q.msg.id);
                     let _ = self.deferred.insert(now, q.msg);
                 } else {
