@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench/publish_once.sh NSQD [mpub|pub|both-go|both-nsq] [secs] [none|perf|syscalls]
+# bench/publish_once.sh NSQD [mpub|pub|producer|both-go|both-nsq] [secs] [none|perf|syscalls]
 #
 # One publish measurement for A/B comparisons (the publishing counterpart of drain_once.sh):
 # starts NSQD on free ports with --mem-queue-size MEMQ (default 100000000: all in memory; 10000
@@ -8,6 +8,8 @@
 # RESULT line with the daemon's CPU (utime+stime from /proc) per published message.
 #   mpub      bench_writer MPUB (--batch-size 200), one connection per core
 #   pub       bench_writer --mode=pub --connections=8: one PUB per round trip, go-nsq's Publish
+#   producer  bench_writer --mode=producer: one connection, 8 publishers (go-nsq's Producer
+#             shared by 8 goroutines: PUBs pipelined, one write each)
 #   both-go   mpub while a go-mode bench_reader (one FIN per write) consumes the same topic
 #   both-nsq  mpub while NSQ-mode bench_readers consume it
 # With `perf` it writes /tmp/perf.data (perf record -g; PERFCG="--call-graph dwarf" for
@@ -35,6 +37,7 @@ case $MODE in
 esac
 case $MODE in
   pub) W=$($T/bench_writer $A --mode=pub --connections=8 --runfor=${SECS}s 2>/dev/null | grep RESULT);;
+  producer) W=$($T/bench_writer $A --mode=producer --concurrency=8 --runfor=${SECS}s 2>/dev/null | grep RESULT);;
   *) W=$($T/bench_writer $A --batch-size=200 --runfor=${SECS}s 2>/dev/null | grep RESULT);;
 esac
 [[ -n ${RP:-} ]] && wait $RP

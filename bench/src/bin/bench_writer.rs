@@ -5,6 +5,10 @@
 //!   as NSQ's tool does.
 //! * `--mode pub`: each connection sends one `PUB` and waits for its `OK` before the next,
 //!   like go-nsq's synchronous `Producer.Publish` called from N goroutines.
+//! * `--mode producer`: go-nsq's `Producer` shared by `--concurrency` goroutines (default 8):
+//!   one connection (per `--connections`), each `PUB` written on its own (go-nsq flushes
+//!   every command), up to `--concurrency` waiting for their `OK`s; each `OK` lets its
+//!   publisher send the next `PUB`.
 //! * `--rate R`: a fixed offered load of R msgs/s in single `PUB`s (one write each, not waiting
 //!   for the `OK`s, like go-nsq's `PublishAsync`), each body starting with its send time (Unix
 //!   nanoseconds, big-endian) for `bench_reader --latency`.
@@ -33,6 +37,9 @@ enum Mode {
     Mpub,
     /// single PUBs, each waiting for its OK (go-nsq's synchronous Publish)
     Pub,
+    /// one go-nsq Producer per connection shared by --concurrency publishers: PUBs
+    /// pipelined, one write each
+    Producer,
 }
 
 /// Publish fixed-size messages to nsqd with MPUB as fast as the request/response cycle allows.
@@ -61,9 +68,13 @@ struct Args {
     /// --rate]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     connections: Option<u32>,
-    /// mpub (batches) or pub (one synchronous PUB at a time per connection)
+    /// mpub (batches), pub (one synchronous PUB at a time per connection) or producer
+    /// (go-nsq's Producer used by --concurrency goroutines)
     #[arg(long, value_enum, default_value_t = Mode::Mpub)]
     mode: Mode,
+    /// publishers sharing each connection in --mode producer
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    concurrency: u32,
     /// offered load in msgs/s (single PUBs, send time stamped in the body); overrides --mode
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     rate: Option<u64>,
@@ -119,6 +130,7 @@ async fn run(args: Args) -> Result<(), String> {
         || match (args.rate, args.mode) {
             (Some(_), _) => 1,
             (None, Mode::Pub) => 8,
+            (None, Mode::Producer) => 1,
             (None, Mode::Mpub) => default_connections(),
         },
         |c| c as usize,
@@ -160,6 +172,13 @@ async fn run(args: Args) -> Result<(), String> {
                     body.clone(),
                     rate as f64 / n as f64,
                     start,
+                    end_time,
+                    budget,
+                )),
+                None if args.mode == Mode::Producer => tokio::spawn(producer(
+                    stream,
+                    cmd,
+                    u64::from(args.concurrency),
                     end_time,
                     budget,
                 )),
@@ -228,6 +247,54 @@ async fn publish(
         }
     }
     Ok(count)
+}
+
+/// `--mode producer`: go-nsq's `Producer` (producer.go, `router`: one `WriteCommand`, i.e.
+/// one write and flush, per `PUB`; responses matched to publishers in order) used by
+/// `concurrency` goroutines calling `Publish` in a loop. Returns the messages acknowledged.
+async fn producer(
+    stream: TcpStream,
+    cmd: Arc<[u8]>,
+    concurrency: u64,
+    end_time: Instant,
+    budget: Arc<Budget>,
+) -> Result<u64, String> {
+    let (mut rd, mut wr) = stream.into_split();
+    let mut rbuf = BytesMut::with_capacity(4096);
+    let (mut in_flight, mut oks) = (0u64, 0u64);
+    while in_flight < concurrency && budget.claim(1) {
+        wr.write_all(&cmd)
+            .await
+            .map_err(|e| format!("write PUB: {e}"))?;
+        in_flight += 1;
+    }
+    loop {
+        while let Some(f) = take_frame(&mut rbuf)? {
+            match FrameType::from_i32(f.frame_type) {
+                Some(FrameType::Response) if f.data[..] == *b"OK" => {}
+                // `_heartbeat_`: ignored (a run shorter than two heartbeat intervals is not closed)
+                Some(FrameType::Response) => continue,
+                _ => return Err(String::from_utf8_lossy(&f.data).into_owned()),
+            }
+            oks += 1;
+            in_flight -= 1;
+            if Instant::now() < end_time && budget.claim(1) {
+                wr.write_all(&cmd)
+                    .await
+                    .map_err(|e| format!("write PUB: {e}"))?;
+                in_flight += 1;
+            }
+        }
+        if in_flight == 0 {
+            return Ok(oks);
+        }
+        rbuf.reserve(4096);
+        match rd.read_buf(&mut rbuf).await {
+            Ok(0) => return Err("nsqd closed the connection".into()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
 }
 
 /// `--rate`: sends single PUBs on schedule (`rate` msgs/s from `start`), each with its send

@@ -93,9 +93,12 @@ struct Input {
     /// Allocated when bytes arrive and released whenever it is empty while waiting for more
     /// on a plain TCP socket (see [`Input::fill`]): an idle connection holds no read buffer.
     buf: BytesMut,
-    /// The capacity to allocate next time: the last buffer's, so a busy connection keeps
-    /// reading in large chunks.
+    /// The capacity to allocate next time: twice the most this buffer held (between
+    /// [`READ_BUF_MIN`] and [`READ_BUF_MAX`]), so a connection sending large commands reads
+    /// each in one or two calls and one sending small ones keeps a small buffer.
     next_size: usize,
+    /// The most bytes the current buffer held.
+    peak: usize,
 }
 
 impl Input {
@@ -103,46 +106,75 @@ impl Input {
         matches!(self.rd, ReadSide::Tcp(_))
     }
 
+    fn new(rd: ReadSide) -> Self {
+        Input {
+            rd,
+            buf: BytesMut::new(),
+            next_size: READ_BUF_MIN,
+            peak: 0,
+        }
+    }
+
+    /// Gives the empty buffer back (it is allocated again, at `next_size`, when bytes come).
+    fn release(&mut self) {
+        if self.buf.capacity() > 0 {
+            self.next_size = (self.peak * 2).clamp(READ_BUF_MIN, READ_BUF_MAX);
+            self.peak = 0;
+            self.buf = BytesMut::new();
+        }
+    }
+
     /// Reads more bytes into the buffer: if `park`, after a parked period (crate::park; a
     /// period without bytes falls through to waiting as usual), else when they arrive.
     /// `Ok(0)` at end of stream.
     async fn fill(&mut self, park: bool) -> io::Result<usize> {
-        // Idle (nothing partial buffered) on plain TCP: give the buffer back and wait for
-        // readability without one; the read allocates again. Upgraded streams (TLS, snappy,
-        // deflate) may hold decoded bytes internally, so they always read into a buffer.
-        let lazy = self.plain_tcp() && self.buf.is_empty();
-        if lazy && self.buf.capacity() > 0 {
-            self.next_size = self.buf.capacity().clamp(READ_BUF_MIN, READ_BUF_MAX);
-            self.buf = BytesMut::new();
+        let n = self.read(park).await?;
+        self.peak = self.peak.max(self.buf.len());
+        Ok(n)
+    }
+
+    async fn read(&mut self, park: bool) -> io::Result<usize> {
+        // Plain TCP idle (nothing partial buffered): give the buffer back and wait for
+        // readability without one.
+        if self.plain_tcp() && self.buf.is_empty() {
+            self.release();
         }
-        if let (true, ReadSide::Tcp(r)) = (park, &mut self.rd) {
+        let ReadSide::Tcp(r) = &mut self.rd else {
+            // Upgraded streams (TLS, snappy, deflate) may hold decoded bytes internally, so
+            // they always read into a buffer.
+            if self.buf.capacity() - self.buf.len() < 4096 {
+                self.buf.reserve(READ_BUF_MAX);
+            }
+            return self.rd.read_buf(&mut self.buf).await;
+        };
+        if park {
             r.park();
             tokio::time::sleep(ParkPolicy::POLL).await;
             if let Some(n) = r.read_parked(&mut self.buf, ParkPolicy::MAX_READ)? {
                 return Ok(n);
             }
         }
-        if lazy {
-            if let ReadSide::Tcp(r) = &mut self.rd {
-                loop {
-                    r.readable().await?;
-                    self.buf.reserve(self.next_size);
-                    match r.try_read_buf(&mut self.buf) {
-                        Ok(n) => return Ok(n),
-                        // Stale readiness (e.g. left by the magic's read): give the buffer
-                        // back before waiting, or every idle connection would hold one.
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            self.buf = BytesMut::new();
-                        }
-                        Err(e) => return Err(e),
+        loop {
+            r.readable().await?;
+            let free = self.buf.capacity() - self.buf.len();
+            if self.buf.is_empty() {
+                self.buf.reserve(self.next_size);
+            } else if free < 4096 {
+                self.buf.reserve(READ_BUF_MAX);
+            }
+            // Into the spare capacity as it is (no zeroing, unlike `AsyncRead`'s `ReadBuf`).
+            match r.try_read_buf(&mut self.buf) {
+                Ok(n) => return Ok(n),
+                // Stale readiness (e.g. left by the magic's read): give an empty buffer
+                // back before waiting, or every idle connection would hold one.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.buf.is_empty() {
+                        self.buf = BytesMut::new();
                     }
                 }
+                Err(e) => return Err(e),
             }
-            self.buf.reserve(self.next_size);
-        } else if self.buf.capacity() - self.buf.len() < 4096 {
-            self.buf.reserve(READ_BUF_MAX);
         }
-        self.rd.read_buf(&mut self.buf).await
     }
 }
 
@@ -330,11 +362,7 @@ async fn read_loop(
         nsqd,
         client,
         writer,
-        input: Input {
-            rd,
-            buf: BytesMut::new(),
-            next_size: READ_BUF_MIN,
-        },
+        input: Input::new(rd),
         decoder: Decoder::new(nsqd.tcp.limits),
         gate: Gate::new(nsqd, client),
         fins: Fins::default(),

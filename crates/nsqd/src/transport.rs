@@ -202,11 +202,16 @@ impl FdReader {
         self.sock.park();
     }
 
-    /// One non-blocking read into `buf`'s spare capacity; `WouldBlock` (readiness was stale)
-    /// clears the readiness, so the next [`FdReader::readable`] waits for new bytes.
+    /// One non-blocking read into `buf`'s spare capacity (not zeroed first). `WouldBlock`
+    /// (readiness was stale) and a read that did not fill the spare capacity (the receive
+    /// queue is empty) clear the readiness, so the next [`FdReader::readable`] waits for new
+    /// bytes instead of paying a read that returns EAGAIN (see [`transfer`]).
     pub(crate) fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         match &*self.sock.reg.read() {
-            Reg::Registered(s) => s.try_read_buf(buf),
+            Reg::Registered(s) => {
+                let want = buf.capacity() - buf.len();
+                transfer(s, Interest::READABLE, want, |_| s.try_read_buf(buf))
+            }
             Reg::Parked(_) | Reg::Gone => Err(gone()),
         }
     }
@@ -498,6 +503,33 @@ pub(crate) async fn upgrade(
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+
+    /// A read that leaves spare capacity emptied the receive queue: the readiness is cleared,
+    /// so waiting for the next bytes costs no read that returns EAGAIN (one `recvfrom` per
+    /// request for a PUB-per-round-trip publisher, not two), and the next bytes still wake it.
+    #[tokio::test]
+    async fn a_short_read_clears_readiness_and_new_bytes_set_it() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (server, _) = l.accept().await.unwrap();
+        let (ReadSide::Tcp(mut rd), _wr) = split(server).unwrap() else {
+            panic!("plain TCP splits into descriptors");
+        };
+        let mut buf = BytesMut::new();
+        for round in 0..3u8 {
+            client.write_all(&[round; 100]).await.unwrap();
+            rd.readable().await.unwrap();
+            buf.reserve(4096);
+            assert_eq!(rd.try_read_buf(&mut buf).unwrap(), 100, "round {round}");
+            let wait = tokio::time::timeout(Duration::from_millis(50), rd.readable()).await;
+            assert!(
+                wait.is_err(),
+                "round {round}: readiness cleared by the short read"
+            );
+        }
+        assert_eq!(buf.len(), 300);
+        assert!(buf[200..].iter().all(|b| *b == 2));
+    }
 
     /// The writer of a parked socket writes to it directly; when the send buffer fills, it
     /// puts the socket back in the reactor and waits for room, and the reader cannot park it
