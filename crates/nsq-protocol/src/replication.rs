@@ -387,8 +387,9 @@ impl Frame {
         }
     }
 
-    /// The log sequence of a frame that is part of the origin's log (PUB, FIN, REQ, FANOUT,
-    /// ADMIN, CATCHUP_BEGIN, CATCHUP_END, GOODBYE); `None` for every other frame.
+    /// The log position a frame carries: PUB, FIN, REQ, FANOUT and ADMIN their own seq (the
+    /// one after the last); CATCHUP_BEGIN the seq the catch-up's state is as of, CATCHUP_END
+    /// and GOODBYE the last seq sent before them. `None` for every other frame.
     pub fn seq(&self) -> Option<u64> {
         match self {
             Frame::Pub(p) => Some(p.seq),
