@@ -15,6 +15,7 @@ pub mod memqueue;
 pub mod message;
 pub mod options;
 pub mod receipt;
+pub mod replica;
 pub mod reserve;
 pub mod scanner;
 pub mod topic;

@@ -6,6 +6,7 @@
 //! * [`identify`]: IDENTIFY request/response JSON with the reference's bounds and leniency.
 //! * [`lookup`]: the nsqlookupd V1 protocol.
 //! * [`names`]: topic/channel name validation.
+//! * [`replication`]: the nsqd-to-nsqd replication link (issue 22, docs/replication.md).
 //! * [`error`]: the one error type that carries the NSQ code and exact wire text.
 
 pub mod command;
@@ -15,6 +16,7 @@ pub mod identify;
 pub mod lookup;
 pub mod message;
 pub mod names;
+pub mod replication;
 
 /// Go's `%q`, used in error descriptions; it lives in `nsq-go` with the other Go rules.
 pub use nsq_go::quote;
