@@ -10,7 +10,9 @@
 //! * [`store`]: the segment files of one backlog on disk.
 //! * [`takeover`]: when an origin is gone and which member takes its backlog over.
 //! * [`manifest`]: what a takeover took, on disk, and the skip set of a returning origin.
+//! * [`adopt`]: a taken-over backlog item as the messages to put on this node.
 
+pub mod adopt;
 pub mod index;
 pub mod manifest;
 pub mod record;
