@@ -1,0 +1,282 @@
+//! Replication between two in-process nsqd (issue 22, docs/replication.md): A publishes with
+//! `--replicas=2` and B as its peer; B keeps A's backlog. Ports are all bound to `:0`.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use nsq_testkit::frames::{sized, FrameConn};
+use nsq_testkit::http::request;
+use nsq_testkit::wait::eventually;
+use nsqd::replication::BacklogInfo;
+use nsqd::NsqdHandle;
+use tempfile::TempDir;
+
+/// A free TCP port on 127.0.0.1 (bound to `:0`, then released for the daemon to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A daemon on `dir` with `extra` flags, a small replica segment size (so trimming shows).
+async fn start_on(dir: &Path, extra: &[String]) -> NsqdHandle {
+    let mut o = common::options(dir, extra);
+    o.replication_segment_bytes = 2048;
+    nsqd::start(o).await.unwrap()
+}
+
+struct Pair {
+    a: NsqdHandle,
+    b: Option<NsqdHandle>,
+    a_dir: TempDir,
+    b_dir: TempDir,
+    b_port: u16,
+}
+
+impl Pair {
+    /// A: `--replicas=2 --replication-peer=B` plus `a_extra`; B: `--replication-peer=A`.
+    async fn start(a_extra: &[&str]) -> Pair {
+        let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let b_port = free_port();
+        let mut args = vec![
+            "--replicas=2".to_string(),
+            format!("--replication-peer=127.0.0.1:{b_port}"),
+        ];
+        args.extend(a_extra.iter().map(|s| s.to_string()));
+        let a = start_on(a_dir.path(), &args).await;
+        let mut p = Pair {
+            a,
+            b: None,
+            a_dir,
+            b_dir,
+            b_port,
+        };
+        p.start_b().await;
+        p
+    }
+
+    async fn start_b(&mut self) {
+        let args = vec![
+            format!("--tcp-address=127.0.0.1:{}", self.b_port),
+            format!("--replication-peer={}", self.a.tcp_addr()),
+        ];
+        self.b = Some(start_on(self.b_dir.path(), &args).await);
+    }
+
+    fn b(&self) -> &NsqdHandle {
+        self.b.as_ref().expect("B running")
+    }
+
+    fn a_node(&self) -> u64 {
+        self.a.nsqd.replication.as_ref().unwrap().identity.node_id
+    }
+
+    /// B's backlog of A.
+    fn backlog(&self) -> Option<BacklogInfo> {
+        let node = self.a_node();
+        self.b()
+            .nsqd
+            .replication
+            .as_ref()
+            .unwrap()
+            .backlogs()
+            .into_iter()
+            .find(|b| b.origin == node)
+    }
+
+    /// The segment files of B's backlog of A on disk: (count, bytes).
+    fn backlog_files(&self) -> (usize, u64) {
+        let epoch = self.backlog().unwrap().epoch;
+        let dir = nsq_core::replica::backlog_dir(self.b_dir.path(), self.a_node(), epoch);
+        let mut n = 0;
+        let mut bytes = 0;
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            if e.file_name().to_string_lossy().ends_with(".seg") {
+                n += 1;
+                bytes += e.metadata().unwrap().len();
+            }
+        }
+        (n, bytes)
+    }
+}
+
+async fn v2(addr: SocketAddr) -> FrameConn {
+    FrameConn::connect(addr, b"  V2").await
+}
+
+fn mpub(bodies: &[&[u8]]) -> Vec<u8> {
+    let mut body = (bodies.len() as u32).to_be_bytes().to_vec();
+    for b in bodies {
+        body.extend_from_slice(&(b.len() as u32).to_be_bytes());
+        body.extend_from_slice(b);
+    }
+    sized("MPUB t\n", &body)
+}
+
+/// With replication off, `"  R1"` is an unknown magic: `E_BAD_PROTOCOL` and close, exactly
+/// as for any other (nsqd/tcp.go, `Handle`).
+#[tokio::test]
+async fn r1_magic_without_replication_is_bad_protocol() {
+    let (h, _dir) = common::start_with(&["--replicas=1"]).await;
+    assert!(h.nsqd.replication.is_none());
+    let mut c = FrameConn::connect(h.tcp_addr(), b"  R1").await;
+    // A HELLO-sized frame follows; it is never read.
+    c.send(&[0, 0, 0, 1, 1]).await;
+    let got = c.rest().await;
+    assert_eq!(got, b"\x00\x00\x00\x12\x00\x00\x00\x01E_BAD_PROTOCOL");
+    // No replication.dat, no replica directory.
+    assert!(!_dir.path().join("replication.dat").exists());
+    assert!(!_dir.path().join("replica").exists());
+    h.shutdown().await;
+}
+
+/// PUB, MPUB, DPUB and HTTP `/pub` `/mpub` to A are OK'd once B stored them; B's backlog of A
+/// follows A's settlements (fan-out to a new channel, REQ, FIN) down to nothing, and its
+/// segment files are trimmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicated_publish_reaches_the_replica_and_fins_drain_it() {
+    let p = Pair::start(&[]).await;
+    assert!(p.a_dir.path().join("replication.dat").exists());
+    let body = vec![b'x'; 300];
+    let mut c = v2(p.a.tcp_addr()).await;
+    c.send_ok(&sized("PUB t\n", &body)).await;
+    c.send_ok(&mpub(&[&body, &body, &body])).await;
+    c.send_ok(&sized("DPUB t 1\n", &body)).await;
+    let http = p.a.http_addr().unwrap();
+    let r = request(http, "POST", "/pub?topic=t", &[], &body).await;
+    r.assert_text_ok("OK");
+    let r = request(http, "POST", "/mpub?topic=t", &[], b"m1\nm2").await;
+    r.assert_text_ok("OK");
+    // Every OK came after B stored the publish: 1 + 3 + 1 + 1 + 2 messages, pending on the
+    // topic (it has no channel yet).
+    let bl = p.backlog().expect("B holds a backlog of A");
+    assert_eq!(bl.messages, 8, "{bl:?}");
+    assert!(!bl.catching_up);
+
+    // A consumer: the channel is created (ADMIN), the topic's backlog fans out to it
+    // (FANOUT), one message is requeued (REQ) and everything is finished (FIN).
+    let mut sub = v2(p.a.tcp_addr()).await;
+    sub.send_ok(b"SUB t c\n").await;
+    sub.send(b"RDY 100\n").await;
+    let first = sub.message().await;
+    sub.send(format!("REQ {} 0\n", String::from_utf8_lossy(&first.id.0)).as_bytes())
+        .await;
+    let mut fins = 0;
+    while fins < 8 {
+        let m = sub.message().await;
+        sub.send(format!("FIN {}\n", String::from_utf8_lossy(&m.id.0)).as_bytes())
+            .await;
+        fins += 1;
+    }
+    eventually(async || p.backlog().is_some_and(|b| b.messages == 0)).await;
+    // Trimmed: what is left is the segment being written (and at most the one before it
+    // when it still holds the topic's metadata).
+    eventually(async || p.backlog_files().0 <= 2).await;
+    let (_, bytes) = p.backlog_files();
+    assert!(bytes < 3 * 2048 + 1024, "{bytes}");
+
+    // Deleting the channel and the topic is streamed too; publishing again still works.
+    c.send_ok(&sized("PUB t\n", b"again")).await;
+    eventually(async || p.backlog().is_some_and(|b| b.messages == 1)).await;
+    let r = request(http, "POST", "/topic/delete?topic=t", &[], b"").await;
+    assert_eq!(r.status, 200);
+    eventually(async || p.backlog().is_some_and(|b| b.messages == 0)).await;
+
+    // Ephemeral topics are not replicated: acknowledged as today, nothing streamed.
+    let seq = p.backlog().unwrap().last_seq;
+    c.send_ok(&sized("PUB e#ephemeral\n", b"x")).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(p.backlog().unwrap().last_seq, seq);
+
+    let Pair { a, b, .. } = p;
+    b.unwrap().shutdown().await;
+    a.shutdown().await;
+}
+
+/// With B stopped, a publish to A waits `--replication-ack-timeout` and fails with the doc's
+/// text (TCP: fatal `E_PUB_FAILED`, HTTP: 503 EXITING); B restarted on its data directory
+/// recovers its backlog from disk, A resumes the link and publishes succeed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_fails_without_the_replica_and_recovers_when_it_returns() {
+    let mut p = Pair::start(&["--replication-ack-timeout=500ms"]).await;
+    let mut c = v2(p.a.tcp_addr()).await;
+    c.send_ok(&sized("PUB t\n", b"one")).await;
+    c.send_ok(&mpub(&[b"two", b"three"])).await;
+    assert_eq!(p.backlog().unwrap().messages, 3);
+
+    p.b.take().unwrap().shutdown().await;
+    let started = std::time::Instant::now();
+    c.send(&sized("PUB t\n", b"four")).await;
+    c.expect_fatal("E_PUB_FAILED PUB failed not enough replicas: 0 of 1 stored it within 500ms")
+        .await;
+    assert!(started.elapsed() >= Duration::from_millis(450));
+    let mut c = v2(p.a.tcp_addr()).await;
+    c.send(&mpub(&[b"five"])).await;
+    c.expect_fatal("E_MPUB_FAILED MPUB failed not enough replicas: 0 of 1 stored it within 500ms")
+        .await;
+    let http = p.a.http_addr().unwrap();
+    let r = request(http, "POST", "/pub?topic=t", &[], b"six").await;
+    r.assert_err(503, "EXITING");
+    let stats = p.a.nsqd.replication.as_ref().unwrap();
+    assert_eq!(stats.publish_failures(), 3);
+
+    // B comes back on its data directory: the backlog is recovered from its segments.
+    p.start_b().await;
+    let bl = p.backlog().expect("recovered");
+    assert_eq!(bl.messages, 3, "{bl:?}");
+    // A resumes the link (its reconnection backs off up to 2 s, longer than this test's ack
+    // timeout): the refused publishes (stored on A, and in its outbox) reach B, and new
+    // publishes are acknowledged again.
+    let repl = p.a.nsqd.replication.clone().unwrap();
+    eventually(async || repl.peers()[0].connected && repl.peers()[0].in_replica_set).await;
+    let mut c = v2(p.a.tcp_addr()).await;
+    c.send_ok(&sized("PUB t\n", b"seven")).await;
+    assert_eq!(p.backlog().unwrap().messages, 7);
+    assert_eq!(p.a.nsqd.engine.get_topic("t").unwrap().depth(), 7);
+
+    let Pair { a, b, .. } = p;
+    b.unwrap().shutdown().await;
+    a.shutdown().await;
+}
+
+/// A replica that joins after messages were published (here: B's backlog deleted while it was
+/// down) is caught up: CATCHUP_BEGIN, a STATE per topic and per message A holds (memory
+/// queue, in flight, deferred), CATCHUP_END; then it acknowledges and publishes go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_replica_is_caught_up() {
+    let mut p = Pair::start(&["--replication-ack-timeout=5s"]).await;
+    let mut c = v2(p.a.tcp_addr()).await;
+    c.send_ok(&sized("PUB t\n", b"pending-on-topic")).await;
+    let mut sub = v2(p.a.tcp_addr()).await;
+    sub.send_ok(b"SUB t c\n").await;
+    sub.send(b"RDY 1\n").await;
+    let inflight = sub.message().await;
+    c.send_ok(&mpub(&[b"q1", b"q2"])).await;
+    c.send_ok(&sized("DPUB t 60000\n", b"deferred")).await;
+    eventually(async || p.backlog().is_some_and(|b| b.messages == 4)).await;
+
+    // B loses its copy while down.
+    p.b.take().unwrap().shutdown().await;
+    std::fs::remove_dir_all(p.b_dir.path().join("replica")).unwrap();
+    p.start_b().await;
+    // A catches it up: one in flight, two queued, one deferred.
+    eventually(async || {
+        p.backlog()
+            .is_some_and(|b| b.messages == 4 && !b.catching_up && b.last_seq > 0)
+    })
+    .await;
+    // And settlements after the catch-up apply.
+    sub.send(format!("FIN {}\n", String::from_utf8_lossy(&inflight.id.0)).as_bytes())
+        .await;
+    c.send_ok(&sized("PUB t\n", b"after")).await;
+    eventually(async || p.backlog().is_some_and(|b| b.messages == 4)).await;
+
+    let Pair { a, b, .. } = p;
+    b.unwrap().shutdown().await;
+    a.shutdown().await;
+}
