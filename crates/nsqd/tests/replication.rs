@@ -249,32 +249,55 @@ async fn publish_fails_without_the_replica_and_recovers_when_it_returns() {
 /// queue, in flight, deferred), CATCHUP_END; then it acknowledges and publishes go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_replica_is_caught_up() {
-    let mut p = Pair::start(&["--replication-ack-timeout=5s"]).await;
+    late_replica(&["--replication-ack-timeout=5s"]).await;
+}
+
+/// The same with everything on disk (`--durable`: no memory queue, replicas sync before
+/// they acknowledge): the catch-up reads the unread part of the topic's and the channel's
+/// diskqueues.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_replica_is_caught_up_from_the_diskqueues() {
+    late_replica(&["--replication-ack-timeout=5s", "--durable"]).await;
+}
+
+async fn late_replica(flags: &[&str]) {
+    let mut p = Pair::start(flags).await;
     let mut c = v2(p.a.tcp_addr()).await;
     c.send_ok(&sized("PUB t\n", b"pending-on-topic")).await;
+    c.send_ok(&sized("PUB u\n", b"on-the-topic-u")).await;
     let mut sub = v2(p.a.tcp_addr()).await;
     sub.send_ok(b"SUB t c\n").await;
     sub.send(b"RDY 1\n").await;
     let inflight = sub.message().await;
     c.send_ok(&mpub(&[b"q1", b"q2"])).await;
     c.send_ok(&sized("DPUB t 60000\n", b"deferred")).await;
-    eventually(async || p.backlog().is_some_and(|b| b.messages == 4)).await;
+    eventually(async || p.backlog().is_some_and(|b| b.messages == 5)).await;
 
     // B loses its copy while down.
     p.b.take().unwrap().shutdown().await;
     std::fs::remove_dir_all(p.b_dir.path().join("replica")).unwrap();
     p.start_b().await;
-    // A catches it up: one in flight, two queued, one deferred.
+    // A catches it up: one in flight, two queued, one deferred on t:c, one on topic u.
     eventually(async || {
         p.backlog()
-            .is_some_and(|b| b.messages == 4 && !b.catching_up && b.last_seq > 0)
+            .is_some_and(|b| b.messages == 5 && !b.catching_up && b.last_seq > 0)
     })
     .await;
-    // And settlements after the catch-up apply.
+    // And settlements after the catch-up apply: FIN of the one in flight, then the queued
+    // ones delivered and finished.
     sub.send(format!("FIN {}\n", String::from_utf8_lossy(&inflight.id.0)).as_bytes())
         .await;
     c.send_ok(&sized("PUB t\n", b"after")).await;
-    eventually(async || p.backlog().is_some_and(|b| b.messages == 4)).await;
+    eventually(async || p.backlog().is_some_and(|b| b.messages == 5)).await;
+    sub.send(b"RDY 10\n").await;
+    for _ in 0..3 {
+        let m = sub.message().await;
+        assert_ne!(&m.body[..], b"deferred");
+        sub.send(format!("FIN {}\n", String::from_utf8_lossy(&m.id.0)).as_bytes())
+            .await;
+    }
+    // Left: the deferred message on t:c and the one pending on topic u.
+    eventually(async || p.backlog().is_some_and(|b| b.messages == 2)).await;
 
     let Pair { a, b, .. } = p;
     b.unwrap().shutdown().await;

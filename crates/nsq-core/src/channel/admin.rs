@@ -211,12 +211,22 @@ impl Channel {
     }
 
     /// What this channel holds, for a replication catch-up: each message queued in memory,
-    /// in flight or deferred, pending on this channel (deferred ones with their due time as
-    /// Unix ns). The part of the backlog not read from the channel's diskqueue yet is not
-    /// included (docs/replication.md, Status).
+    /// in flight, deferred (with its due time as Unix ns) or not read from the channel's
+    /// diskqueue yet, pending on this channel. Taken under the channel lock, once no backend
+    /// write of the channel is outstanding (a message being written is in no queue
+    /// meanwhile; waits at most about a second for that), so that every message is seen in
+    /// exactly one place. Blocking: reads the diskqueue's unread files.
     pub fn replication_items(&self, out: &mut Vec<Item>) {
         let now = super::now();
-        let g = self.lock();
+        let mut g = self.lock();
+        for _ in 0..1000 {
+            if !g.state.writes_outstanding() {
+                break;
+            }
+            drop(g);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            g = self.lock();
+        }
         let item = |m: &Message, due: i64| {
             Item::Message(MessageItem {
                 topic: self.topic_name.clone(),
@@ -238,6 +248,17 @@ impl Channel {
         for (due, m) in g.state.deferred_messages() {
             let wait = due.saturating_duration_since(now.mono).as_nanos() as i64;
             out.push(item(m, now.wall.saturating_add(wait).max(1)));
+        }
+        // Under the lock: no consumer reads the backend meanwhile.
+        let r = self.backend.scan_unread(&mut |payload| match Message::decode(payload) {
+            Ok(m) => out.push(item(&m, 0)),
+            Err(e) => {
+                tracing::error!(channel = %self.name, topic = %self.topic_name, "catch-up: failed to decode a message of the backend - {e}")
+            }
+        });
+        drop(g);
+        if let Err(e) = r {
+            tracing::error!(channel = %self.name, topic = %self.topic_name, "catch-up: failed to read the backend, its unread part is not sent - {e}");
         }
     }
 

@@ -595,9 +595,10 @@ impl Topic {
     /// What this topic holds, for a replication catch-up (docs/replication.md, "Who holds
     /// which origin's messages"): its STATE TOPIC item, then one item per message queued in
     /// the topic's memory (pending on the topic) and per message a channel holds in memory,
-    /// in flight or deferred. Taken with no batch between the topic and its channels, so a
-    /// publish is either wholly in it or sequenced after it. `None` for an ephemeral topic.
-    /// Not included: what waits in the topic's and channels' diskqueues unread.
+    /// in flight, deferred or unread in their diskqueues (the topic's own unread records
+    /// pending on the topic). Taken with no batch between the topic and its channels and no
+    /// write to the topic's backend (the pump lock), so a publish is either wholly in it or
+    /// sequenced after it. `None` for an ephemeral topic. Blocking: reads diskqueue files.
     pub fn replication_items(&self, out: &mut Vec<Item>) -> Option<()> {
         self.repl.as_ref()?;
         let _guard = self.pump_lock.write();
@@ -649,6 +650,26 @@ impl Topic {
             });
             (channels, stalled_to)
         };
+        // The topic's unread records: its backend moves only under the pump lock.
+        let r = self
+            .backend
+            .scan_unread(&mut |payload| match Message::decode(payload) {
+                Ok(m) => out.push(Item::Message(MessageItem {
+                    topic: self.name.clone(),
+                    id: m.id,
+                    timestamp: m.timestamp,
+                    topic_pending: true,
+                    topic_due: 0,
+                    channels: Vec::new(),
+                    body: m.body,
+                })),
+                Err(e) => {
+                    tracing::error!(topic = %self.name, "catch-up: failed to decode a message of the backend - {e}")
+                }
+            });
+        if let Err(e) = r {
+            tracing::error!(topic = %self.name, "catch-up: failed to read the backend, its unread part is not sent - {e}");
+        }
         if let Some((names, msgs)) = stalled_to {
             for m in msgs {
                 out.push(Item::Message(MessageItem {

@@ -17,6 +17,7 @@ use nsq_protocol::replication::{
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::log::Take;
@@ -198,17 +199,21 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
             format!("catching up at seq {last} (it holds {})", welcome.last_seq)
         }
     );
+    // The catch-up snapshot, one topic at a time (bounded memory: the writer takes a topic's
+    // items before the next is collected).
     let catchup = (!resume).then(|| {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Vec<Item>>(1);
         let engine = repl.engine().cloned();
         tokio::task::spawn_blocking(move || {
-            let mut items = Vec::new();
-            if let Some(e) = engine {
-                for t in e.topics() {
-                    t.replication_items(&mut items);
+            let Some(e) = engine else { return };
+            for t in e.topics() {
+                let mut items = Vec::new();
+                if t.replication_items(&mut items).is_some() && tx.blocking_send(items).is_err() {
+                    return;
                 }
             }
-            items
-        })
+        });
+        rx
     });
     let max_frame = welcome.max_frame.max(replication::MIN_MAX_FRAME);
     tokio::select! {
@@ -222,14 +227,14 @@ async fn writer(
     repl: &Replication,
     wr: &mut OwnedWriteHalf,
     mut next: u64,
-    mut catchup: Option<tokio::task::JoinHandle<Vec<Item>>>,
+    mut snapshot: Option<mpsc::Receiver<Vec<Item>>>,
     _max_frame: u32,
 ) -> String {
     let mut rx = repl.log.subscribe();
     let mut out = BytesMut::with_capacity(64 << 10);
-    // Some(items) while a catch-up is being sent.
-    let mut items: Option<VecDeque<Item>> = None;
-    let mut catching_up = catchup.is_some();
+    // The catch-up's items received from the snapshot and not sent yet.
+    let mut items: VecDeque<Item> = VecDeque::new();
+    let mut catching_up = snapshot.is_some();
     if catching_up {
         replication::encode(&Frame::CatchupBegin { seq: next - 1 }, &mut out);
     }
@@ -246,22 +251,32 @@ async fn writer(
                 }
             }
         }
-        if let Some(q) = items.as_mut() {
+        if catching_up {
+            // Live frames first; STATE items fill the rest of the write.
+            if items.is_empty() {
+                if let Some(s) = snapshot.as_mut() {
+                    match s.try_recv() {
+                        Ok(v) => items.extend(v),
+                        Err(mpsc::error::TryRecvError::Empty) => {}
+                        Err(mpsc::error::TryRecvError::Disconnected) => snapshot = None,
+                    }
+                }
+            }
             let start = out.len();
             while out.len() - start < WRITE_STATE {
-                let Some(item) = q.pop_front() else { break };
+                let Some(item) = items.pop_front() else { break };
                 if let Err(e) = replication::try_encode(&Frame::State(item), &mut out) {
                     tracing::error!("REPLICATION: catch-up item not sent - {e}");
                 }
             }
-            if q.is_empty() {
+            if items.is_empty() && snapshot.is_none() {
                 replication::encode(&Frame::CatchupEnd { seq: next - 1 }, &mut out);
-                items = None;
                 catching_up = false;
             }
         }
         if out.is_empty() {
             let beat = last_write + HEARTBEAT;
+            let waiting_for_items = catching_up && items.is_empty() && snapshot.is_some();
             tokio::select! {
                 r = rx.changed() => {
                     if r.is_err() {
@@ -271,27 +286,15 @@ async fn writer(
                 _ = tokio::time::sleep_until(beat) => {
                     replication::encode(&Frame::Heartbeat, &mut out);
                 }
-                r = async { catchup.as_mut().expect("guarded").await }, if catchup.is_some() => {
-                    catchup = None;
-                    match r {
-                        Ok(v) => items = Some(v.into()),
-                        Err(e) => return format!("catch-up snapshot failed - {e}"),
+                v = async { snapshot.as_mut().expect("guarded").recv().await }, if waiting_for_items => {
+                    match v {
+                        Some(v) => items.extend(v),
+                        None => snapshot = None,
                     }
                 }
             }
             if out.is_empty() {
                 continue;
-            }
-        } else if catching_up && items.is_none() {
-            // The snapshot may be ready: take it without waiting.
-            if let Some(h) = catchup.as_mut() {
-                if h.is_finished() {
-                    match h.await {
-                        Ok(v) => items = Some(v.into()),
-                        Err(e) => return format!("catch-up snapshot failed - {e}"),
-                    }
-                    catchup = None;
-                }
             }
         }
         if let Err(e) = wr.write_all(&out).await {

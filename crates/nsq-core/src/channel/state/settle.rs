@@ -164,6 +164,12 @@ impl ChannelState {
         self.deferred.iter()
     }
 
+    /// Backend writes decided and not yet reported: their messages are in none of the
+    /// queues meanwhile.
+    pub(in crate::channel) fn writes_outstanding(&self) -> bool {
+        self.writing > 0
+    }
+
     /// The attempts of message `id` in flight (what a streamed REQ carries).
     pub(in crate::channel) fn in_flight_attempts(&self, id: &MessageId) -> Option<u16> {
         self.in_flight.get(id).map(|f| f.msg.attempts)
