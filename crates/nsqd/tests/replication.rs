@@ -61,10 +61,15 @@ impl Pair {
     }
 
     async fn start_b(&mut self) {
-        let args = vec![
+        self.start_b_with(&[]).await;
+    }
+
+    async fn start_b_with(&mut self, extra: &[&str]) {
+        let mut args = vec![
             format!("--tcp-address=127.0.0.1:{}", self.b_port),
             format!("--replication-peer={}", self.a.tcp_addr()),
         ];
+        args.extend(extra.iter().map(|s| s.to_string()));
         self.b = Some(start_on(self.b_dir.path(), &args).await);
     }
 
@@ -301,5 +306,102 @@ async fn late_replica(flags: &[&str]) {
 
     let Pair { a, b, .. } = p;
     b.unwrap().shutdown().await;
+    a.shutdown().await;
+}
+
+/// A replica whose backlog of the origin would pass `--replication-max-backlog-bytes` refuses
+/// the publish (ERROR 2, "backlog full"): the origin counts it as not acknowledging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_replica_backlog_refuses() {
+    let mut p = Pair::start(&["--replication-ack-timeout=500ms"]).await;
+    p.b.take().unwrap().shutdown().await;
+    p.start_b_with(&["--replication-max-backlog-bytes=3000"]).await;
+    let repl = p.a.nsqd.replication.clone().unwrap();
+    eventually(async || repl.peers()[0].connected).await;
+    let mut c = v2(p.a.tcp_addr()).await;
+    c.send_ok(&sized("PUB t\n", &[b'a'; 1000])).await;
+    c.send(&sized("PUB t\n", &[b'b'; 2500])).await;
+    c.expect_fatal("E_PUB_FAILED PUB failed not enough replicas: 0 of 1 stored it within 500ms")
+        .await;
+    assert_eq!(p.backlog().unwrap().messages, 1);
+
+    let Pair { a, b, .. } = p;
+    b.unwrap().shutdown().await;
+    a.shutdown().await;
+}
+
+/// A message that stays unsettled at the front of the backlog while later ones are settled
+/// pins its segment; the replica compacts (off the acknowledgement path) so its disk use
+/// follows the origin's unsettled backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_compacts_around_an_old_unsettled_message() {
+    let p = Pair::start(&[]).await;
+    let mut sub = v2(p.a.tcp_addr()).await;
+    sub.send_ok(b"SUB t c\n").await;
+    sub.send(b"RDY 1000\n").await;
+    let mut c = v2(p.a.tcp_addr()).await;
+    let body = vec![b'x'; 300];
+    c.send_ok(&sized("PUB t\n", b"old")).await;
+    let old = sub.message().await;
+    assert_eq!(&old.body[..], b"old");
+    for _ in 0..40 {
+        c.send_ok(&sized("PUB t\n", &body)).await;
+        let m = sub.message().await;
+        sub.send(format!("FIN {}\n", String::from_utf8_lossy(&m.id.0)).as_bytes())
+            .await;
+    }
+    eventually(async || p.backlog().is_some_and(|b| b.messages == 1)).await;
+    // 40 × ~360 bytes passed through 2 KiB segments; the old message's segment would keep
+    // them all without a compaction.
+    eventually(async || p.backlog_files().0 <= 2).await;
+    assert_eq!(p.backlog().unwrap().messages, 1);
+
+    let Pair { a, b, .. } = p;
+    b.unwrap().shutdown().await;
+    a.shutdown().await;
+}
+
+/// A clean stop of the origin records `clean_seq`; restarted on its data directory (and
+/// port) it continues the same epoch, the replica resumes without a catch-up, and its
+/// backlog still matches what the origin holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleanly_restarted_origin_continues_its_epoch() {
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a_port, b_port) = (free_port(), free_port());
+    let a_args = vec![
+        format!("--tcp-address=127.0.0.1:{a_port}"),
+        "--replicas=2".to_string(),
+        format!("--replication-peer=127.0.0.1:{b_port}"),
+    ];
+    let b_args = vec![
+        format!("--tcp-address=127.0.0.1:{b_port}"),
+        format!("--replication-peer=127.0.0.1:{a_port}"),
+    ];
+    let a = start_on(a_dir.path(), &a_args).await;
+    let b = start_on(b_dir.path(), &b_args).await;
+    let a_repl = a.nsqd.replication.clone().unwrap();
+    let (node, epoch) = (a_repl.identity.node_id, a_repl.identity.epoch);
+    let mut c = v2(a.tcp_addr()).await;
+    c.send_ok(&mpub(&[b"1", b"2", b"3"])).await;
+    drop(c);
+    let last = a_repl.log.last_seq();
+    drop(a_repl);
+    a.shutdown().await;
+    let text = std::fs::read_to_string(a_dir.path().join("replication.dat")).unwrap();
+    assert!(text.ends_with(&format!(r#""epoch":{epoch},"clean_seq":{last}}}"#)), "{text}");
+
+    let a = start_on(a_dir.path(), &a_args).await;
+    let a_repl = a.nsqd.replication.clone().unwrap();
+    assert_eq!((a_repl.identity.node_id, a_repl.identity.epoch), (node, epoch));
+    assert_eq!(a_repl.identity.start_seq, last);
+    let mut c = v2(a.tcp_addr()).await;
+    c.send_ok(&sized("PUB t\n", b"4")).await;
+    let backlogs = b.nsqd.replication.as_ref().unwrap().backlogs();
+    assert_eq!(backlogs.len(), 1, "{backlogs:?}");
+    assert_eq!((backlogs[0].origin, backlogs[0].epoch), (node, epoch));
+    assert_eq!(backlogs[0].messages, 4);
+    assert_eq!(a.nsqd.engine.get_topic("t").unwrap().depth(), 4);
+    drop((a_repl, c));
+    b.shutdown().await;
     a.shutdown().await;
 }

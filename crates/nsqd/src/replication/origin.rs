@@ -58,6 +58,7 @@ pub(super) async fn run_peer(repl: Arc<Replication>, i: usize, info: HelloInfo) 
         if *stop.borrow() {
             return;
         }
+        let began = Instant::now();
         let end = tokio::select! {
             e = session(&repl, i, &addr, info) => e,
             _ = stop.changed() => return,
@@ -70,7 +71,11 @@ pub(super) async fn run_peer(repl: Arc<Replication>, i: usize, info: HelloInfo) 
             }
             End::Lost(e) => {
                 tracing::warn!("REPLICATION: link to {addr} ended - {e}");
-                backoff = BACKOFF_MIN;
+                // A session that lasted starts the backoff over; one refused at once (a full
+                // backlog) keeps backing off.
+                if began.elapsed() >= LINK_TIMEOUT {
+                    backoff = BACKOFF_MIN;
+                }
             }
             End::NotEstablished(e) => {
                 if e != last_error {
