@@ -315,7 +315,8 @@ async fn late_replica(flags: &[&str]) {
 async fn a_full_replica_backlog_refuses() {
     let mut p = Pair::start(&["--replication-ack-timeout=500ms"]).await;
     p.b.take().unwrap().shutdown().await;
-    p.start_b_with(&["--replication-max-backlog-bytes=3000"]).await;
+    p.start_b_with(&["--replication-max-backlog-bytes=3000"])
+        .await;
     let repl = p.a.nsqd.replication.clone().unwrap();
     eventually(async || repl.peers()[0].connected).await;
     let mut c = v2(p.a.tcp_addr()).await;
@@ -388,11 +389,17 @@ async fn a_cleanly_restarted_origin_continues_its_epoch() {
     drop(a_repl);
     a.shutdown().await;
     let text = std::fs::read_to_string(a_dir.path().join("replication.dat")).unwrap();
-    assert!(text.ends_with(&format!(r#""epoch":{epoch},"clean_seq":{last}}}"#)), "{text}");
+    assert!(
+        text.ends_with(&format!(r#""epoch":{epoch},"clean_seq":{last}}}"#)),
+        "{text}"
+    );
 
     let a = start_on(a_dir.path(), &a_args).await;
     let a_repl = a.nsqd.replication.clone().unwrap();
-    assert_eq!((a_repl.identity.node_id, a_repl.identity.epoch), (node, epoch));
+    assert_eq!(
+        (a_repl.identity.node_id, a_repl.identity.epoch),
+        (node, epoch)
+    );
     assert_eq!(a_repl.identity.start_seq, last);
     let mut c = v2(a.tcp_addr()).await;
     c.send_ok(&sized("PUB t\n", b"4")).await;
