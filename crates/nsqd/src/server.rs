@@ -147,7 +147,9 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, StartError> {
         }),
     );
 
-    if let Some(r) = &replication {
+    // With --replicas=1 this node's own publishes are not replicated (it only hosts its
+    // peers' backlogs): no replicator, no origin links.
+    if let Some(r) = replication.as_ref().filter(|r| r.replicates_own()) {
         engine.set_replicator(r.log.clone());
         r.set_engine(engine.clone());
     }

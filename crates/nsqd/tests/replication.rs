@@ -137,6 +137,17 @@ async fn r1_magic_without_replication_is_bad_protocol() {
     // No replication.dat, no replica directory.
     assert!(!_dir.path().join("replication.dat").exists());
     assert!(!_dir.path().join("replica").exists());
+    // /stats is as without replication: no `replication` key.
+    let st = request(
+        h.http_addr().unwrap(),
+        "GET",
+        "/stats?format=json",
+        &[],
+        b"",
+    )
+    .await
+    .json();
+    assert!(st.get("replication").is_none(), "{st}");
     h.shutdown().await;
 }
 
@@ -162,6 +173,22 @@ async fn replicated_publish_reaches_the_replica_and_fins_drain_it() {
     let bl = p.backlog().expect("B holds a backlog of A");
     assert_eq!(bl.messages, 8, "{bl:?}");
     assert!(!bl.catching_up);
+    // And /stats shows it (last key, only with replication on).
+    let b_http = p.b().http_addr().unwrap();
+    let st = request(b_http, "GET", "/stats?format=json", &[], b"")
+        .await
+        .json();
+    let backlogs = &st["replication"]["backlogs"];
+    assert_eq!(backlogs[0]["origin"], format!("{:016x}", p.a_node()));
+    assert_eq!(backlogs[0]["messages"], 8);
+    let st = request(http, "GET", "/stats?format=json", &[], b"")
+        .await
+        .json();
+    let peer = &st["replication"]["peers"][0];
+    assert_eq!(peer["state"], "connected");
+    assert_eq!(peer["in_replica_set"], true);
+    let text = request(http, "GET", "/stats", &[], b"").await.text();
+    assert!(text.contains("\nReplication: node "), "{text}");
 
     // A consumer: the channel is created (ADMIN), the topic's backlog fans out to it
     // (FANOUT), one message is requeued (REQ) and everything is finished (FIN).
@@ -191,6 +218,14 @@ async fn replicated_publish_reaches_the_replica_and_fins_drain_it() {
     let r = request(http, "POST", "/topic/delete?topic=t", &[], b"").await;
     assert_eq!(r.status, 200);
     eventually(async || p.backlog().is_some_and(|b| b.messages == 0)).await;
+
+    // B (--replicas=1 with a peer) hosts A's backlog; its own publishes are acknowledged as
+    // today and not replicated: A holds no backlog of B, and B has no origin link.
+    let mut cb = v2(p.b().tcp_addr()).await;
+    cb.send_ok(&sized("PUB t\n", b"on-b")).await;
+    let a_repl = p.a.nsqd.replication.as_ref().unwrap();
+    assert!(a_repl.backlogs().is_empty());
+    assert!(p.b().nsqd.replication.as_ref().unwrap().peers()[0].node_id == 0);
 
     // Ephemeral topics are not replicated: acknowledged as today, nothing streamed.
     let seq = p.backlog().unwrap().last_seq;

@@ -358,8 +358,17 @@ impl Replication {
         self.engine.get()
     }
 
-    /// Starts one link task per peer (the TCP ports must be known: HELLO carries them).
+    /// `--replicas` ≥ 2: this node's publishes are replicated (it dials its peers).
+    pub fn replicates_own(&self) -> bool {
+        self.settings.replicas >= 2
+    }
+
+    /// Starts one link task per peer (the TCP ports must be known: HELLO carries them); none
+    /// with `--replicas=1`.
     pub fn start_links(self: &Arc<Self>, tcp_port: u16, http_port: Option<u16>) {
+        if !self.replicates_own() {
+            return;
+        }
         let mut tasks = self.tasks.lock();
         let n = self.group.lock().peers.len();
         for i in 0..n {
@@ -447,7 +456,7 @@ impl Replication {
     /// `--replication-ack-timeout`: `not enough replicas: 0 of 1 stored it within 10s`.
     pub async fn wait_replicated(&self, seq: u64) -> Result<(), String> {
         let mut rx = self.committed.subscribe();
-        if *rx.borrow_and_update() >= seq {
+        if !self.replicates_own() || *rx.borrow_and_update() >= seq {
             return Ok(());
         }
         self.publish_waiting.fetch_add(1, Ordering::Relaxed);
@@ -523,6 +532,11 @@ impl Replication {
     /// Clean stop (docs/replication.md, Return): waits (at most 5 s) for the live links to
     /// acknowledge everything queued, ends the links and writes `clean_seq`.
     pub async fn shutdown(&self) {
+        if !self.replicates_own() {
+            // Only the replica side: its links end; there is no epoch of its own to close.
+            self.stop.send_replace(true);
+            return;
+        }
         let last = self.log.last_seq();
         let deadline = tokio::time::Instant::now() + SHUTDOWN_WAIT;
         loop {

@@ -163,16 +163,25 @@ async fn session_loop(
             let b = backlog.clone();
             let stored = tokio::task::spawn_blocking(move || {
                 let mut s = b.store.lock();
+                if b.session.load(Ordering::Acquire) != session {
+                    // A newer session of the same origin took over the backlog.
+                    return Ok(None);
+                }
                 s.append(&records)?;
                 if sync {
                     s.sync()?;
                 }
-                Ok::<_, StoreError>((s.last_seq(), s.index().catching_up(), s.wants_compaction()))
+                Ok::<_, StoreError>(Some((
+                    s.last_seq(),
+                    s.index().catching_up(),
+                    s.wants_compaction(),
+                )))
             })
             .await
             .map_err(|e| (Some(LinkErrorCode::Internal), e.to_string()))?;
             match stored {
-                Ok((last, catching_up, compact)) => {
+                Ok(None) => return Err((None, "superseded by a newer session".into())),
+                Ok(Some((last, catching_up, compact))) => {
                     if !catching_up {
                         send(stream, &Frame::Ack { seq: last })
                             .await
