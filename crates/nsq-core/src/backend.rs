@@ -115,6 +115,13 @@ pub trait BackendQueue: Send + Sync + 'static {
     /// Records written and not yet taken.
     fn depth(&self) -> i64;
 
+    /// Hands every record written and not yet taken to `f`, in order, without taking them:
+    /// a replication catch-up's snapshot (crate::replicate). The caller keeps other readers
+    /// out meanwhile. A backend that keeps nothing has nothing to show (the default).
+    fn scan_unread(&self, _f: &mut dyn FnMut(Bytes)) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// Discards everything (files removed, file number bumped).
     fn empty(&self) -> Result<(), BackendError>;
 

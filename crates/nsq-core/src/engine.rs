@@ -2,7 +2,7 @@
 //! daemon hears about creations and deletions (lookupd registration, metadata writes).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::RwLock;
 use rustc_hash::FxHashMap;
@@ -11,6 +11,7 @@ use crate::backend::{BackendError, BackendQueue, DropSink};
 use crate::channel::Channel;
 use crate::diskqueue::{DiskQueue, DiskQueueOptions};
 use crate::options::{Health, Options};
+use crate::replicate::Replicator;
 use crate::reserve::Reserve;
 use crate::topic::Topic;
 
@@ -41,6 +42,8 @@ pub struct Engine {
     loading: AtomicBool,
     /// With `Options::reserve` (and a memory queue): the disk space memory must fit in.
     reserve: Option<Arc<Reserve>>,
+    /// Set once, before metadata loading, when replication is on (crate::replicate).
+    replicator: OnceLock<Arc<dyn Replicator>>,
     me: Weak<Engine>,
 }
 
@@ -63,6 +66,7 @@ impl Engine {
             channels_generation: AtomicU64::new(0),
             loading: AtomicBool::new(false),
             reserve,
+            replicator: OnceLock::new(),
             me: me.clone(),
         });
         if let Some(r) = &engine.reserve {
@@ -113,6 +117,17 @@ impl Engine {
 
     pub(crate) fn hooks(&self) -> &dyn Hooks {
         &*self.hooks
+    }
+
+    /// Turns replication on (crate::replicate): topics created from now on report to `r`.
+    /// Call before any topic exists. `false` if one was set already.
+    pub fn set_replicator(&self, r: Arc<dyn Replicator>) -> bool {
+        self.replicator.set(r).is_ok()
+    }
+
+    /// The replicator, when replication is on.
+    pub fn replicator(&self) -> Option<&Arc<dyn Replicator>> {
+        self.replicator.get()
     }
 
     /// Metadata loading begins: topics created from now on hold their messages until
@@ -186,6 +201,7 @@ impl Engine {
             }
             let durable = !nsq_protocol::names::is_ephemeral(name);
             let backend = self.make_backend(name, durable)?;
+            let repl = self.replicator.get().filter(|_| durable).cloned();
             let t = Topic::new(
                 name,
                 self.me.clone(),
@@ -194,8 +210,13 @@ impl Engine {
                 backend,
                 start && !self.loading.load(Ordering::Acquire),
                 self.reserve.clone(),
+                repl,
             );
             topics.insert(name.to_string(), t.clone());
+            // Under the map's lock: before anyone can publish to the topic.
+            if let Some(r) = t.replicator() {
+                r.admin(nsq_protocol::replication::AdminOp::Create, name, "");
+            }
             t
         };
         self.hooks.topic_created(name);

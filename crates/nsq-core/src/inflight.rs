@@ -215,6 +215,11 @@ impl InFlightQueue {
         self.entries.keys().copied().collect()
     }
 
+    /// The entry of `id`, if in flight.
+    pub fn get(&self, id: &MessageId) -> Option<&InFlightEntry> {
+        self.entries.get(id)
+    }
+
     /// Iterates over the entries in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &InFlightEntry> + '_ {
         self.entries.values()

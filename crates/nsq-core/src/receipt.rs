@@ -22,6 +22,8 @@ pub(crate) enum Pending {
 #[derive(Default, Clone)]
 pub struct PutReceipt {
     pending: Vec<Pending>,
+    /// The replication log seq of the publish (0: not replicated; crate::replicate).
+    replication_seq: u64,
 }
 
 impl std::fmt::Debug for PutReceipt {
@@ -33,7 +35,17 @@ impl std::fmt::Debug for PutReceipt {
 }
 
 impl PutReceipt {
-    /// Nothing to wait for.
+    /// The replication log seq the acknowledgement must also wait for (0: none); the daemon
+    /// waits for its replicas (docs/replication.md, Acknowledgement).
+    pub fn replication_seq(&self) -> u64 {
+        self.replication_seq
+    }
+
+    pub(crate) fn set_replication_seq(&mut self, seq: u64) {
+        self.replication_seq = seq;
+    }
+
+    /// Nothing to wait for on this node's disk.
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty()
     }

@@ -847,3 +847,27 @@ proptest! {
         prop_assert!(names.len() <= 2, "{:?}", names);
     }
 }
+
+/// `scan_unread` hands over what is written and not taken, across files, without taking it.
+#[test]
+fn scan_unread_shows_what_is_left_without_taking_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = DiskQueue::open("dq", opts(dir.path(), 100)).unwrap();
+    let recs: Vec<Vec<u8>> = (0..6)
+        .map(|i| message(i, 0, &format!("{i:016}"), &[b'x'; 40]))
+        .collect();
+    for r in &recs {
+        q.put(r).unwrap();
+    }
+    let mut out = Vec::new();
+    assert_eq!(q.read_batch(2, &mut out), 2);
+    let mut seen = Vec::new();
+    q.scan_unread(&mut |b| seen.push(b.to_vec())).unwrap();
+    assert_eq!(seen, recs[2..].to_vec());
+    // Nothing was taken.
+    out.clear();
+    assert_eq!(q.read_batch(10, &mut out), 4);
+    let mut seen = Vec::new();
+    q.scan_unread(&mut |b| seen.push(b.to_vec())).unwrap();
+    assert!(seen.is_empty());
+}

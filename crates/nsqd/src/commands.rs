@@ -294,11 +294,20 @@ pub(crate) async fn exec(
                 .await
                 .map_err(|e| NsqError::pub_failed(&e.to_string()))?;
             // OK only once stored (and, in durable mode, synced): docs/durability.md.
-            t.put(body, Duration::ZERO)
-                .map_err(|e| NsqError::pub_failed(&e.to_string()))?
+            let receipt = t
+                .put(body, Duration::ZERO)
+                .map_err(|e| NsqError::pub_failed(&e.to_string()))?;
+            let seq = receipt.replication_seq();
+            receipt
                 .durable()
                 .await
                 .map_err(|e| NsqError::pub_failed(&e.to_string()))?;
+            // Replicated (docs/replication.md): and on N-1 replicas.
+            if seq != 0 {
+                nsqd.replicated(seq)
+                    .await
+                    .map_err(|e| NsqError::pub_failed(&e))?;
+            }
             client.add_pub_count(&topic, 1);
             Ok(Reply::ok())
         }
@@ -310,11 +319,20 @@ pub(crate) async fn exec(
                 .await
                 .map_err(|e| NsqError::mpub_failed(&e.to_string()))?;
             // OK only once stored (and, in durable mode, synced): docs/durability.md.
-            t.put_many(bodies, Duration::ZERO)
-                .map_err(|e| NsqError::mpub_failed(&e.to_string()))?
+            let receipt = t
+                .put_many(bodies, Duration::ZERO)
+                .map_err(|e| NsqError::mpub_failed(&e.to_string()))?;
+            let seq = receipt.replication_seq();
+            receipt
                 .durable()
                 .await
                 .map_err(|e| NsqError::mpub_failed(&e.to_string()))?;
+            // Replicated (docs/replication.md): and on N-1 replicas.
+            if seq != 0 {
+                nsqd.replicated(seq)
+                    .await
+                    .map_err(|e| NsqError::mpub_failed(&e))?;
+            }
             client.add_pub_count(&topic, n);
             Ok(Reply::ok())
         }
@@ -330,11 +348,20 @@ pub(crate) async fn exec(
                 .map_err(|e| NsqError::dpub_failed(&e.to_string()))?;
             let defer = Duration::from_millis(defer_ms.max(0) as u64);
             // OK only once stored (and, in durable mode, synced): docs/durability.md.
-            t.put(body, defer)
-                .map_err(|e| NsqError::dpub_failed(&e.to_string()))?
+            let receipt = t
+                .put(body, defer)
+                .map_err(|e| NsqError::dpub_failed(&e.to_string()))?;
+            let seq = receipt.replication_seq();
+            receipt
                 .durable()
                 .await
                 .map_err(|e| NsqError::dpub_failed(&e.to_string()))?;
+            // Replicated (docs/replication.md): and on N-1 replicas.
+            if seq != 0 {
+                nsqd.replicated(seq)
+                    .await
+                    .map_err(|e| NsqError::dpub_failed(&e))?;
+            }
             client.add_pub_count(&topic, 1);
             Ok(Reply::ok())
         }

@@ -18,6 +18,7 @@ pub mod nsqd;
 pub mod options;
 mod park;
 pub mod protocol_v2;
+pub mod replication;
 pub mod server;
 pub mod stats;
 pub mod statsd;

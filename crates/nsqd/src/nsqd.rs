@@ -95,6 +95,8 @@ pub struct Nsqd {
     pub(crate) metadata_lock: Mutex<()>,
     /// Drain mode (crate::drain).
     pub drain: crate::drain::Drain,
+    /// Replication (crate::replication), when `--replication-peer` is given.
+    pub replication: Option<Arc<crate::replication::Replication>>,
 }
 
 impl Nsqd {
@@ -198,6 +200,15 @@ impl Nsqd {
     pub fn persist_metadata(&self) -> std::io::Result<()> {
         let _g = self.metadata_lock.lock();
         metadata::write(&self.data_path, &metadata::snapshot(&self.engine))
+    }
+
+    /// Waits for the replicas of a publish whose receipt carried `seq` (0: not replicated,
+    /// nothing to wait for); `Err` is the reason the publish fails with.
+    pub async fn replicated(&self, seq: u64) -> Result<(), String> {
+        match (&self.replication, seq) {
+            (Some(r), 1..) => r.wait_replicated(seq).await,
+            _ => Ok(()),
+        }
     }
 
     /// `OK` or `NOK - <error>`.

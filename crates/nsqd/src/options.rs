@@ -43,6 +43,21 @@ pub enum OptionsError {
     /// `--tls-min-version` naming no version (lower-cased value).
     #[error("unknown tlsVersionOption {}", go_quote(.0.as_bytes()))]
     TlsVersion(String),
+    /// `--replicas` below 1 (docs/replication.md, Flags).
+    #[error("--replicas must be >= 1 (got {0})")]
+    Replicas(i64),
+    /// `--replicas=N` with fewer than N-1 `--replication-peer`.
+    #[error("--replicas={0} needs at least {1} --replication-peer")]
+    ReplicasPeers(i64, i64),
+    /// A `--replication-peer` that is not `host:port`.
+    #[error("--replication-peer must be host:port (got {})", go_quote(.0.as_bytes()))]
+    ReplicationPeer(String),
+    #[error("--replication-takeover-timeout must be > 0")]
+    TakeoverTimeout,
+    #[error("--replication-ack-timeout must be > 0")]
+    AckTimeout,
+    #[error("--replication-max-backlog-bytes must be > 0")]
+    MaxBacklogBytes,
 }
 
 /// `--tls-required`: a bool flag that also accepts `tcp-https`. The numbers are what
@@ -306,6 +321,18 @@ pub struct NsqdOptions {
     pub snappy: bool,
     /// `-sigterm`: what SIGTERM does (crate::drain); not in the reference.
     pub sigterm: SigtermMode,
+
+    // --- replication (ours, docs/replication.md) ---
+    /// `--replicas`: copies of each acknowledged message, this node's included.
+    pub replicas: i64,
+    /// `--replication-peer`: the group's other members (TCP addresses); replication is on
+    /// when at least one is given.
+    pub replication_peers: Vec<String>,
+    pub replication_takeover_timeout: Duration,
+    pub replication_ack_timeout: Duration,
+    pub replication_max_backlog_bytes: i64,
+    /// The replica store's segment size (not a flag: 64 MiB; tests make it small).
+    pub replication_segment_bytes: u64,
 }
 
 impl Default for NsqdOptions {
@@ -382,6 +409,13 @@ impl NsqdOptions {
             max_deflate_level: 6,
             snappy: true,
             sigterm: SigtermMode::Shutdown,
+
+            replicas: 1,
+            replication_peers: Vec::new(),
+            replication_takeover_timeout: Duration::from_secs(30),
+            replication_ack_timeout: Duration::from_secs(10),
+            replication_max_backlog_bytes: 10 << 30,
+            replication_segment_bytes: 64 << 20,
         }
     }
 
@@ -416,6 +450,43 @@ impl NsqdOptions {
             if v <= 0.0 || v > 1.0 {
                 return Err(OptionsError::E2ePercentile(v));
             }
+        }
+        self.validate_replication()
+    }
+
+    /// Replication is on: at least one `--replication-peer`.
+    pub fn replication_enabled(&self) -> bool {
+        !self.replication_peers.is_empty()
+    }
+
+    /// The startup checks of docs/replication.md (Flags), after the reference's own.
+    fn validate_replication(&self) -> Result<(), OptionsError> {
+        if self.replicas < 1 {
+            return Err(OptionsError::Replicas(self.replicas));
+        }
+        let peers = self.replication_peers.len() as i64;
+        if peers < self.replicas - 1 {
+            return Err(OptionsError::ReplicasPeers(
+                self.replicas,
+                self.replicas - 1,
+            ));
+        }
+        for p in &self.replication_peers {
+            let ok = p.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && port.parse::<u16>().is_ok_and(|n| n > 0)
+            });
+            if !ok {
+                return Err(OptionsError::ReplicationPeer(p.clone()));
+            }
+        }
+        if self.replication_takeover_timeout.is_zero() {
+            return Err(OptionsError::TakeoverTimeout);
+        }
+        if self.replication_ack_timeout.is_zero() {
+            return Err(OptionsError::AckTimeout);
+        }
+        if self.replication_max_backlog_bytes <= 0 {
+            return Err(OptionsError::MaxBacklogBytes);
         }
         Ok(())
     }
@@ -626,6 +697,16 @@ pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
         "enable snappy feature negotiation (client compression)";
     "sigterm" => sigterm: Custom, Some("sigterm"),
         "what SIGTERM does: 'shutdown' (clean shutdown) or 'drain' (accept no new messages, deliver the queued ones, then shut down)";
+    "replicas" => replicas: Int, Some("replicas"),
+        "copies of each acknowledged message, this node's included (1: no replication of this node's publishes)";
+    "replication-peer" => replication_peers: StrList, Some("replication_peer"),
+        "<addr>:<port> (TCP) of a peer nsqd that replicates with this one (may be given multiple times; replication is on when one is given)";
+    "replication-takeover-timeout" => replication_takeover_timeout: Dur, Some("replication_takeover_timeout"),
+        "how long a peer must be gone before this node delivers its replicated backlog";
+    "replication-ack-timeout" => replication_ack_timeout: Dur, Some("replication_ack_timeout"),
+        "how long a publish waits for its replicas' acknowledgements before it fails";
+    "replication-max-backlog-bytes" => replication_max_backlog_bytes: Int, Some("replication_max_backlog_bytes"),
+        "the most this node keeps on disk of one peer's replicated backlog";
     ],
     // nsqd's `cfg.Validate()` (apps/nsqd/main.go) checks these three before resolving.
     config_checks: &["tls_required", "tls_min_version", "log_level"],
@@ -746,6 +827,16 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
     	number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts (default 20)
   -queue-scan-worker-pool-max int
     	max concurrency for checking in-flight and deferred message timeouts (default 4)
+  -replicas int
+    	copies of each acknowledged message, this node's included (1: no replication of this node's publishes) (default 1)
+  -replication-ack-timeout duration
+    	how long a publish waits for its replicas' acknowledgements before it fails (default 10s)
+  -replication-max-backlog-bytes int
+    	the most this node keeps on disk of one peer's replicated backlog (default 10737418240)
+  -replication-peer value
+    	<addr>:<port> (TCP) of a peer nsqd that replicates with this one (may be given multiple times; replication is on when one is given)
+  -replication-takeover-timeout duration
+    	how long a peer must be gone before this node delivers its replicated backlog (default 30s)
   -sigterm value
     	what SIGTERM does: 'shutdown' (clean shutdown) or 'drain' (accept no new messages, deliver the queued ones, then shut down) (default shutdown)
   -snappy

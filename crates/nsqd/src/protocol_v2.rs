@@ -56,6 +56,14 @@ pub(crate) async fn serve(nsqd: Arc<Nsqd>, mut stream: TcpStream, peer: SocketAd
         return;
     }
     if &magic != nsq_protocol::MAGIC_V2 {
+        // Replication links (docs/replication.md): only when replication is on; otherwise
+        // "  R1" is an unknown magic like any other.
+        if &magic == nsq_protocol::replication::MAGIC_R1 {
+            if let Some(r) = &nsqd.replication {
+                crate::replication::serve_link(r.clone(), stream, peer).await;
+                return;
+            }
+        }
         let mut b = BytesMut::new();
         frame::put_error(&mut b, b"E_BAD_PROTOCOL");
         let _ = stream.write_all(&b).await;

@@ -54,6 +54,8 @@ pub enum StartError {
     HttpClient(#[from] nsq_http::client::BuildError),
     #[error("failed to load metadata - {0}")]
     Metadata(#[from] metadata::MetadataError),
+    #[error("failed to start replication - {0}")]
+    Replication(#[from] crate::replication::ReplicationError),
 }
 
 /// A running daemon: its addresses and how to stop it.
@@ -118,6 +120,21 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, StartError> {
     let https_addr = https_listener.as_ref().and_then(|l| l.local_addr().ok());
     opts.apply_listeners(Some(tcp_addr.port()), http_addr.map(|a| a.port()));
 
+    // Replication (docs/replication.md): replication.dat and the replica backlogs, before the
+    // engine exists so that every topic it creates reports to the origin's log.
+    let replication = if opts.replication_enabled() {
+        let settings = crate::replication::Settings::from_options(&opts);
+        let dp = data_path.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            crate::replication::Replication::open(&dp, settings)
+        })
+        .await
+        .expect("replication open task")?;
+        Some(r)
+    } else {
+        None
+    };
+
     let metadata_dirty = Arc::new(Notify::new());
     let (lookup, lookup_rx) = Lookup::new();
     let mut engine_opts = opts.engine_options();
@@ -129,6 +146,13 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, StartError> {
             lookup: lookup.clone(),
         }),
     );
+
+    // With --replicas=1 this node's own publishes are not replicated (it only hosts its
+    // peers' backlogs): no replicator, no origin links.
+    if let Some(r) = replication.as_ref().filter(|r| r.replicates_own()) {
+        engine.set_replicator(r.log.clone());
+        r.set_engine(engine.clone());
+    }
 
     let http_client = nsq_http::client::HttpClient::new(&nsq_http::client::ClientOptions {
         connect_timeout: opts.http_client_connect_timeout,
@@ -157,6 +181,7 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, StartError> {
         lookup,
         metadata_lock: Mutex::new(()),
         drain: crate::drain::Drain::default(),
+        replication,
     });
 
     engine.begin_loading();
@@ -173,6 +198,10 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, StartError> {
     }
     // Creations during loading need no second write.
     let _ = tokio::time::timeout(Duration::ZERO, metadata_dirty.notified()).await;
+
+    if let Some(r) = &nsqd.replication {
+        r.start_links(tcp_addr.port(), http_addr.map(|a| a.port()));
+    }
 
     let stop = Arc::new(Notify::new());
     let info = nsq_protocol::lookup::PeerInfo {
@@ -283,6 +312,11 @@ async fn run(
     drop(tcp);
     for c in nsqd.clients() {
         c.close_now();
+    }
+    // Replication: the replicas get what is queued (at most 5 s), then every link ends
+    // (replica links are among `conns`) and the clean stop is recorded.
+    if let Some(r) = &nsqd.replication {
+        r.shutdown().await;
     }
     while conns.join_next().await.is_some() {}
     // 2. Close HTTP.

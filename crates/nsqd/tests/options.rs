@@ -470,7 +470,10 @@ fn usage_text() {
     assert!(u.ends_with("  -worker-id\n    \t[deprecated] use --node-id\n"));
     // Every flag appears in the help text exactly once.
     let n = u.lines().filter(|l| l.starts_with("  -")).count();
-    assert_eq!(n, 56);
+    assert_eq!(n, 61);
+    assert!(u.contains("  -replication-peer value\n    \t<addr>:<port> (TCP) of a peer nsqd"));
+    assert!(u.contains("  -replication-takeover-timeout duration\n"));
+    assert!(u.contains("(default 10s)\n  -replication-max-backlog-bytes int\n"));
     assert!(u.contains("  -durable\n    \tacknowledge a publish only once it is fdatasync'd"));
     assert!(u.contains("  -parked-reads\n    \tread a consumer with most of its RDY window"));
     assert!(!nsqd::options::usage().is_empty());
@@ -678,6 +681,90 @@ fn startup_validation_messages() {
     assert_eq!(
         check(&["-msg-timeout=1h", "-max-msg-timeout=1m", "-max-rdy-count=0"]),
         Ok(())
+    );
+}
+
+/// docs/replication.md, Flags: defaults, repeatable peers, the config file's names and the
+/// startup checks with their messages (each a `FATAL: …` at startup).
+#[test]
+fn replication_flags() {
+    let o = defaults();
+    assert_eq!(o.replicas, 1);
+    assert!(o.replication_peers.is_empty());
+    assert!(!o.replication_enabled());
+    assert_eq!(o.replication_takeover_timeout, Duration::from_secs(30));
+    assert_eq!(o.replication_ack_timeout, Duration::from_secs(10));
+    assert_eq!(o.replication_max_backlog_bytes, 10 << 30);
+
+    let o = run(&[
+        "--replicas=2",
+        "--replication-peer=10.0.0.6:4150",
+        "--replication-peer",
+        "b:4150",
+        "--replication-takeover-timeout=1m30s",
+        "--replication-ack-timeout=500ms",
+        "--replication-max-backlog-bytes=1048576",
+    ]);
+    assert_eq!(o.replicas, 2);
+    assert_eq!(o.replication_peers, vec![s("10.0.0.6:4150"), s("b:4150")]);
+    assert!(o.replication_enabled());
+    assert_eq!(o.replication_takeover_timeout, Duration::from_secs(90));
+    assert_eq!(o.replication_ack_timeout, Duration::from_millis(500));
+    assert_eq!(o.replication_max_backlog_bytes, 1 << 20);
+    assert_eq!(o.validate(), Ok(()));
+
+    let o = run_with_config(
+        "replicas = 3\nreplication_peer = [\"a:1\", \"b:2\"]\nreplication_takeover_timeout = \"5s\"\nreplication_ack_timeout = \"2s\"\nreplication_max_backlog_bytes = 4096",
+        &[],
+    );
+    assert_eq!(o.replicas, 3);
+    assert_eq!(o.replication_peers, vec![s("a:1"), s("b:2")]);
+    assert_eq!(o.replication_takeover_timeout, Duration::from_secs(5));
+    assert_eq!(o.replication_ack_timeout, Duration::from_secs(2));
+    assert_eq!(o.replication_max_backlog_bytes, 4096);
+    assert_eq!(o.validate(), Ok(()));
+    assert_eq!(o.get_json("replicas"), Some(json!(3)));
+    assert_eq!(o.get_json("replication_peer"), Some(json!(["a:1", "b:2"])));
+    assert_eq!(
+        o.get_json("replication_ack_timeout"),
+        Some(json!(2_000_000_000i64))
+    );
+
+    let check = |args: &[&str]| run(args).validate().map_err(|e| e.to_string());
+    assert_eq!(
+        check(&["--replicas=0"]),
+        Err(s("--replicas must be >= 1 (got 0)"))
+    );
+    assert_eq!(
+        check(&["--replicas=3", "--replication-peer=a:1"]),
+        Err(s("--replicas=3 needs at least 2 --replication-peer"))
+    );
+    assert_eq!(
+        check(&["--replicas=2"]),
+        Err(s("--replicas=2 needs at least 1 --replication-peer"))
+    );
+    // --replicas=1 with peers: hosts backlogs for them, publishes acknowledged as today.
+    assert_eq!(check(&["--replicas=1", "--replication-peer=a:1"]), Ok(()));
+    assert_eq!(
+        check(&["--replication-peer=nohost"]),
+        Err(s("--replication-peer must be host:port (got \"nohost\")"))
+    );
+    assert_eq!(
+        check(&["--replication-peer=h:0"]),
+        Err(s("--replication-peer must be host:port (got \"h:0\")"))
+    );
+    assert_eq!(check(&["--replication-peer=[::1]:4150"]), Ok(()));
+    assert_eq!(
+        check(&["--replication-peer=a:1", "--replication-takeover-timeout=0"]),
+        Err(s("--replication-takeover-timeout must be > 0"))
+    );
+    assert_eq!(
+        check(&["--replication-peer=a:1", "--replication-ack-timeout=0s"]),
+        Err(s("--replication-ack-timeout must be > 0"))
+    );
+    assert_eq!(
+        check(&["--replication-max-backlog-bytes=0"]),
+        Err(s("--replication-max-backlog-bytes must be > 0"))
     );
 }
 

@@ -4,12 +4,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use nsq_protocol::replication::{AdminOp, Item, MessageItem, PendingChannel};
 use nsq_protocol::MessageId;
 
 use super::{Channel, ChannelStats, Consumer, SubscribeError};
 use crate::backend::BackendError;
 use crate::e2e::E2eLatency;
 use crate::message::Message;
+use crate::replicate::Replicator;
 
 impl Channel {
     // ---- consumers --------------------------------------------------------------------------
@@ -55,19 +57,40 @@ impl Channel {
 
     pub fn pause(&self) {
         self.paused.store(true, Ordering::Release);
+        if let Some(r) = &self.repl {
+            r.admin(AdminOp::Pause, &self.topic_name, &self.name);
+        }
         self.notify.notify_waiters();
     }
 
     pub fn unpause(&self) {
         self.paused.store(false, Ordering::Release);
+        if let Some(r) = &self.repl {
+            r.admin(AdminOp::Unpause, &self.topic_name, &self.name);
+        }
         self.notify.notify_waiters();
     }
 
     /// Discards everything queued, in flight and deferred; consumers' in-flight counts reset.
     pub fn empty(&self) -> Result<(), BackendError> {
+        match (&self.repl, self.topic.upgrade()) {
+            (Some(r), Some(topic)) => {
+                // No batch of the topic between it and this channel meanwhile: what the
+                // replicas drop is exactly what was cleared.
+                let _g = topic.pump_lock.write();
+                self.empty_inner(Some(r))
+            }
+            _ => self.empty_inner(None),
+        }
+    }
+
+    fn empty_inner(&self, repl: Option<&Arc<dyn Replicator>>) -> Result<(), BackendError> {
         let consumers = {
             let mut g = self.lock();
             g.state.clear();
+            if let Some(r) = repl {
+                r.admin(AdminOp::Empty, &self.topic_name, &self.name);
+            }
             g.consumers.clone()
         };
         for c in consumers {
@@ -97,7 +120,8 @@ impl Channel {
     /// Deletion: stop, close consumers, discard everything, remove the backend's files.
     pub(crate) fn delete(&self) {
         self.stop();
-        if let Err(e) = self.empty() {
+        // The deletion itself is streamed by the topic.
+        if let Err(e) = self.empty_inner(None) {
             tracing::error!(channel = %self.name, "failed to empty channel backend - {e}");
         }
         if let Some(store) = &self.store {
@@ -184,6 +208,58 @@ impl Channel {
     /// The channel's e2e processing-latency window.
     pub fn e2e(&self) -> &E2eLatency {
         &self.e2e
+    }
+
+    /// What this channel holds, for a replication catch-up: each message queued in memory,
+    /// in flight, deferred (with its due time as Unix ns) or not read from the channel's
+    /// diskqueue yet, pending on this channel. Taken under the channel lock, once no backend
+    /// write of the channel is outstanding (a message being written is in no queue
+    /// meanwhile; waits at most about a second for that), so that every message is seen in
+    /// exactly one place. Blocking: reads the diskqueue's unread files.
+    pub fn replication_items(&self, out: &mut Vec<Item>) {
+        let now = super::now();
+        let mut g = self.lock();
+        for _ in 0..1000 {
+            if !g.state.writes_outstanding() {
+                break;
+            }
+            drop(g);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            g = self.lock();
+        }
+        let item = |m: &Message, due: i64| {
+            Item::Message(MessageItem {
+                topic: self.topic_name.clone(),
+                id: m.id,
+                timestamp: m.timestamp,
+                topic_pending: false,
+                topic_due: 0,
+                channels: vec![PendingChannel {
+                    name: self.name.clone(),
+                    due,
+                    attempts: m.attempts,
+                }],
+                body: m.body.clone(),
+            })
+        };
+        for m in g.state.queued().chain(g.state.in_flight_messages()) {
+            out.push(item(m, 0));
+        }
+        for (due, m) in g.state.deferred_messages() {
+            let wait = due.saturating_duration_since(now.mono).as_nanos() as i64;
+            out.push(item(m, now.wall.saturating_add(wait).max(1)));
+        }
+        // Under the lock: no consumer reads the backend meanwhile.
+        let r = self.backend.scan_unread(&mut |payload| match Message::decode(payload) {
+            Ok(m) => out.push(item(&m, 0)),
+            Err(e) => {
+                tracing::error!(channel = %self.name, topic = %self.topic_name, "catch-up: failed to decode a message of the backend - {e}")
+            }
+        });
+        drop(g);
+        if let Err(e) = r {
+            tracing::error!(channel = %self.name, topic = %self.topic_name, "catch-up: failed to read the backend, its unread part is not sent - {e}");
+        }
     }
 
     /// IDs currently in flight (test helper and debugging aid).

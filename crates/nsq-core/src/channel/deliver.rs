@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use nsq_protocol::replication::ReqEntry;
 use nsq_protocol::MessageId;
 use rand::Rng;
 use tokio::time::Instant;
@@ -84,7 +85,15 @@ impl Channel {
 
     /// FIN: removes the message from flight and settles its record.
     pub fn finish(&self, client_id: u64, id: &MessageId) -> Result<(), FinishError> {
-        let ts = self.lock().state.finish(client_id, id)?;
+        let ts = {
+            let mut g = self.lock();
+            let ts = g.state.finish(client_id, id)?;
+            if let Some(r) = &self.repl {
+                // Under the lock: ordered with a REQ or redelivery of the same message.
+                r.finish(&self.topic_name, &self.name, std::slice::from_ref(id));
+            }
+            ts
+        };
         if self.e2e.enabled() {
             self.e2e.record(now_nanos() - ts);
         }
@@ -104,6 +113,8 @@ impl Channel {
         let e2e = self.e2e.enabled();
         // Publish timestamps of the finished messages, recorded after the lock is released.
         let mut stamps = Vec::new();
+        // Replicated: the finished IDs, streamed as one FIN frame (allocated only then).
+        let mut done = Vec::new();
         let mut ok = 0;
         {
             let mut g = self.lock();
@@ -114,9 +125,15 @@ impl Channel {
                         if e2e {
                             stamps.push(ts);
                         }
+                        if self.repl.is_some() {
+                            done.push(*id);
+                        }
                     }
                     Err(e) => failed.push((*id, e)),
                 }
+            }
+            if let (Some(r), false) = (&self.repl, done.is_empty()) {
+                r.finish(&self.topic_name, &self.name, &done);
             }
         }
         if e2e {
@@ -135,7 +152,31 @@ impl Channel {
         id: &MessageId,
         delay: Duration,
     ) -> Result<(), RequeueError> {
-        let r = self.lock().state.requeue(client_id, id, delay, now())?;
+        let r = {
+            let mut g = self.lock();
+            let now = now();
+            let attempts = if self.repl.is_some() {
+                g.state.in_flight_attempts(id)
+            } else {
+                None
+            };
+            let r = g.state.requeue(client_id, id, delay, now)?;
+            if let (Some(r), Some(attempts)) = (&self.repl, attempts) {
+                // Under the lock: before another consumer can get the message again.
+                let due = if delay.is_zero() {
+                    0
+                } else {
+                    now.wall.saturating_add(delay.as_nanos() as i64)
+                };
+                let entry = ReqEntry {
+                    id: *id,
+                    due,
+                    attempts,
+                };
+                r.requeue(&self.topic_name, &self.name, entry);
+            }
+            r
+        };
         self.counters.requeue_count.fetch_add(1, Ordering::Relaxed);
         match r {
             // A failed backend write keeps the message in memory; the REQ itself succeeded

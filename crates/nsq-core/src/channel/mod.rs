@@ -43,6 +43,7 @@ use crate::e2e::E2eLatency;
 pub use crate::inflight::FinishError;
 use crate::message::now_nanos;
 use crate::options::{Health, Options};
+use crate::replicate::Replicator;
 use crate::reserve::Reserve;
 use crate::topic::Topic;
 use state::{ChannelState, Config, Now};
@@ -180,6 +181,8 @@ pub struct Channel {
     /// Wakes consumer delivery loops: new messages, unpause.
     notify: Notify,
     e2e: E2eLatency,
+    /// Replication (crate::replicate); `None` when off and for an ephemeral channel.
+    repl: Option<Arc<dyn Replicator>>,
 }
 
 impl std::fmt::Debug for Channel {
@@ -200,6 +203,8 @@ fn now() -> Now {
 }
 
 impl Channel {
+    // The engine's shared pieces, one argument each; both callers are in this crate.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         topic: Weak<Topic>,
         topic_name: &str,
@@ -208,6 +213,7 @@ impl Channel {
         health: Arc<Health>,
         backend: Arc<dyn BackendQueue>,
         reserve: Option<Arc<Reserve>>,
+        repl: Option<Arc<dyn Replicator>>,
     ) -> Arc<Self> {
         // An #ephemeral channel has the drop-sink backend (nsqd/channel.go, NewChannel).
         let durable = !nsq_protocol::names::is_ephemeral(name);
@@ -259,6 +265,7 @@ impl Channel {
             deleting: AtomicBool::new(false),
             notify: Notify::new(),
             e2e,
+            repl,
         })
     }
 

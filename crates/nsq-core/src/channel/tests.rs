@@ -119,6 +119,7 @@ fn channel(dir: &std::path::Path, mem_queue_size: usize) -> (Arc<Channel>, Arc<M
         Arc::new(Health::default()),
         backend.clone(),
         None,
+        None,
     );
     (ch, backend)
 }

@@ -288,6 +288,10 @@ impl BackendQueue for DiskQueue {
         self.state.lock().depth
     }
 
+    fn scan_unread(&self, f: &mut dyn FnMut(Bytes)) -> Result<(), BackendError> {
+        self.scan_unread_impl(f)
+    }
+
     fn empty(&self) -> Result<(), BackendError> {
         let mut mw = self.meta.lock();
         let mut rs = self.reader.lock();

@@ -216,6 +216,55 @@ enum ReadOutcome {
 }
 
 impl DiskQueue {
+    /// [`BackendQueue::scan_unread`](crate::backend::BackendQueue::scan_unread): reads the
+    /// data files from the read position to the write position with files of its own, under
+    /// the reader lock (no read moves meanwhile), each file read whole once. A file gone or
+    /// damaged ends the scan there (the records before are handed over; a damaged record is
+    /// what a read would skip too).
+    pub(super) fn scan_unread_impl(
+        &self,
+        f: &mut dyn FnMut(Bytes),
+    ) -> Result<(), crate::backend::BackendError> {
+        let _rs = self.reader.lock();
+        let (rfn, rpos, wfn, wpos) = {
+            let st = self.state.lock();
+            (
+                st.read_file_num,
+                st.read_pos,
+                st.write_file_num,
+                st.write_pos,
+            )
+        };
+        let (min, max) = (
+            self.opts.min_msg_size as usize,
+            self.opts.max_msg_size as usize,
+        );
+        for num in rfn..=wfn {
+            let data = match std::fs::read(self.data_file(num)) {
+                Ok(d) => Bytes::from(d),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let mut pos = if num == rfn { rpos.max(0) as usize } else { 0 };
+            let limit = if num == wfn {
+                (wpos.max(0) as usize).min(data.len())
+            } else {
+                data.len()
+            };
+            while pos + 4 <= limit {
+                let size =
+                    i32::from_be_bytes([data[pos], data[pos + 1], data[pos + 2], data[pos + 3]]);
+                let size = usize::try_from(size).unwrap_or(0);
+                if size < min || size > max || pos + 4 + size > limit {
+                    break;
+                }
+                f(data.slice(pos + 4..pos + 4 + size));
+                pos += 4 + size;
+            }
+        }
+        Ok(())
+    }
+
     /// Takes up to `max` records, handing each with its position to `sink`. `track`: the
     /// caller settles records through the watermark (`read_batch_pos`).
     pub(super) fn read_into(

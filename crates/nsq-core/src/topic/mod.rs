@@ -26,7 +26,11 @@ use crate::engine::Engine;
 use crate::message::{now_nanos, GuidFactory, Message};
 use crate::options::{Health, Options};
 use crate::receipt::PutReceipt;
+use crate::replicate::Replicator;
 use crate::reserve::Reserve;
+use nsq_protocol::replication::{
+    AdminOp, ChannelItem, Item, MessageItem, PendingChannel, TopicItem,
+};
 use state::{Batch, Gate, Publish, Pump, TopicState};
 
 /// How long the pump waits before retrying a channel that refused a batch.
@@ -87,7 +91,9 @@ pub struct Topic {
     /// Read-held by the pump and by direct fan-out while a batch is between the topic and its
     /// channels; close/delete/empty write-lock it, so no acknowledged batch is half delivered
     /// when the channels close.
-    pump_lock: RwLock<()>,
+    pub(crate) pump_lock: RwLock<()>,
+    /// Replication (crate::replicate); `None` when off and for an ephemeral topic.
+    repl: Option<Arc<dyn Replicator>>,
 }
 
 impl std::fmt::Debug for Topic {
@@ -97,6 +103,8 @@ impl std::fmt::Debug for Topic {
 }
 
 impl Topic {
+    // The engine's shared pieces, one argument each; both callers are in this crate.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         name: &str,
         engine: Weak<Engine>,
@@ -105,6 +113,7 @@ impl Topic {
         backend: Arc<dyn BackendQueue>,
         started: bool,
         reserve: Option<Arc<Reserve>>,
+        repl: Option<Arc<dyn Replicator>>,
     ) -> Arc<Self> {
         // A backlog left on disk by a previous run must be pumped before new messages.
         let ephemeral = nsq_protocol::names::is_ephemeral(name);
@@ -129,7 +138,13 @@ impl Topic {
             started: AtomicBool::new(started),
             exiting: AtomicBool::new(false),
             pump_lock: RwLock::new(()),
+            repl,
         })
+    }
+
+    /// The replicator, when this topic is replicated.
+    pub(crate) fn replicator(&self) -> Option<&Arc<dyn Replicator>> {
+        self.repl.as_ref()
     }
 
     pub fn name(&self) -> &str {
@@ -190,6 +205,8 @@ impl Topic {
         }
         let bytes: u64 = msgs.iter().map(|m| m.body.len() as u64).sum();
         let total = msgs.len();
+        // Replicated: the PUB frame's messages are encoded before the lock is taken.
+        let encoded = self.repl.as_ref().map(|r| r.encode_messages(&msgs));
 
         let _fanout_guard = self.pump_lock.read();
         let reserve = self.reserve.as_deref();
@@ -202,7 +219,20 @@ impl Topic {
                 return Err(BackendError::Exiting);
             }
             let gate = self.gate(&st);
-            (st.queue.publish(msgs, gate, &mut admit), st.fanout.clone())
+            let ts = msgs[0].timestamp;
+            let publish = st.queue.publish(msgs, gate, &mut admit);
+            if let (Some(r), Some(enc)) = (&self.repl, encoded) {
+                // Under the lock: the PUB frame is in the log before the pump or a consumer
+                // can act on these messages.
+                let due = if defer_ms == 0 {
+                    0
+                } else {
+                    ts.saturating_add(i64::from(defer_ms) * 1_000_000)
+                };
+                let direct = matches!(publish, Publish::Direct(_)).then_some(&st.fanout[..]);
+                receipt.set_replication_seq(r.publish(&self.name, due, direct, enc));
+            }
+            (publish, st.fanout.clone())
         };
         match publish {
             Publish::Direct(msgs) => {
@@ -343,6 +373,10 @@ impl Topic {
 
     /// Hands a batch to the channels still to get it; keeps it for a retry if one refuses.
     fn deliver(&self, b: Batch<Arc<Channel>>) -> PumpStep {
+        if let Some(r) = &self.repl {
+            // Before the channels have them: a FIN can only follow.
+            r.fanout(&self.name, &b.todo, &b.msgs);
+        }
         let mut receipt = PutReceipt::default();
         let failed = fan_out(&b.todo, &b.msgs, &mut receipt);
         let refused = failed.into_iter().map(|(c, _)| c).collect();
@@ -371,6 +405,7 @@ impl Topic {
         let queue_name = format!("{}:{}", self.name, name);
         let durable = !nsq_protocol::names::is_ephemeral(name);
         let backend = engine.make_backend(&queue_name, durable)?;
+        let repl = self.repl.clone().filter(|_| durable);
         let ch = Channel::new(
             Arc::downgrade(self),
             &self.name,
@@ -379,9 +414,14 @@ impl Topic {
             self.health.clone(),
             backend,
             self.reserve.clone(),
+            repl,
         );
         st.channels.insert(name.to_string(), ch.clone());
         st.fanout = st.channels.values().cloned().collect();
+        if let (Some(r), true) = (&self.repl, durable) {
+            // Under the lock: before any PUB that lists the channel.
+            r.admin(AdminOp::Create, &self.name, name);
+        }
         drop(st);
         engine.channels_changed();
         engine.hooks().channel_created(&self.name, name);
@@ -417,6 +457,9 @@ impl Topic {
             }
             let ch = st.channels.remove(name).expect("checked above");
             st.fanout = st.channels.values().cloned().collect();
+            if let (Some(r), false) = (&self.repl, ch.is_ephemeral()) {
+                r.admin(AdminOp::Delete, &self.name, name);
+            }
             (ch, st.channels.is_empty())
         };
         ch.delete();
@@ -437,17 +480,29 @@ impl Topic {
 
     pub fn pause(&self) {
         self.paused.store(true, Ordering::Release);
+        if let Some(r) = &self.repl {
+            r.admin(AdminOp::Pause, &self.name, "");
+        }
     }
 
     pub fn unpause(self: &Arc<Self>) {
         self.paused.store(false, Ordering::Release);
+        if let Some(r) = &self.repl {
+            r.admin(AdminOp::Unpause, &self.name, "");
+        }
         self.ensure_pump();
     }
 
     /// Discards the topic's own queue (channels keep theirs).
     pub fn empty(&self) -> Result<(), BackendError> {
         let _guard = self.pump_lock.write();
-        self.state.lock().queue.clear();
+        {
+            let mut st = self.state.lock();
+            st.queue.clear();
+            if let Some(r) = &self.repl {
+                r.admin(AdminOp::Empty, &self.name, "");
+            }
+        }
         self.backend.set_read_watermark(None);
         self.backend.empty()
     }
@@ -456,6 +511,9 @@ impl Topic {
     pub(crate) fn delete(&self) {
         self.exiting.store(true, Ordering::Release);
         let _guard = self.pump_lock.write();
+        if let Some(r) = &self.repl {
+            r.admin(AdminOp::Delete, &self.name, "");
+        }
         let channels: Vec<Arc<Channel>> = {
             let mut st = self.state.lock();
             st.fanout = Arc::from(Vec::new());
@@ -530,6 +588,112 @@ impl Topic {
             (st.queue.held_bytes(), st.fanout.clone())
         };
         mine + channels.iter().map(|c| c.held_bytes()).sum::<u64>()
+    }
+
+    // ---- replication ------------------------------------------------------------------
+
+    /// What this topic holds, for a replication catch-up (docs/replication.md, "Who holds
+    /// which origin's messages"): its STATE TOPIC item, then one item per message queued in
+    /// the topic's memory (pending on the topic) and per message a channel holds in memory,
+    /// in flight, deferred or unread in their diskqueues (the topic's own unread records
+    /// pending on the topic). Taken with no batch between the topic and its channels and no
+    /// write to the topic's backend (the pump lock), so a publish is either wholly in it or
+    /// sequenced after it. `None` for an ephemeral topic. Blocking: reads diskqueue files.
+    pub fn replication_items(&self, out: &mut Vec<Item>) -> Option<()> {
+        self.repl.as_ref()?;
+        let _guard = self.pump_lock.write();
+        let (channels, stalled_to) = {
+            let st = self.state.lock();
+            let channels: Vec<Arc<Channel>> = st
+                .channels
+                .values()
+                .filter(|c| !c.is_ephemeral())
+                .cloned()
+                .collect();
+            out.push(Item::Topic(TopicItem {
+                topic: self.name.clone(),
+                paused: self.is_paused(),
+                channels: channels
+                    .iter()
+                    .map(|c| ChannelItem {
+                        name: c.name().to_string(),
+                        paused: c.is_paused(),
+                    })
+                    .collect(),
+            }));
+            let (mem, stalled) = st.queue.queued();
+            for m in mem {
+                out.push(Item::Message(MessageItem {
+                    topic: self.name.clone(),
+                    id: m.id,
+                    timestamp: m.timestamp,
+                    topic_pending: true,
+                    topic_due: if m.defer_ms == 0 {
+                        0
+                    } else {
+                        m.timestamp
+                            .saturating_add(i64::from(m.defer_ms) * 1_000_000)
+                    },
+                    channels: Vec::new(),
+                    body: m.body.clone(),
+                }));
+            }
+            // A stalled batch was streamed as fanned out to the channels still to get it.
+            let stalled_to = stalled.map(|b| {
+                let names: Vec<String> = b
+                    .todo
+                    .iter()
+                    .filter(|c| !c.is_ephemeral())
+                    .map(|c| c.name().to_string())
+                    .collect();
+                (names, b.msgs.clone())
+            });
+            (channels, stalled_to)
+        };
+        // The topic's unread records: its backend moves only under the pump lock.
+        let r = self
+            .backend
+            .scan_unread(&mut |payload| match Message::decode(payload) {
+                Ok(m) => out.push(Item::Message(MessageItem {
+                    topic: self.name.clone(),
+                    id: m.id,
+                    timestamp: m.timestamp,
+                    topic_pending: true,
+                    topic_due: 0,
+                    channels: Vec::new(),
+                    body: m.body,
+                })),
+                Err(e) => {
+                    tracing::error!(topic = %self.name, "catch-up: failed to decode a message of the backend - {e}")
+                }
+            });
+        if let Err(e) = r {
+            tracing::error!(topic = %self.name, "catch-up: failed to read the backend, its unread part is not sent - {e}");
+        }
+        if let Some((names, msgs)) = stalled_to {
+            for m in msgs {
+                out.push(Item::Message(MessageItem {
+                    topic: self.name.clone(),
+                    id: m.id,
+                    timestamp: m.timestamp,
+                    topic_pending: false,
+                    topic_due: 0,
+                    channels: names
+                        .iter()
+                        .map(|n| PendingChannel {
+                            name: n.clone(),
+                            due: 0,
+                            attempts: 0,
+                        })
+                        .collect(),
+                    body: m.body.clone(),
+                }));
+            }
+        }
+        for c in channels {
+            c.replication_items(out);
+        }
+        Some(())
     }
 
     // ---- stats --------------------------------------------------------------------------

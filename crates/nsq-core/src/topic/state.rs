@@ -226,6 +226,12 @@ impl<C: Clone> TopicState<C> {
         (self.stalled.take(), self.mem.take_all().collect())
     }
 
+    /// The messages queued in memory and the stalled batch (a replication catch-up's
+    /// snapshot).
+    pub(super) fn queued(&self) -> (impl Iterator<Item = &Message> + '_, Option<&Batch<C>>) {
+        (self.mem.iter(), self.stalled.as_ref())
+    }
+
     pub(super) fn mem_len(&self) -> usize {
         self.mem.len()
     }

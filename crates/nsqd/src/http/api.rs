@@ -299,12 +299,13 @@ async fn publish(nsqd: &Nsqd, req: Request) -> ApiResult {
         defer = Duration::from_nanos(ns as u64);
     }
     // OK only once stored (and, in durable mode, synced): docs/durability.md.
-    topic
-        .put(body, defer)
-        .map_err(|_| ApiError::EXITING)?
-        .durable()
-        .await
-        .map_err(|_| ApiError::EXITING)?;
+    let receipt = topic.put(body, defer).map_err(|_| ApiError::EXITING)?;
+    let seq = receipt.replication_seq();
+    receipt.durable().await.map_err(|_| ApiError::EXITING)?;
+    // Replicated (docs/replication.md): and on N-1 replicas.
+    if seq != 0 {
+        nsqd.replicated(seq).await.map_err(|_| ApiError::EXITING)?;
+    }
     ok_text("OK")
 }
 
@@ -324,12 +325,14 @@ async fn mpublish(nsqd: &Nsqd, req: Request) -> ApiResult {
     } else {
         read_mpub_text(&mut body, limits.max_msg_size, limits.max_body_size).await?
     };
-    topic
+    let receipt = topic
         .put_many(msgs, Duration::ZERO)
-        .map_err(|_| ApiError::EXITING)?
-        .durable()
-        .await
         .map_err(|_| ApiError::EXITING)?;
+    let seq = receipt.replication_seq();
+    receipt.durable().await.map_err(|_| ApiError::EXITING)?;
+    if seq != 0 {
+        nsqd.replicated(seq).await.map_err(|_| ApiError::EXITING)?;
+    }
     ok_text("OK")
 }
 

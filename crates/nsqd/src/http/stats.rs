@@ -28,6 +28,93 @@ pub(crate) struct StatsJson {
     producers: Option<Vec<ClientJson>>,
     /// Drain mode (crate::drain); not in the reference.
     draining: bool,
+    /// Replication (docs/replication.md, Visibility): only when it is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replication: Option<ReplicationJson>,
+}
+
+#[derive(Serialize)]
+struct ReplicationJson {
+    node_id: String,
+    epoch: u64,
+    replicas: usize,
+    peers: Vec<PeerJson>,
+    backlogs: Vec<BacklogJson>,
+    publish_waiting: u64,
+    publish_failures: u64,
+    takeovers: u64,
+    taken_over_by_peers: u64,
+}
+
+#[derive(Serialize)]
+struct PeerJson {
+    address: String,
+    node_id: String,
+    state: &'static str,
+    in_replica_set: bool,
+    catching_up: bool,
+    acked_seq: u64,
+    lag_frames: u64,
+    last_seen_ms: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct BacklogJson {
+    origin: String,
+    epoch: u64,
+    state: &'static str,
+    messages: u64,
+    bytes: u64,
+    last_seq: u64,
+    segments: usize,
+}
+
+fn replication_json(r: &crate::replication::Replication) -> ReplicationJson {
+    let last = r.log.last_seq();
+    ReplicationJson {
+        node_id: format!("{:016x}", r.identity.node_id),
+        epoch: r.identity.epoch,
+        replicas: r.settings.replicas,
+        peers: r
+            .peers()
+            .into_iter()
+            .map(|p| PeerJson {
+                address: p.address,
+                node_id: format!("{:016x}", p.node_id),
+                state: if p.connected {
+                    "connected"
+                } else {
+                    "disconnected"
+                },
+                in_replica_set: p.in_replica_set,
+                catching_up: p.catching_up,
+                acked_seq: p.acked_seq,
+                lag_frames: if p.connected {
+                    last.saturating_sub(p.acked_seq)
+                } else {
+                    0
+                },
+                last_seen_ms: p.last_seen_ms,
+            })
+            .collect(),
+        backlogs: r
+            .backlogs()
+            .into_iter()
+            .map(|b| BacklogJson {
+                origin: format!("{:016x}", b.origin),
+                epoch: b.epoch,
+                state: "replicating",
+                messages: b.messages,
+                bytes: b.bytes,
+                last_seq: b.last_seq,
+                segments: b.segments,
+            })
+            .collect(),
+        publish_waiting: r.publish_waiting(),
+        publish_failures: r.publish_failures(),
+        takeovers: 0,
+        taken_over_by_peers: 0,
+    }
 }
 
 #[derive(Serialize)]
@@ -129,7 +216,9 @@ fn is_false(b: &bool) -> bool {
 
 /// Takes the snapshot and shapes it as the reference's `doStats` JSON.
 pub(crate) fn collect(nsqd: &Nsqd, q: &StatsQuery<'_>) -> StatsJson {
-    to_json(Snapshot::take(nsqd, q), q)
+    let mut s = to_json(Snapshot::take(nsqd, q), q);
+    s.replication = nsqd.replication.as_deref().map(replication_json);
+    s
 }
 
 fn to_json(s: Snapshot, q: &StatsQuery<'_>) -> StatsJson {
@@ -210,6 +299,7 @@ fn to_json(s: Snapshot, q: &StatsQuery<'_>) -> StatsJson {
                 .collect()
         }),
         draining: s.draining,
+        replication: None,
     }
 }
 
@@ -346,6 +436,33 @@ pub(crate) fn render_text(s: &StatsJson) -> String {
             for p in ps {
                 let _ = writeln!(w, "   {}", client_text(p, now_s));
             }
+        }
+    }
+    if let Some(r) = &s.replication {
+        let _ = writeln!(
+            w,
+            "\nReplication: node {} epoch {} replicas {} publish_waiting {} publish_failures {}",
+            r.node_id, r.epoch, r.replicas, r.publish_waiting, r.publish_failures
+        );
+        for p in &r.peers {
+            let _ = writeln!(
+                w,
+                "   peer {} ({}) {}{}{} acked: {} lag: {}",
+                p.address,
+                p.node_id,
+                p.state,
+                if p.in_replica_set { " in-set" } else { "" },
+                if p.catching_up { " catching-up" } else { "" },
+                p.acked_seq,
+                p.lag_frames
+            );
+        }
+        for b in &r.backlogs {
+            let _ = writeln!(
+                w,
+                "   backlog {}.{} {} msgs: {} bytes: {} seq: {} segments: {}",
+                b.origin, b.epoch, b.state, b.messages, b.bytes, b.last_seq, b.segments
+            );
         }
     }
     w

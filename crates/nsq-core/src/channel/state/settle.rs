@@ -152,6 +152,29 @@ impl ChannelState {
         self.mem.iter().map(|q| &q.msg)
     }
 
+    /// The messages in flight (a replication catch-up's snapshot).
+    pub(in crate::channel) fn in_flight_messages(&self) -> impl Iterator<Item = &Message> + '_ {
+        self.in_flight.iter().map(|f| &f.msg)
+    }
+
+    /// The deferred messages with their due times (a replication catch-up's snapshot).
+    pub(in crate::channel) fn deferred_messages(
+        &self,
+    ) -> impl Iterator<Item = (Instant, &Message)> + '_ {
+        self.deferred.iter()
+    }
+
+    /// Backend writes decided and not yet reported: their messages are in none of the
+    /// queues meanwhile.
+    pub(in crate::channel) fn writes_outstanding(&self) -> bool {
+        self.writing > 0
+    }
+
+    /// The attempts of message `id` in flight (what a streamed REQ carries).
+    pub(in crate::channel) fn in_flight_attempts(&self, id: &MessageId) -> Option<u16> {
+        self.in_flight.get(id).map(|f| f.msg.attempts)
+    }
+
     /// What a rewritten journal must hold, with due times: the deferred messages, and the
     /// released ones whose queue copy is not stored yet (due at once, should they be replayed).
     pub(in crate::channel) fn journal_live(&self, now: Instant) -> Vec<(Instant, Message)> {

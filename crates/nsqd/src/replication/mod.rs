@@ -1,0 +1,562 @@
+//! Replication across nsqd (issue 22; docs/replication.md is the design this follows): with
+//! `--replication-peer` given, this node streams its publishes and settlements to its peers
+//! (the origin side: [`log`] and [`origin`]) and keeps its peers' unsettled messages in
+//! replica backlogs (the replica side: [`replica`], over `nsq_core::replica::ReplicaStore`);
+//! with `--replicas=N` ≥ 2 a publish is acknowledged only once N−1 members of the replica set
+//! stored it ([`Replication::wait_replicated`]). `replication.dat` is [`identity`].
+//!
+//! NSQ has nothing like it (nsqd/tcp.go, `Handle`, refuses any magic but `"  V2"`); with
+//! replication off none of this exists and the daemon behaves as NSQ does.
+
+pub mod identity;
+pub mod log;
+mod origin;
+mod replica;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use nsq_core::replica::{backlog_dir, ReplicaStore, StoreOptions};
+use nsq_core::Engine;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use identity::Identity;
+use log::OriginLog;
+pub(crate) use replica::serve_link;
+
+use crate::options::NsqdOptions;
+
+/// A link with no frame for this long is dead (docs/replication.md, fixed constants).
+pub const LINK_TIMEOUT: Duration = Duration::from_secs(5);
+/// An idle link sends a HEARTBEAT this often.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// How long a clean shutdown waits for the replicas to acknowledge everything.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+/// The replication settings, from the options.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--replicas`.
+    pub replicas: usize,
+    pub peers: Vec<String>,
+    pub ack_timeout: Duration,
+    pub store: StoreOptions,
+    /// Acknowledge only what the replica synced (`--durable` or `--sync-every=1`).
+    pub sync: bool,
+    /// The largest link frame this node accepts.
+    pub max_frame: u32,
+    /// This node's `--node-id`, broadcast address and ports (HELLO).
+    pub nsqd_node_id: u16,
+    pub broadcast_address: String,
+    pub tcp_port: u16,
+    pub http_port: u16,
+}
+
+impl Settings {
+    pub fn from_options(o: &NsqdOptions) -> Settings {
+        let max_frame = nsq_protocol::replication::MIN_MAX_FRAME
+            .max(u32::try_from(o.max_body_size.max(0).saturating_mul(2)).unwrap_or(u32::MAX));
+        Settings {
+            replicas: o.replicas.max(1) as usize,
+            peers: o.replication_peers.clone(),
+            ack_timeout: o.replication_ack_timeout,
+            store: StoreOptions {
+                max_bytes: o.replication_max_backlog_bytes.max(1) as u64,
+                segment_bytes: o.replication_segment_bytes.max(1),
+            },
+            sync: o.durable || o.sync_every == 1,
+            max_frame,
+            nsqd_node_id: o.node_id as u16,
+            broadcast_address: o.broadcast_address.clone(),
+            tcp_port: o.broadcast_tcp_port as u16,
+            http_port: o.broadcast_http_port as u16,
+        }
+    }
+}
+
+/// One peer as this node, its origin, sees it.
+#[derive(Debug, Clone)]
+struct Peer {
+    addr: String,
+    /// Its replication node ID (0 until its first WELCOME).
+    node_id: u64,
+    /// A session is up (WELCOME received).
+    live: bool,
+    /// The highest seq it acknowledged in this session.
+    acked: u64,
+    /// The outbox frames up to this seq are not needed by its session any more.
+    floor: u64,
+    catching_up: bool,
+    in_set: bool,
+    last_seen: Option<Instant>,
+}
+
+/// The replica set and the acknowledgements (docs/replication.md, "Who holds which origin's
+/// messages").
+struct Group {
+    me: u64,
+    need: usize,
+    peers: Vec<Peer>,
+}
+
+impl Group {
+    /// Ring distance from this node (the ring is ordered by node ID and wraps around).
+    fn ring_key(&self, p: &Peer) -> u64 {
+        p.node_id.wrapping_sub(self.me)
+    }
+
+    /// Sticky: members leave only when their link dies; free places go to live peers in ring
+    /// order.
+    fn refill(&mut self) {
+        let members = self.peers.iter().filter(|p| p.in_set).count();
+        if members >= self.need {
+            return;
+        }
+        let mut candidates: Vec<usize> = (0..self.peers.len())
+            .filter(|&i| self.peers[i].live && !self.peers[i].in_set)
+            .collect();
+        candidates.sort_by_key(|&i| self.ring_key(&self.peers[i]));
+        for i in candidates.into_iter().take(self.need - members) {
+            self.peers[i].in_set = true;
+        }
+    }
+
+    /// The highest seq that N−1 members of the set acknowledged, if the set is full.
+    fn committed(&self) -> Option<u64> {
+        let acks: Vec<u64> = self
+            .peers
+            .iter()
+            .filter(|p| p.in_set)
+            .map(|p| p.acked)
+            .collect();
+        (acks.len() >= self.need && self.need > 0).then(|| acks.into_iter().min().unwrap_or(0))
+    }
+
+    fn acked_by(&self, seq: u64) -> usize {
+        self.peers
+            .iter()
+            .filter(|p| p.in_set && p.acked >= seq)
+            .count()
+    }
+}
+
+/// One replica backlog this node holds (docs/replication.md, "The replica store").
+pub(crate) struct Backlog {
+    pub origin: u64,
+    pub epoch: u64,
+    pub store: Mutex<ReplicaStore>,
+    /// The link session writing to it; a newer session ends an older one.
+    pub session: AtomicU64,
+}
+
+/// A backlog as `/stats` and tests see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BacklogInfo {
+    pub origin: u64,
+    pub epoch: u64,
+    pub messages: u64,
+    pub bytes: u64,
+    pub last_seq: u64,
+    pub segments: usize,
+    pub catching_up: bool,
+}
+
+/// A peer as `/stats` and tests see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    pub address: String,
+    pub node_id: u64,
+    pub connected: bool,
+    pub in_replica_set: bool,
+    pub catching_up: bool,
+    pub acked_seq: u64,
+    pub last_seen_ms: Option<u64>,
+}
+
+/// Replication's state in the daemon (see the module comment).
+pub struct Replication {
+    pub identity: Identity,
+    pub settings: Settings,
+    data_path: PathBuf,
+    /// The origin's log; also the engine's replicator.
+    pub log: Arc<OriginLog>,
+    group: Mutex<Group>,
+    /// The highest seq N−1 replicas acknowledged (publishes wait on it).
+    committed: watch::Sender<u64>,
+    backlogs: Mutex<HashMap<(u64, u64), Arc<Backlog>>>,
+    engine: OnceLock<Arc<Engine>>,
+    /// Set at shutdown: links end.
+    stop: watch::Sender<bool>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    publish_waiting: AtomicU64,
+    publish_failures: AtomicU64,
+}
+
+/// Why replication could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicationError {
+    #[error(transparent)]
+    Identity(#[from] identity::IdentityError),
+    #[error("failed to open replica backlog {}: {source}", dir.display())]
+    Backlog {
+        dir: PathBuf,
+        source: nsq_core::replica::StoreError,
+    },
+    #[error("failed to list {}: {source}", dir.display())]
+    List {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl Replication {
+    /// Reads `replication.dat` (starting this run's epoch) and opens every replica backlog
+    /// under `<data-path>/replica/`. Blocking (startup).
+    pub fn open(data_path: &Path, settings: Settings) -> Result<Arc<Self>, ReplicationError> {
+        let identity = identity::load_and_start(data_path)?;
+        tracing::info!(
+            "REPLICATION: node {:016x}, epoch {}, replicas {}, peers {:?}",
+            identity.node_id,
+            identity.epoch,
+            settings.replicas,
+            settings.peers
+        );
+        let peers = settings
+            .peers
+            .iter()
+            .map(|a| Peer {
+                addr: a.clone(),
+                node_id: 0,
+                live: false,
+                acked: 0,
+                floor: 0,
+                catching_up: false,
+                in_set: false,
+                last_seen: None,
+            })
+            .collect();
+        let repl = Arc::new(Replication {
+            group: Mutex::new(Group {
+                me: identity.node_id,
+                need: settings.replicas - 1,
+                peers,
+            }),
+            log: OriginLog::new(identity.start_seq),
+            committed: watch::channel(identity.start_seq).0,
+            identity,
+            data_path: data_path.to_path_buf(),
+            backlogs: Mutex::new(HashMap::new()),
+            engine: OnceLock::new(),
+            stop: watch::channel(false).0,
+            tasks: Mutex::new(Vec::new()),
+            publish_waiting: AtomicU64::new(0),
+            publish_failures: AtomicU64::new(0),
+            settings,
+        });
+        repl.open_backlogs()?;
+        Ok(repl)
+    }
+
+    fn open_backlogs(&self) -> Result<(), ReplicationError> {
+        let dir = self.data_path.join("replica");
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => return Err(ReplicationError::List { dir, source }),
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some((o, ep)) = name.split_once('.') else {
+                continue;
+            };
+            let (Ok(origin), Ok(epoch)) = (u64::from_str_radix(o, 16), ep.parse::<u64>()) else {
+                continue;
+            };
+            if !e.path().is_dir() {
+                continue;
+            }
+            self.open_backlog(origin, epoch)?;
+        }
+        Ok(())
+    }
+
+    /// The backlog of `(origin, epoch)`, opened (recovered) or created. Blocking.
+    pub(crate) fn open_backlog(
+        &self,
+        origin: u64,
+        epoch: u64,
+    ) -> Result<Arc<Backlog>, ReplicationError> {
+        if let Some(b) = self.backlogs.lock().get(&(origin, epoch)) {
+            return Ok(b.clone());
+        }
+        let dir = backlog_dir(&self.data_path, origin, epoch);
+        let (store, report) = ReplicaStore::open(&dir, self.settings.store).map_err(|source| {
+            ReplicationError::Backlog {
+                dir: dir.clone(),
+                source,
+            }
+        })?;
+        tracing::info!(
+            "REPLICATION: backlog of {origin:016x} epoch {epoch}: {} records replayed, {} messages, last seq {}{}{}",
+            report.records,
+            store.index().messages(),
+            store.last_seq(),
+            report
+                .truncated
+                .map(|(s, o, n)| format!(", torn tail of {n} bytes cut at {s}:{o}"))
+                .unwrap_or_default(),
+            if report.damaged.is_empty() {
+                String::new()
+            } else {
+                format!(", {} damaged stretches skipped", report.damaged.len())
+            }
+        );
+        let b = Arc::new(Backlog {
+            origin,
+            epoch,
+            store: Mutex::new(store),
+            session: AtomicU64::new(0),
+        });
+        Ok(self
+            .backlogs
+            .lock()
+            .entry((origin, epoch))
+            .or_insert(b)
+            .clone())
+    }
+
+    /// Deletes the backlogs of `origin` of epochs ≤ `epoch` (DROP). Blocking.
+    pub(crate) fn drop_backlogs(&self, origin: u64, epoch: u64) {
+        let gone: Vec<Arc<Backlog>> = {
+            let mut m = self.backlogs.lock();
+            let keys: Vec<_> = m
+                .keys()
+                .filter(|(o, e)| *o == origin && *e <= epoch)
+                .copied()
+                .collect();
+            keys.iter().filter_map(|k| m.remove(k)).collect()
+        };
+        for b in gone {
+            let dir = b.store.lock().dir().to_path_buf();
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::error!("REPLICATION: failed to delete {} - {e}", dir.display());
+            }
+        }
+    }
+
+    /// Hands the engine over (catch-ups read it).
+    pub fn set_engine(&self, engine: Arc<Engine>) {
+        let _ = self.engine.set(engine);
+    }
+
+    pub(crate) fn engine(&self) -> Option<&Arc<Engine>> {
+        self.engine.get()
+    }
+
+    /// `--replicas` ≥ 2: this node's publishes are replicated (it dials its peers).
+    pub fn replicates_own(&self) -> bool {
+        self.settings.replicas >= 2
+    }
+
+    /// Starts one link task per peer (the TCP ports must be known: HELLO carries them); none
+    /// with `--replicas=1`.
+    pub fn start_links(self: &Arc<Self>, tcp_port: u16, http_port: Option<u16>) {
+        if !self.replicates_own() {
+            return;
+        }
+        let mut tasks = self.tasks.lock();
+        let n = self.group.lock().peers.len();
+        for i in 0..n {
+            let r = self.clone();
+            let hello = origin::HelloInfo {
+                tcp_port,
+                http_port: http_port.unwrap_or(0),
+            };
+            tasks.push(tokio::spawn(origin::run_peer(r, i, hello)));
+        }
+    }
+
+    /// A stop signal for link tasks.
+    pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    // ---- the group ---------------------------------------------------------------------
+
+    fn update_committed(&self, g: &Group) {
+        if let Some(c) = g.committed() {
+            self.committed.send_if_modified(|v| {
+                if c > *v {
+                    *v = c;
+                    true
+                } else {
+                    false
+                }
+            });
+        }
+        // The outbox keeps what some live link still needs.
+        if let Some(floor) = g.peers.iter().filter(|p| p.live).map(|p| p.floor).min() {
+            self.log.trim_to(floor);
+        }
+    }
+
+    /// A session with peer `i` began: `floor` is what it holds of the log already.
+    pub(crate) fn session_up(&self, i: usize, node_id: u64, floor: u64, catching_up: bool) {
+        let mut g = self.group.lock();
+        let p = &mut g.peers[i];
+        p.node_id = node_id;
+        p.live = true;
+        p.floor = floor;
+        p.acked = if catching_up { 0 } else { floor };
+        p.catching_up = catching_up;
+        p.last_seen = Some(Instant::now());
+        g.refill();
+        self.update_committed(&g);
+    }
+
+    /// Peer `i` acknowledged `seq` (after its catch-up, if any).
+    pub(crate) fn on_ack(&self, i: usize, seq: u64) {
+        let mut g = self.group.lock();
+        let p = &mut g.peers[i];
+        p.acked = p.acked.max(seq);
+        p.floor = p.floor.max(seq);
+        p.catching_up = false;
+        p.last_seen = Some(Instant::now());
+        self.update_committed(&g);
+    }
+
+    pub(crate) fn seen(&self, i: usize) {
+        self.group.lock().peers[i].last_seen = Some(Instant::now());
+    }
+
+    /// Peer `i`'s session ended: it leaves the set, the next live peer in ring order joins.
+    pub(crate) fn session_down(&self, i: usize) {
+        let mut g = self.group.lock();
+        let p = &mut g.peers[i];
+        let was_live = p.live;
+        p.live = false;
+        p.in_set = false;
+        p.catching_up = false;
+        g.refill();
+        if was_live {
+            tracing::warn!("REPLICATION: link to {} lost", g.peers[i].addr);
+        }
+        self.update_committed(&g);
+    }
+
+    // ---- acknowledgement ---------------------------------------------------------------
+
+    /// Waits until N−1 members of the replica set acknowledged `seq` (docs/replication.md,
+    /// Acknowledgement); `Err` is the reason a publish fails with after
+    /// `--replication-ack-timeout`: `not enough replicas: 0 of 1 stored it within 10s`.
+    pub async fn wait_replicated(&self, seq: u64) -> Result<(), String> {
+        let mut rx = self.committed.subscribe();
+        if !self.replicates_own() || *rx.borrow_and_update() >= seq {
+            return Ok(());
+        }
+        self.publish_waiting.fetch_add(1, Ordering::Relaxed);
+        let r = tokio::time::timeout(self.settings.ack_timeout, rx.wait_for(|c| *c >= seq)).await;
+        self.publish_waiting.fetch_sub(1, Ordering::Relaxed);
+        if matches!(r, Ok(Ok(_))) {
+            return Ok(());
+        }
+        self.publish_failures.fetch_add(1, Ordering::Relaxed);
+        let (got, need) = {
+            let g = self.group.lock();
+            (g.acked_by(seq), g.need)
+        };
+        Err(format!(
+            "not enough replicas: {got} of {need} stored it within {}",
+            nsq_go::duration::format(self.settings.ack_timeout)
+        ))
+    }
+
+    // ---- views -------------------------------------------------------------------------
+
+    /// The backlogs held, by origin and epoch.
+    pub fn backlogs(&self) -> Vec<BacklogInfo> {
+        let list: Vec<Arc<Backlog>> = self.backlogs.lock().values().cloned().collect();
+        let mut v: Vec<BacklogInfo> = list
+            .iter()
+            .map(|b| {
+                let s = b.store.lock();
+                BacklogInfo {
+                    origin: b.origin,
+                    epoch: b.epoch,
+                    messages: s.index().messages(),
+                    bytes: s.bytes(),
+                    last_seq: s.last_seq(),
+                    segments: s.segments(),
+                    catching_up: s.index().catching_up(),
+                }
+            })
+            .collect();
+        v.sort_by_key(|b| (b.origin, b.epoch));
+        v
+    }
+
+    /// The peers, in `--replication-peer` order.
+    pub fn peers(&self) -> Vec<PeerInfo> {
+        let g = self.group.lock();
+        g.peers
+            .iter()
+            .map(|p| PeerInfo {
+                address: p.addr.clone(),
+                node_id: p.node_id,
+                connected: p.live,
+                in_replica_set: p.in_set,
+                catching_up: p.catching_up,
+                acked_seq: p.acked,
+                last_seen_ms: p.last_seen.map(|t| t.elapsed().as_millis() as u64),
+            })
+            .collect()
+    }
+
+    /// Publishes waiting for replica acknowledgements now.
+    pub fn publish_waiting(&self) -> u64 {
+        self.publish_waiting.load(Ordering::Relaxed)
+    }
+
+    /// Publishes failed for want of replica acknowledgements.
+    pub fn publish_failures(&self) -> u64 {
+        self.publish_failures.load(Ordering::Relaxed)
+    }
+
+    // ---- shutdown ----------------------------------------------------------------------
+
+    /// Clean stop (docs/replication.md, Return): waits (at most 5 s) for the live links to
+    /// acknowledge everything queued, ends the links and writes `clean_seq`.
+    pub async fn shutdown(&self) {
+        if !self.replicates_own() {
+            // Only the replica side: its links end; there is no epoch of its own to close.
+            self.stop.send_replace(true);
+            return;
+        }
+        let last = self.log.last_seq();
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_WAIT;
+        loop {
+            let behind = {
+                let g = self.group.lock();
+                g.peers.iter().any(|p| p.live && p.floor < last)
+            };
+            if !behind || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.stop.send_replace(true);
+        let tasks = std::mem::take(&mut *self.tasks.lock());
+        for t in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+        }
+        let last = self.log.last_seq();
+        if let Err(e) = identity::write(&self.data_path, &self.identity, Some(last)) {
+            tracing::error!("REPLICATION: failed to record the clean stop - {e}");
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! The origin's side of a link (docs/replication.md, "The link"): one task per peer dials
+//! its TCP port, sends `"  R1"` and HELLO, reads WELCOME, then either resumes from the
+//! replica's `last_seq + 1` (when the outbox still holds it) or catches the replica up
+//! (CATCHUP_BEGIN, a STATE item per topic and unsettled message interleaved with the live
+//! frames, CATCHUP_END). The writer sends everything queued since its last write in one
+//! write, and a HEARTBEAT after 1 s of silence; the reader takes ACKs; 5 s without a frame
+//! ends the session. Reconnects back off from 100 ms to 2 s.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, BytesMut};
+use nsq_protocol::replication::{
+    self, Frame, Hello, Item, LinkErrorCode, WelcomeAnswer, LINK_VERSION, MAGIC_R1,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::log::Take;
+use super::{Replication, HEARTBEAT, LINK_TIMEOUT};
+
+/// Reconnection backoff bounds.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Bytes of live frames per write, and of STATE items added to one write.
+const WRITE_LIVE: usize = 1 << 20;
+const WRITE_STATE: usize = 256 << 10;
+
+/// The ports HELLO announces.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HelloInfo {
+    pub tcp_port: u16,
+    pub http_port: u16,
+}
+
+/// Why a session ended.
+#[derive(Debug)]
+enum End {
+    /// The peer is this very node: stop dialling it.
+    SelfLink,
+    /// Before WELCOME.
+    NotEstablished(String),
+    /// After WELCOME.
+    Lost(String),
+}
+
+/// Dials peer `i` until the daemon stops.
+pub(super) async fn run_peer(repl: Arc<Replication>, i: usize, info: HelloInfo) {
+    let mut stop = repl.stopping();
+    let mut backoff = BACKOFF_MIN;
+    let addr = repl.group.lock().peers[i].addr.clone();
+    let mut last_error = String::new();
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let began = Instant::now();
+        let end = tokio::select! {
+            e = session(&repl, i, &addr, info) => e,
+            _ = stop.changed() => return,
+        };
+        repl.session_down(i);
+        match end {
+            End::SelfLink => {
+                tracing::warn!("REPLICATION: peer {addr} is this node, dropped");
+                return;
+            }
+            End::Lost(e) => {
+                tracing::warn!("REPLICATION: link to {addr} ended - {e}");
+                // A session that lasted starts the backoff over; one refused at once (a full
+                // backlog) keeps backing off.
+                if began.elapsed() >= LINK_TIMEOUT {
+                    backoff = BACKOFF_MIN;
+                }
+            }
+            End::NotEstablished(e) => {
+                if e != last_error {
+                    tracing::warn!("REPLICATION: cannot link to {addr} - {e}");
+                    last_error = e;
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.changed() => return,
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Reads one frame with a deadline (5 s: the dead-link rule).
+pub(super) async fn read_frame<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    max_frame: u32,
+) -> Result<Frame, String> {
+    loop {
+        match replication::decode(buf, max_frame) {
+            Ok(Some(f)) => return Ok(f),
+            Ok(None) => {}
+            Err(e) => return Err(format!("bad frame - {e}")),
+        }
+        buf.reserve(8 << 10);
+        match tokio::time::timeout(LINK_TIMEOUT, rd.read_buf(buf)).await {
+            Err(_) => return Err(format!("no frame for {LINK_TIMEOUT:?}")),
+            Ok(Ok(0)) => return Err("connection closed".into()),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e.to_string()),
+        }
+    }
+}
+
+async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo) -> End {
+    let stream = match tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr)).await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return End::NotEstablished(e.to_string()),
+        Err(_) => return End::NotEstablished("connect timed out".into()),
+    };
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    let id = repl.identity;
+    let s = &repl.settings;
+    let hello = Frame::Hello(Hello {
+        version: LINK_VERSION,
+        node_id: id.node_id,
+        epoch: id.epoch,
+        resume: id.start_seq > 0,
+        sync: s.sync,
+        previous_unclean: id.previous_unclean.is_some(),
+        resume_seq: id.start_seq,
+        previous_epoch: id.previous_unclean.unwrap_or(0),
+        replicas: s.replicas as u16,
+        max_frame: s.max_frame,
+        nsqd_node_id: s.nsqd_node_id,
+        broadcast_address: s.broadcast_address.clone(),
+        tcp_port: if s.tcp_port != 0 {
+            s.tcp_port
+        } else {
+            info.tcp_port
+        },
+        http_port: if s.http_port != 0 {
+            s.http_port
+        } else {
+            info.http_port
+        },
+    });
+    let mut out = BytesMut::with_capacity(256);
+    out.put_slice(MAGIC_R1);
+    if let Err(e) = replication::try_encode(&hello, &mut out) {
+        return End::NotEstablished(format!("cannot encode HELLO - {e}"));
+    }
+    if let Err(e) = wr.write_all(&out).await {
+        return End::NotEstablished(e.to_string());
+    }
+    let mut buf = BytesMut::with_capacity(8 << 10);
+    let welcome = match read_frame(&mut rd, &mut buf, s.max_frame).await {
+        Ok(Frame::Welcome(w)) => w,
+        Ok(Frame::Error {
+            code: LinkErrorCode::NotInGroup,
+            ..
+        }) if buf.is_empty() => {
+            // A node refuses a link to itself with this code.
+            return End::SelfLink;
+        }
+        Ok(Frame::Error { code, text }) => {
+            return End::NotEstablished(format!("refused ({code:?}): {text}"))
+        }
+        Ok(Frame::TakenOver { epoch, by_node, .. }) => {
+            // Return (docs/replication.md) is not built yet: keep trying.
+            return End::NotEstablished(format!(
+                "epoch {epoch} taken over by {by_node:016x} (not handled yet)"
+            ));
+        }
+        Ok(other) => return End::NotEstablished(format!("unexpected {other:?}")),
+        Err(e) => {
+            // E_BAD_PROTOCOL from a node with replication off is not a link frame.
+            return End::NotEstablished(e);
+        }
+    };
+    if welcome.node_id == id.node_id {
+        return End::SelfLink;
+    }
+    let (front, last) = repl.log.bounds();
+    let resume = welcome.answer == WelcomeAnswer::Resume
+        && welcome.last_seq <= last
+        && welcome.last_seq + 1 >= front;
+    let (next, floor) = if resume {
+        (welcome.last_seq + 1, welcome.last_seq)
+    } else {
+        (last + 1, last)
+    };
+    repl.session_up(i, welcome.node_id, floor, !resume);
+    tracing::info!(
+        "REPLICATION: linked to {addr} ({:016x}), {}",
+        welcome.node_id,
+        if resume {
+            format!("resuming after seq {}", welcome.last_seq)
+        } else {
+            format!("catching up at seq {last} (it holds {})", welcome.last_seq)
+        }
+    );
+    // The catch-up snapshot, one topic at a time (bounded memory: the writer takes a topic's
+    // items before the next is collected).
+    let catchup = (!resume).then(|| {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Vec<Item>>(1);
+        let engine = repl.engine().cloned();
+        tokio::task::spawn_blocking(move || {
+            let Some(e) = engine else { return };
+            for t in e.topics() {
+                let mut items = Vec::new();
+                if t.replication_items(&mut items).is_some() && tx.blocking_send(items).is_err() {
+                    return;
+                }
+            }
+        });
+        rx
+    });
+    let max_frame = welcome.max_frame.max(replication::MIN_MAX_FRAME);
+    tokio::select! {
+        e = writer(repl, &mut wr, next, catchup, max_frame) => End::Lost(e),
+        e = reader(repl, i, &mut rd, buf) => End::Lost(e),
+    }
+}
+
+/// Sends the live frames from `next` on (and a catch-up, if any) until the link fails.
+async fn writer(
+    repl: &Replication,
+    wr: &mut OwnedWriteHalf,
+    mut next: u64,
+    mut snapshot: Option<mpsc::Receiver<Vec<Item>>>,
+    _max_frame: u32,
+) -> String {
+    let mut rx = repl.log.subscribe();
+    let mut out = BytesMut::with_capacity(64 << 10);
+    // The catch-up's items received from the snapshot and not sent yet.
+    let mut items: VecDeque<Item> = VecDeque::new();
+    let mut catching_up = snapshot.is_some();
+    if catching_up {
+        replication::encode(&Frame::CatchupBegin { seq: next - 1 }, &mut out);
+    }
+    let mut last_write = Instant::now();
+    loop {
+        rx.borrow_and_update();
+        match repl.log.take(next, WRITE_LIVE) {
+            Take::Gone => return format!("fell behind the outbox (seq {next}): catch-up needed"),
+            Take::Frames(frames) => {
+                for f in frames {
+                    out.put_slice(&f.head);
+                    out.put_slice(&f.tail);
+                    next += 1;
+                }
+            }
+        }
+        if catching_up {
+            // Live frames first; STATE items fill the rest of the write.
+            if items.is_empty() {
+                if let Some(s) = snapshot.as_mut() {
+                    match s.try_recv() {
+                        Ok(v) => items.extend(v),
+                        Err(mpsc::error::TryRecvError::Empty) => {}
+                        Err(mpsc::error::TryRecvError::Disconnected) => snapshot = None,
+                    }
+                }
+            }
+            let start = out.len();
+            while out.len() - start < WRITE_STATE {
+                let Some(item) = items.pop_front() else { break };
+                if let Err(e) = replication::try_encode(&Frame::State(item), &mut out) {
+                    tracing::error!("REPLICATION: catch-up item not sent - {e}");
+                }
+            }
+            if items.is_empty() && snapshot.is_none() {
+                replication::encode(&Frame::CatchupEnd { seq: next - 1 }, &mut out);
+                catching_up = false;
+            }
+        }
+        if out.is_empty() {
+            let beat = last_write + HEARTBEAT;
+            let waiting_for_items = catching_up && items.is_empty() && snapshot.is_some();
+            tokio::select! {
+                r = rx.changed() => {
+                    if r.is_err() {
+                        return "log closed".into();
+                    }
+                }
+                _ = tokio::time::sleep_until(beat) => {
+                    replication::encode(&Frame::Heartbeat, &mut out);
+                }
+                v = async { snapshot.as_mut().expect("guarded").recv().await }, if waiting_for_items => {
+                    match v {
+                        Some(v) => items.extend(v),
+                        None => snapshot = None,
+                    }
+                }
+            }
+            if out.is_empty() {
+                continue;
+            }
+        }
+        if let Err(e) = wr.write_all(&out).await {
+            return e.to_string();
+        }
+        out.clear();
+        last_write = Instant::now();
+    }
+}
+
+/// Takes ACKs (and heartbeats) until the link fails.
+async fn reader(repl: &Replication, i: usize, rd: &mut OwnedReadHalf, mut buf: BytesMut) -> String {
+    loop {
+        match read_frame(rd, &mut buf, repl.settings.max_frame).await {
+            Ok(Frame::Ack { seq }) => repl.on_ack(i, seq),
+            Ok(Frame::Heartbeat | Frame::Status(_)) => repl.seen(i),
+            Ok(Frame::Error { code, text }) => {
+                return format!("error from replica ({code:?}): {text}")
+            }
+            Ok(other) => return format!("unexpected frame type 0x{:02x}", other.frame_type()),
+            Err(e) => return e,
+        }
+    }
+}

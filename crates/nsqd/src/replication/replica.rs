@@ -1,0 +1,236 @@
+//! The replica's side of a link (docs/replication.md, "The link"): a connection that opened
+//! with `"  R1"` on the TCP port. HELLO names the origin and its epoch; the backlog of that
+//! `(origin, epoch)` is opened (recovered from its segments) or created, WELCOME says RESUME
+//! after its last seq or CATCHUP when it holds nothing complete; then every read's log frames
+//! are stored in one append (synced when HELLO set SYNC) and acknowledged with the highest seq
+//! held. A replica does not acknowledge during a catch-up: until CATCHUP_END its backlog is not
+//! complete up to its seq. A full backlog is ERROR 2, a frame out of sequence ERROR 3.
+//! Compaction runs after the ACK is sent.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use nsq_core::replica::{Record, StoreError};
+use nsq_protocol::replication::{self, Frame, LinkErrorCode, Welcome, WelcomeAnswer, LINK_VERSION};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::origin::read_frame;
+use super::{Backlog, Replication, HEARTBEAT, LINK_TIMEOUT};
+
+async fn send(stream: &mut TcpStream, f: &Frame) -> std::io::Result<()> {
+    let mut b = BytesMut::with_capacity(64);
+    if let Err(e) = replication::try_encode(f, &mut b) {
+        return Err(std::io::Error::other(e));
+    }
+    stream.write_all(&b).await
+}
+
+async fn refuse(stream: &mut TcpStream, code: LinkErrorCode, text: String) {
+    let _ = send(stream, &Frame::Error { code, text }).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Serves one replication link (the magic has been read).
+pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let max_frame = repl.settings.max_frame;
+    let mut buf = BytesMut::with_capacity(64 << 10);
+    let hello = match read_frame(&mut stream, &mut buf, max_frame).await {
+        Ok(Frame::Hello(h)) => h,
+        Ok(other) => {
+            let text = format!("expected HELLO, got type 0x{:02x}", other.frame_type());
+            return refuse(&mut stream, LinkErrorCode::BadFrame, text).await;
+        }
+        Err(e) => {
+            tracing::warn!("REPLICATION: link from {peer}: {e}");
+            return refuse(&mut stream, LinkErrorCode::BadFrame, e).await;
+        }
+    };
+    if hello.version != LINK_VERSION {
+        let text = format!("unsupported version {}", hello.version);
+        return refuse(&mut stream, LinkErrorCode::UnsupportedVersion, text).await;
+    }
+    if hello.node_id == repl.identity.node_id {
+        let text = "a link to oneself".to_string();
+        return refuse(&mut stream, LinkErrorCode::NotInGroup, text).await;
+    }
+    if hello.nsqd_node_id == repl.settings.nsqd_node_id {
+        tracing::warn!(
+            "REPLICATION: origin {:016x} ({peer}) has this node's --node-id {}: message IDs may collide after a takeover",
+            hello.node_id,
+            hello.nsqd_node_id
+        );
+    }
+    let (origin, epoch) = (hello.node_id, hello.epoch);
+    let r = repl.clone();
+    let backlog = match tokio::task::spawn_blocking(move || r.open_backlog(origin, epoch)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => {
+            tracing::error!("REPLICATION: {e}");
+            return refuse(&mut stream, LinkErrorCode::Internal, e.to_string()).await;
+        }
+        Err(e) => {
+            return refuse(&mut stream, LinkErrorCode::Internal, e.to_string()).await;
+        }
+    };
+    let session = backlog.session.fetch_add(1, Ordering::AcqRel) + 1;
+    let (last_seq, catching_up) = {
+        let s = backlog.store.lock();
+        (s.last_seq(), s.index().catching_up())
+    };
+    let answer = if last_seq == 0 || catching_up {
+        WelcomeAnswer::Catchup
+    } else {
+        WelcomeAnswer::Resume
+    };
+    let welcome = Frame::Welcome(Welcome {
+        version: LINK_VERSION,
+        node_id: repl.identity.node_id,
+        answer,
+        last_seq,
+        max_frame,
+    });
+    if send(&mut stream, &welcome).await.is_err() {
+        return;
+    }
+    tracing::info!(
+        "REPLICATION: replicating {origin:016x} epoch {epoch} from {peer} ({answer:?} after seq {last_seq})"
+    );
+    let end = session_loop(&repl, &backlog, session, hello.sync, &mut stream, buf).await;
+    match end {
+        Ok(()) => {}
+        Err((Some(code), text)) => {
+            tracing::warn!("REPLICATION: link from {peer} ({origin:016x}): {text}");
+            refuse(&mut stream, code, text).await;
+        }
+        Err((None, text)) => {
+            tracing::info!("REPLICATION: link from {peer} ({origin:016x}) ended - {text}");
+        }
+    }
+}
+
+type LinkEnd = Result<(), (Option<LinkErrorCode>, String)>;
+
+async fn session_loop(
+    repl: &Arc<Replication>,
+    backlog: &Arc<Backlog>,
+    session: u64,
+    sync: bool,
+    stream: &mut TcpStream,
+    mut buf: BytesMut,
+) -> LinkEnd {
+    let max_frame = repl.settings.max_frame;
+    let mut stop = repl.stopping();
+    let mut last_write = Instant::now();
+    let mut last_read = Instant::now();
+    loop {
+        // Frames already buffered (HELLO may have come with more) are handled first.
+        let mut records = Vec::new();
+        let mut drop_epoch = None;
+        loop {
+            match replication::decode(&mut buf, max_frame) {
+                Ok(Some(f)) => match f {
+                    Frame::Pub(_)
+                    | Frame::State(_)
+                    | Frame::Fin(_)
+                    | Frame::Req(_)
+                    | Frame::Fanout(_)
+                    | Frame::Admin(_)
+                    | Frame::CatchupBegin { .. }
+                    | Frame::CatchupEnd { .. } => records.push(Record::Frame(f)),
+                    Frame::Heartbeat | Frame::Status(_) | Frame::Goodbye { .. } => {}
+                    Frame::Drop { epoch } => drop_epoch = Some(epoch),
+                    Frame::Error { code, text } => {
+                        return Err((None, format!("error from origin ({code:?}): {text}")))
+                    }
+                    other => {
+                        let text = format!("unexpected frame type 0x{:02x}", other.frame_type());
+                        return Err((Some(LinkErrorCode::BadFrame), text));
+                    }
+                },
+                Ok(None) => break,
+                Err(e) => return Err((Some(LinkErrorCode::BadFrame), format!("bad frame - {e}"))),
+            }
+        }
+        if backlog.session.load(Ordering::Acquire) != session {
+            return Err((None, "superseded by a newer session".into()));
+        }
+        if !records.is_empty() {
+            let b = backlog.clone();
+            let stored = tokio::task::spawn_blocking(move || {
+                let mut s = b.store.lock();
+                if b.session.load(Ordering::Acquire) != session {
+                    // A newer session of the same origin took over the backlog.
+                    return Ok(None);
+                }
+                s.append(&records)?;
+                if sync {
+                    s.sync()?;
+                }
+                Ok::<_, StoreError>(Some((
+                    s.last_seq(),
+                    s.index().catching_up(),
+                    s.wants_compaction(),
+                )))
+            })
+            .await
+            .map_err(|e| (Some(LinkErrorCode::Internal), e.to_string()))?;
+            match stored {
+                Ok(None) => return Err((None, "superseded by a newer session".into())),
+                Ok(Some((last, catching_up, compact))) => {
+                    if !catching_up {
+                        send(stream, &Frame::Ack { seq: last })
+                            .await
+                            .map_err(|e| (None, e.to_string()))?;
+                        last_write = Instant::now();
+                        if compact {
+                            let b = backlog.clone();
+                            let r =
+                                tokio::task::spawn_blocking(move || b.store.lock().compact()).await;
+                            if let Ok(Err(e)) = r {
+                                tracing::error!("REPLICATION: compaction failed - {e}");
+                            }
+                        }
+                    }
+                }
+                Err(e @ StoreError::Full { .. }) => {
+                    return Err((Some(LinkErrorCode::Full), e.to_string()))
+                }
+                Err(e @ StoreError::Index(_)) => {
+                    return Err((Some(LinkErrorCode::OutOfSequence), e.to_string()))
+                }
+                Err(e) => {
+                    tracing::error!("REPLICATION: failed to store - {e}");
+                    return Err((Some(LinkErrorCode::Internal), e.to_string()));
+                }
+            }
+        }
+        if let Some(epoch) = drop_epoch {
+            let (r, origin) = (repl.clone(), backlog.origin);
+            let _ = tokio::task::spawn_blocking(move || r.drop_backlogs(origin, epoch)).await;
+        }
+        // Read more, sending a HEARTBEAT when idle.
+        buf.reserve(64 << 10);
+        tokio::select! {
+            r = stream.read_buf(&mut buf) => match r {
+                Ok(0) => return Err((None, "connection closed".into())),
+                Ok(_) => last_read = Instant::now(),
+                Err(e) => return Err((None, e.to_string())),
+            },
+            _ = tokio::time::sleep_until(last_write + HEARTBEAT) => {
+                let mut b = BytesMut::new();
+                replication::encode(&Frame::Heartbeat, &mut b);
+                stream.write_all(&b).await.map_err(|e| (None, e.to_string()))?;
+                last_write = Instant::now();
+            }
+            _ = tokio::time::sleep_until(last_read + LINK_TIMEOUT) => {
+                return Err((None, format!("no frame for {LINK_TIMEOUT:?}")));
+            }
+            _ = stop.changed() => return Ok(()),
+        }
+    }
+}

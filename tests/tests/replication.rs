@@ -1,0 +1,222 @@
+//! Replication with the real binary (issue 22, docs/replication.md): the flags' fatal
+//! messages, a replica killed (SIGKILL) and restarted on its data directory while an origin
+//! publishes, and an origin killed and restarted (a new epoch, caught up from its disk).
+//!
+//! Build first: `cargo build -p nsqd-bin` (or set NSQD_BIN).
+
+use std::time::Duration;
+
+use nsq_integration_tests::{consume_all, http_post, int, nsqd_bin, run_tool, Bytes, Nsqd, Value};
+use nsq_protocol::command::Command;
+
+/// A free TCP port on 127.0.0.1 (bound to `:0`, then released for the daemon to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The `replication.backlogs` of `/stats` whose origin is `origin`.
+fn backlogs_of(stats: &Value, origin: &str) -> Vec<Value> {
+    stats["replication"]["backlogs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|b| b["origin"] == origin)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn node_id(n: &Nsqd) -> String {
+    n.stats()["replication"]["node_id"]
+        .as_str()
+        .expect("replication on")
+        .to_string()
+}
+
+#[test]
+fn bad_replication_flags_are_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = format!("--data-path={}", dir.path().display());
+    for (args, msg) in [
+        (
+            vec!["--replicas=2"],
+            "FATAL: --replicas=2 needs at least 1 --replication-peer",
+        ),
+        (
+            vec!["--replicas=0"],
+            "FATAL: --replicas must be >= 1 (got 0)",
+        ),
+        (
+            vec!["--replication-peer=nohost"],
+            "FATAL: --replication-peer must be host:port (got \"nohost\")",
+        ),
+        (
+            vec!["--replication-peer=a:1", "--replication-ack-timeout=0"],
+            "FATAL: --replication-ack-timeout must be > 0",
+        ),
+    ] {
+        let mut all = vec![
+            "--tcp-address=127.0.0.1:0",
+            "--http-address=127.0.0.1:0",
+            data.as_str(),
+        ];
+        all.extend(args.iter().copied());
+        let out = run_tool(&nsqd_bin(), &all, b"", Duration::from_secs(30));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(msg), "{args:?}: {stderr}");
+    }
+    // Nothing was written: no replication.dat.
+    assert!(!dir.path().join("replication.dat").exists());
+}
+
+/// B is SIGKILLed while A publishes and restarted on its data directory: its backlog is
+/// recovered (a torn tail cut), A resumes the link, and B ends up holding exactly what A has
+/// not settled; once a consumer of A finished everything, B's backlog is empty.
+#[test]
+fn a_killed_replica_recovers_its_backlog() {
+    let a_port = free_port();
+    let b = Nsqd::start(&[&format!("--replication-peer=127.0.0.1:{a_port}")]);
+    let b_port = b.tcp_addr.port();
+    let a = Nsqd::start(&[
+        &format!("--tcp-address=127.0.0.1:{a_port}"),
+        "--replicas=2",
+        &format!("--replication-peer=127.0.0.1:{b_port}"),
+        "--replication-ack-timeout=2s",
+    ]);
+    let origin = node_id(&a);
+
+    let mut p = a.connect();
+    for i in 0..20 {
+        p.mpublish(
+            "t",
+            (0..50)
+                .map(|j| Bytes::from(format!("m-{i:02}-{j:02}")))
+                .collect(),
+        );
+    }
+    // A publisher keeps going while B is killed: publishes fail (or wait) while B is away.
+    let addr = a.tcp_addr;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let publisher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut ok = 0usize;
+            let mut failed = 0usize;
+            let mut c = nsq_integration_tests::V2Conn::connect(addr);
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                c.send(&[Command::Pub {
+                    topic: "t".into(),
+                    body: Bytes::from(format!("live-{i:05}")),
+                }]);
+                i += 1;
+                match c.read_non_heartbeat(Duration::from_secs(10)) {
+                    Ok(f) if f.frame_type == 0 => ok += 1,
+                    _ => {
+                        failed += 1;
+                        c = nsq_integration_tests::V2Conn::connect(addr);
+                    }
+                }
+            }
+            (ok, failed)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let b_dir = b.kill9();
+    std::thread::sleep(Duration::from_millis(500));
+    let b = Nsqd::start_in(
+        b_dir,
+        &[
+            &format!("--tcp-address=127.0.0.1:{b_port}"),
+            &format!("--replication-peer=127.0.0.1:{a_port}"),
+        ],
+    );
+    // The backlog was there at startup (recovered from its segments).
+    let bl = backlogs_of(&b.stats(), &origin);
+    assert_eq!(bl.len(), 1, "{bl:?}");
+    assert!(int(&bl[0], "messages") >= 1000, "{bl:?}");
+    std::thread::sleep(Duration::from_millis(3000));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, _failed) = publisher.join().unwrap();
+    assert!(ok > 0);
+    // One more publish once everything is linked again: OK.
+    let mut p = a.connect();
+    p.publish("t", b"last");
+
+    // B holds exactly what A holds (acknowledged or not: every publish A stored is in its
+    // log).
+    let depth = int(&a.topic_stats("t").unwrap(), "depth");
+    b.wait_stats("B's backlog to match A", Duration::from_secs(10), |s| {
+        backlogs_of(s, &origin)
+            .first()
+            .is_some_and(|b| int(b, "messages") == depth)
+    });
+    let got = consume_all(
+        a.tcp_addr,
+        "t",
+        "c",
+        200,
+        depth as usize,
+        Duration::from_secs(60),
+    );
+    assert_eq!(got.len(), depth as usize);
+    b.wait_stats("B's backlog to drain", Duration::from_secs(10), |s| {
+        backlogs_of(s, &origin)
+            .first()
+            .is_some_and(|b| int(b, "messages") == 0)
+    });
+    drop(b);
+    drop(a);
+}
+
+/// A is SIGKILLed and restarted on its data directory: it starts the next epoch, and B's
+/// backlog of the new epoch is caught up from what A still has on disk (`--mem-queue-size=0`:
+/// everything). The old epoch's backlog stays on B (nothing takes it over yet).
+#[test]
+fn a_killed_origin_starts_a_new_epoch_and_catches_its_replica_up() {
+    let a_port = free_port();
+    let b = Nsqd::start(&[&format!("--replication-peer=127.0.0.1:{a_port}")]);
+    let a_args = [
+        format!("--tcp-address=127.0.0.1:{a_port}"),
+        "--replicas=2".to_string(),
+        format!("--replication-peer={}", b.tcp_addr),
+        "--mem-queue-size=0".to_string(),
+        "--sync-timeout=100ms".to_string(),
+    ];
+    let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
+    let a = Nsqd::start(&a_args);
+    let origin = node_id(&a);
+    let mut p = a.connect();
+    p.mpublish("t", (0..10).map(|i| Bytes::from(format!("m{i}"))).collect());
+    http_post(a.http_addr, "/channel/create?topic=t&channel=c", b"");
+    p.mpublish("t", (10..15).map(|i| Bytes::from(format!("m{i}"))).collect());
+    let epoch1 = a.stats()["replication"]["epoch"].as_u64().unwrap();
+    b.wait_stats("epoch 1 backlog", Duration::from_secs(10), |s| {
+        backlogs_of(s, &origin)
+            .iter()
+            .any(|b| b["epoch"] == epoch1 && int(b, "messages") == 15)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    drop(p);
+    let a_dir = a.kill9();
+    let a = Nsqd::start_in(a_dir, &a_args);
+    assert_eq!(node_id(&a), origin);
+    let epoch2 = a.stats()["replication"]["epoch"].as_u64().unwrap();
+    assert_eq!(epoch2, epoch1 + 1);
+    let s = b.wait_stats("epoch 2 backlog", Duration::from_secs(10), |s| {
+        backlogs_of(s, &origin)
+            .iter()
+            .any(|b| b["epoch"] == epoch2 && int(b, "messages") == 15)
+    });
+    assert_eq!(backlogs_of(&s, &origin).len(), 2, "{s}");
+    let mut p = a.connect();
+    p.publish("t", b"after");
+    drop(b);
+    drop(a);
+}
