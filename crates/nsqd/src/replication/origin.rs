@@ -61,7 +61,7 @@ pub(super) async fn run_peer(repl: Arc<Replication>, i: usize, info: HelloInfo) 
         let began = Instant::now();
         let end = tokio::select! {
             e = session(&repl, i, &addr, info) => e,
-            _ = stop.changed() => return,
+            _ = async { stop.wait_for(|s| *s).await.is_ok() } => return,
         };
         repl.session_down(i);
         match end {
@@ -86,7 +86,7 @@ pub(super) async fn run_peer(repl: Arc<Replication>, i: usize, info: HelloInfo) 
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
-            _ = stop.changed() => return,
+            _ = async { stop.wait_for(|s| *s).await.is_ok() } => return,
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }

@@ -230,7 +230,8 @@ async fn session_loop(
             _ = tokio::time::sleep_until(last_read + LINK_TIMEOUT) => {
                 return Err((None, format!("no frame for {LINK_TIMEOUT:?}")));
             }
-            _ = stop.changed() => return Ok(()),
+            // `wait_for` sees a stop sent before this session subscribed (`changed` would not).
+            _ = async { stop.wait_for(|s| *s).await.is_ok() } => return Ok(()),
         }
     }
 }
