@@ -23,6 +23,56 @@ pub type Percentile = BTreeMap<String, f64>;
 #[serde(default)]
 pub struct RawStats {
     pub topics: Option<Vec<RawTopic>>,
+    /// Only from an nsqd with replication on (ours; NSQ has no such key).
+    pub replication: Option<Replication>,
+}
+
+/// An nsqd's `replication` key (ours, not NSQ's: docs/replication.md, Visibility), read as
+/// nsqd writes it and re-emitted unchanged on `/api/nodes/:node`. Fields nsqd adds later
+/// are not passed on until they are named here.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Replication {
+    /// This node's replication ID (16 hex digits) and its current epoch.
+    pub node_id: String,
+    pub epoch: u64,
+    /// `--replicas`.
+    pub replicas: u64,
+    pub peers: Vec<ReplicationPeer>,
+    pub backlogs: Vec<ReplicaBacklog>,
+    pub publish_waiting: u64,
+    pub publish_failures: u64,
+    pub takeovers: u64,
+    pub taken_over_by_peers: u64,
+}
+
+/// One `--replication-peer` as the node (its origin) sees it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct ReplicationPeer {
+    pub address: String,
+    pub node_id: String,
+    /// `connected` or `disconnected`.
+    pub state: String,
+    pub in_replica_set: bool,
+    pub catching_up: bool,
+    pub acked_seq: u64,
+    pub lag_frames: u64,
+    /// Milliseconds since its last frame; `null` if it never answered.
+    pub last_seen_ms: Option<u64>,
+}
+
+/// One backlog of another node's (an origin's) messages this node holds.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct ReplicaBacklog {
+    pub origin: String,
+    pub epoch: u64,
+    pub state: String,
+    pub messages: u64,
+    pub bytes: u64,
+    pub last_seq: u64,
+    pub segments: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -427,6 +477,8 @@ pub struct ClusterStats {
     /// Channel aggregates keyed by channel name (a topic was selected) or `topic:channel`,
     /// in order of first appearance.
     pub channels: Vec<(String, ChannelStats)>,
+    /// The `replication` key of each node that has one, by node (`host:http_port`).
+    pub replication: Vec<(String, Replication)>,
 }
 
 impl ClusterStats {
@@ -439,6 +491,9 @@ impl ClusterStats {
         selected_topic: Option<&str>,
         now: i64,
     ) {
+        if let Some(r) = raw.replication {
+            self.replication.push((node.to_string(), r));
+        }
         for rt in raw.topics.unwrap_or_default() {
             if selected_topic.is_some_and(|t| t != rt.topic_name) {
                 continue;
@@ -468,6 +523,14 @@ impl ClusterStats {
     /// Sorts the per-node topics by hostname (call after the last node).
     pub fn finish(&mut self) {
         self.topics.sort_by(|x, y| x.hostname.cmp(&y.hostname));
+    }
+
+    /// `node`'s `replication` key, if it sent one.
+    pub fn replication(&self, node: &str) -> Option<&Replication> {
+        self.replication
+            .iter()
+            .find(|(n, _)| n == node)
+            .map(|(_, r)| r)
     }
 
     pub fn channel(&self, key: &str) -> Option<&ChannelStats> {
@@ -550,6 +613,31 @@ mod tests {
             json,
             r#"{"count":8,"percentiles":[{"average":25,"count":8,"max":30,"min":10,"quantile":0.99}],"topic":"t","channel":"","host":"*"}"#
         );
+    }
+
+    /// A node's `replication` key goes through as nsqd wrote it; a node without one has none.
+    #[test]
+    fn replication_key_per_node() {
+        let with = r#"{"topics":[],"replication":{"node_id":"6d1f0c33a9e2b774","epoch":3,
+            "replicas":2,"peers":[{"address":"10.0.0.6:4150","node_id":"00000000000000aa",
+            "state":"connected","in_replica_set":true,"catching_up":false,"acked_seq":81234,
+            "lag_frames":12,"last_seen_ms":120}],"backlogs":[{"origin":"00000000000000aa",
+            "epoch":7,"state":"replicating","messages":5321,"bytes":1843200,"last_seq":90211,
+            "segments":1}],"publish_waiting":1,"publish_failures":2,"takeovers":0,
+            "taken_over_by_peers":0}}"#;
+        let mut cs = ClusterStats::default();
+        cs.add_node(raw(with), "a:1", "ha", None, 101);
+        cs.add_node(raw(NODE_B), "b:1", "hb", None, 101);
+        assert!(cs.replication("b:1").is_none());
+        let r = cs.replication("a:1").unwrap();
+        let json = String::from_utf8(crate::json::to_vec(r)).unwrap();
+        assert!(
+            json.starts_with(r#"{"node_id":"6d1f0c33a9e2b774","epoch":3,"replicas":2,"peers":[{"address":"10.0.0.6:4150","#),
+            "nsqd's field order: {json}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let sent: serde_json::Value = serde_json::from_str(with).unwrap();
+        assert_eq!(back, sent["replication"]);
     }
 
     #[test]

@@ -623,6 +623,53 @@
     });
   }
 
+  // The node's replication state (ours, not in NSQ's nsqadmin/static/js/views/node.hbs): the
+  // `replication` key of /api/nodes/:node, present only when the nsqd replicates. '' without.
+  function replicationPanel(r) {
+    if (!r) { return ''; }
+    function yes(v) { return v ? 'yes' : ''; }
+    var html = '<section id="node-replication"><h3>Replication</h3><p class="summary">' +
+      '<span data-field="node_id">Node ID <strong>' + esc(r.node_id) + '</strong></span>, ' +
+      '<span data-field="epoch">Epoch ' + esc(r.epoch) + '</span>, ' +
+      '<span data-field="replicas">' + commafy(r.replicas) + ' Replicas</span>, ' +
+      '<span data-field="publish_waiting">' + commafy(r.publish_waiting) + ' Publishes Waiting</span>, ' +
+      '<span data-field="publish_failures">' + commafy(r.publish_failures) + ' Publish Failures</span>, ' +
+      '<span data-field="takeovers">' + commafy(r.takeovers) + ' Takeovers</span></p>';
+    var peers = r.peers || [];
+    html += '<h4>Peers</h4>';
+    if (!peers.length) {
+      html += notice('No replication peers.');
+    } else {
+      html += '<div class="table-wrap"><table class="table" id="replication-peers"><thead><tr><th>Peer</th><th>Node ID</th><th>State</th>' +
+        '<th>Replica Set</th><th>Catching Up</th><th class="num">Acked Seq</th><th class="num">Lag (frames)</th><th>Last Seen</th></tr></thead><tbody>';
+      peers.forEach(function (p) {
+        var up = p.state === 'connected';
+        html += '<tr data-peer="' + esc(p.address) + '"><td>' + esc(p.address) + '</td><td><code>' + esc(p.node_id) + '</code></td>' +
+          '<td data-field="state"><span class="label ' + (up ? 'label-success' : 'label-warning') + '">' + esc(p.state) + '</span></td>' +
+          '<td data-field="in_replica_set">' + yes(p.in_replica_set) + '</td><td data-field="catching_up">' + yes(p.catching_up) + '</td>' +
+          num('acked_seq', p.acked_seq) + num('lag_frames', p.lag_frames) +
+          '<td data-field="last_seen">' + (p.last_seen_ms === null || p.last_seen_ms === undefined ? 'never' :
+            esc(nanotohuman(p.last_seen_ms * 1e6)) + ' ago') + '</td></tr>';
+      });
+      html += '</tbody></table></div>';
+    }
+    var backlogs = r.backlogs || [];
+    html += '<h4>Replica Backlogs</h4>';
+    if (!backlogs.length) {
+      html += notice('No replica backlogs on this node.');
+    } else {
+      html += '<div class="table-wrap"><table class="table" id="replica-backlogs"><thead><tr><th>Origin</th><th class="num">Epoch</th><th>State</th>' +
+        '<th class="num">Messages</th><th class="num">Bytes</th><th class="num">Last Seq</th><th class="num">Segments</th></tr></thead><tbody>';
+      backlogs.forEach(function (b) {
+        html += '<tr data-origin="' + esc(b.origin + '.' + b.epoch) + '"><td><code>' + esc(b.origin) + '</code></td>' + num('epoch', b.epoch) +
+          '<td data-field="state">' + esc(b.state) + '</td>' + num('messages', b.messages) + num('bytes', b.bytes) +
+          num('last_seq', b.last_seq) + num('segments', b.segments) + '</tr>';
+      });
+      html += '</tbody></table></div>';
+    }
+    return html + '</section>';
+  }
+
   function nodeView(node) {
     load(api('GET', '/nodes/' + enc(node)), function (d) {
       var topics = d.topics || [];
@@ -636,11 +683,12 @@
         });
       }
       if (!topics.length) {
-        main().innerHTML = html + notice('No topics on this node.');
+        main().innerHTML = html + notice('No topics on this node.') + replicationPanel(d.replication);
         return;
       }
       html += '<p class="summary"><span data-field="topics">' + commafy(topics.length) + ' Topics</span>, <span data-field="total_messages">' +
         commafy(d.total_messages) + ' Messages</span>, <span data-field="total_clients">' + commafy(d.total_clients) + ' Clients</span></p>';
+      html += replicationPanel(d.replication);
       html += '<div class="table-wrap"><table class="table" id="node-topics"><tbody>';
       topics.forEach(function (t) {
         var tp = '/topics/' + enc(t.topic_name);

@@ -18,6 +18,7 @@ use nsq_prometheus::{Exposition, Kind};
 
 use crate::client::ClientStats;
 use crate::nsqd::Nsqd;
+use crate::replication::{PeerInfo, Replication};
 use crate::stats::{ChannelSnapshot, Filter, Snapshot, TopicSnapshot};
 
 fn b(v: bool) -> f64 {
@@ -103,6 +104,9 @@ pub fn render(nsqd: &Nsqd, per_client: bool) -> String {
     channel_families(&mut e, &snapshot);
     if per_client {
         client_families(&mut e, &snapshot);
+    }
+    if let Some(r) = nsqd.replication.as_deref() {
+        replication_families(&mut e, r);
     }
     ProcessStats::read().write(&mut e);
     e.finish()
@@ -337,6 +341,100 @@ fn client_families(e: &mut Exposition, s: &Snapshot) {
             e.sample(name, &labels, *n as f64);
         }
     }
+}
+
+/// Replication's families (docs/replication.md, Visibility), only when replication is on: the
+/// same numbers as `/stats`' `replication` key. Peers are labelled by their
+/// `--replication-peer` address and have samples only on a node that replicates its own
+/// publishes (`--replicas` ≥ 2: it is the one that dials them); backlogs are labelled by the
+/// origin's node ID and summed over its epochs, so a series outlives an epoch change.
+fn replication_families(e: &mut Exposition, r: &Replication) {
+    let peers = if r.replicates_own() {
+        r.peers()
+    } else {
+        Vec::new()
+    };
+    let last = r.log.last_seq();
+    type Get = fn(&PeerInfo, u64) -> f64;
+    let families: [(&str, &str, Get); 3] = [
+        (
+            "nsq_nsqd_replication_peer_up",
+            "1 while the replication link to the peer is up (/stats replication.peers state).",
+            |p, _| b(p.connected),
+        ),
+        (
+            "nsq_nsqd_replication_peer_in_set",
+            "1 when the peer is in this node's replica set: its acknowledgements count.",
+            |p, _| b(p.in_replica_set),
+        ),
+        (
+            "nsq_nsqd_replication_peer_lag_frames",
+            "Replication frames this node logged that the peer has not acknowledged (0 while the link is down).",
+            |p, last| p.lag_frames(last) as f64,
+        ),
+    ];
+    for (name, help, get) in families {
+        e.family(name, Kind::Gauge, help);
+        for p in &peers {
+            e.sample(name, &[("peer", &p.address)], get(p, last));
+        }
+    }
+
+    // (origin, messages, bytes), summed over the origin's epochs; `backlogs()` is sorted.
+    let mut origins: Vec<(String, u64, u64)> = Vec::new();
+    for bl in r.backlogs() {
+        let origin = format!("{:016x}", bl.origin);
+        match origins.last_mut() {
+            Some(o) if o.0 == origin => {
+                o.1 += bl.messages;
+                o.2 += bl.bytes;
+            }
+            _ => origins.push((origin, bl.messages, bl.bytes)),
+        }
+    }
+    let name = "nsq_nsqd_replica_backlog_messages";
+    e.family(
+        name,
+        Kind::Gauge,
+        "Unsettled messages of a peer (origin) this node holds in its replica backlogs, over all of the origin's epochs.",
+    );
+    for (origin, messages, _) in &origins {
+        e.sample(name, &[("origin", origin)], *messages as f64);
+    }
+    let name = "nsq_nsqd_replica_backlog_bytes";
+    e.family(
+        name,
+        Kind::Gauge,
+        "Bytes of a peer's (origin's) replica backlogs on this node's disk, over all of the origin's epochs.",
+    );
+    for (origin, _, bytes) in &origins {
+        e.sample(name, &[("origin", origin)], *bytes as f64);
+    }
+
+    e.single(
+        "nsq_nsqd_replication_publish_waiting",
+        Kind::Gauge,
+        "Publishes waiting for their replica acknowledgements now.",
+        r.publish_waiting() as f64,
+    );
+    e.single(
+        "nsq_nsqd_replication_publish_failures_total",
+        Kind::Counter,
+        "Publishes failed because too few replicas acknowledged them within --replication-ack-timeout.",
+        r.publish_failures() as f64,
+    );
+    e.single(
+        "nsq_nsqd_replication_takeovers_total",
+        Kind::Counter,
+        "Backlogs of lost peers this node took over (published into its own queues).",
+        r.takeovers() as f64,
+    );
+    e.single(
+        "nsq_nsqd_replication_catchups_total",
+        Kind::Counter,
+        "Replication links to peers that began with a catch-up instead of resuming.",
+        r.catchups() as f64,
+    );
 }
 
 /// The `/metrics` response: `per_client` is read as Go's `strconv.ParseBool` (absent or

@@ -16,7 +16,7 @@ use super::{Ctx, Endpoint, Reply};
 use crate::admin::Admin;
 use crate::cluster::Producer;
 use crate::notify::AdminAction;
-use crate::stats::{ClusterStats, TopicStats};
+use crate::stats::{ClusterStats, Replication, TopicStats};
 use nsq_go::url::{escape_path, Query};
 
 pub(super) async fn handle(
@@ -209,12 +209,18 @@ async fn node(admin: &Arc<Admin>, node: &str) -> ApiResult {
         .flat_map(|t| t.channels.iter().flatten())
         .map(|c| c.clients.as_ref().map_or(0, Vec::len) as i64)
         .sum();
+    let replication = stats.replication(node).cloned();
+    /// nsqadmin/http.go, `nodeHandler`'s answer, plus `replication`: the node's own
+    /// `/stats` `replication` key unchanged (crate::stats::Replication), only when the node
+    /// has one; the UI's node page shows it as its Replication panel.
     #[derive(Serialize)]
     struct R {
         node: String,
         topics: Option<Vec<TopicStats>>,
         total_messages: i64,
         total_clients: i64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        replication: Option<Replication>,
         message: String,
     }
     Ok(Reply::json(&R {
@@ -222,6 +228,7 @@ async fn node(admin: &Arc<Admin>, node: &str) -> ApiResult {
         topics: (!stats.topics.is_empty()).then_some(stats.topics),
         total_messages,
         total_clients,
+        replication,
         message: warn_msg(&warn),
     }))
 }

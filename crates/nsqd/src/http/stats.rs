@@ -79,6 +79,7 @@ fn replication_json(r: &crate::replication::Replication) -> ReplicationJson {
             .peers()
             .into_iter()
             .map(|p| PeerJson {
+                lag_frames: p.lag_frames(last),
                 address: p.address,
                 node_id: format!("{:016x}", p.node_id),
                 state: if p.connected {
@@ -89,11 +90,6 @@ fn replication_json(r: &crate::replication::Replication) -> ReplicationJson {
                 in_replica_set: p.in_replica_set,
                 catching_up: p.catching_up,
                 acked_seq: p.acked_seq,
-                lag_frames: if p.connected {
-                    last.saturating_sub(p.acked_seq)
-                } else {
-                    0
-                },
                 last_seen_ms: p.last_seen_ms,
             })
             .collect(),
@@ -112,7 +108,7 @@ fn replication_json(r: &crate::replication::Replication) -> ReplicationJson {
             .collect(),
         publish_waiting: r.publish_waiting(),
         publish_failures: r.publish_failures(),
-        takeovers: 0,
+        takeovers: r.takeovers(),
         taken_over_by_peers: 0,
     }
 }

@@ -178,6 +178,19 @@ pub struct PeerInfo {
     pub last_seen_ms: Option<u64>,
 }
 
+impl PeerInfo {
+    /// How far the peer is behind this node's log (`last_seq`, [`OriginLog::last_seq`]): the
+    /// frames it has not acknowledged, while connected; 0 when it is not (`/stats`
+    /// `lag_frames`, `/metrics` `nsq_nsqd_replication_peer_lag_frames`).
+    pub fn lag_frames(&self, last_seq: u64) -> u64 {
+        if self.connected {
+            last_seq.saturating_sub(self.acked_seq)
+        } else {
+            0
+        }
+    }
+}
+
 /// Replication's state in the daemon (see the module comment).
 pub struct Replication {
     pub identity: Identity,
@@ -195,6 +208,10 @@ pub struct Replication {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     publish_waiting: AtomicU64,
     publish_failures: AtomicU64,
+    /// Backlogs of peers this node took over (docs/replication.md, Takeover).
+    takeovers: AtomicU64,
+    /// Link sessions that began with a catch-up instead of resuming (origin side).
+    catchups: AtomicU64,
 }
 
 /// Why replication could not start.
@@ -256,6 +273,8 @@ impl Replication {
             tasks: Mutex::new(Vec::new()),
             publish_waiting: AtomicU64::new(0),
             publish_failures: AtomicU64::new(0),
+            takeovers: AtomicU64::new(0),
+            catchups: AtomicU64::new(0),
             settings,
         });
         repl.open_backlogs()?;
@@ -525,6 +544,21 @@ impl Replication {
     /// Publishes failed for want of replica acknowledgements.
     pub fn publish_failures(&self) -> u64 {
         self.publish_failures.load(Ordering::Relaxed)
+    }
+
+    /// Peers' backlogs this node took over since it started.
+    pub fn takeovers(&self) -> u64 {
+        self.takeovers.load(Ordering::Relaxed)
+    }
+
+    /// Link sessions to peers that began with a catch-up since this node started.
+    pub fn catchups(&self) -> u64 {
+        self.catchups.load(Ordering::Relaxed)
+    }
+
+    /// A link session began with a catch-up (origin.rs, `session`).
+    pub(crate) fn count_catchup(&self) {
+        self.catchups.fetch_add(1, Ordering::Relaxed);
     }
 
     // ---- shutdown ----------------------------------------------------------------------

@@ -195,6 +195,9 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
         (last + 1, last)
     };
     repl.session_up(i, welcome.node_id, floor, !resume);
+    if !resume {
+        repl.count_catchup();
+    }
     tracing::info!(
         "REPLICATION: linked to {addr} ({:016x}), {}",
         welcome.node_id,
