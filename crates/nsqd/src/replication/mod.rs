@@ -12,6 +12,7 @@ pub mod identity;
 pub mod log;
 mod origin;
 mod replica;
+pub mod returning;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -195,6 +196,8 @@ pub struct Replication {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     publish_waiting: AtomicU64,
     publish_failures: AtomicU64,
+    /// Return (`returning.rs`): the current epoch, the startup hold.
+    ret: returning::State,
 }
 
 /// Why replication could not start.
@@ -256,6 +259,7 @@ impl Replication {
             tasks: Mutex::new(Vec::new()),
             publish_waiting: AtomicU64::new(0),
             publish_failures: AtomicU64::new(0),
+            ret: returning::State::new(identity.epoch),
             settings,
         });
         repl.open_backlogs()?;
@@ -369,8 +373,9 @@ impl Replication {
         if !self.replicates_own() {
             return;
         }
-        let mut tasks = self.tasks.lock();
         let n = self.group.lock().peers.len();
+        self.start_return(n);
+        let mut tasks = self.tasks.lock();
         for i in 0..n {
             let r = self.clone();
             let hello = origin::HelloInfo {
@@ -555,7 +560,12 @@ impl Replication {
             let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
         }
         let last = self.log.last_seq();
-        if let Err(e) = identity::write(&self.data_path, &self.identity, Some(last)) {
+        // The epoch may have moved since the start (a peer took one over).
+        let id = Identity {
+            epoch: self.epoch(),
+            ..self.identity
+        };
+        if let Err(e) = identity::write(&self.data_path, &id, Some(last)) {
             tracing::error!("REPLICATION: failed to record the clean stop - {e}");
         }
     }
