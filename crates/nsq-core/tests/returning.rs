@@ -15,9 +15,9 @@ use nsq_core::client_stats::ClientStats;
 use nsq_core::{
     Channel, Consumer, Engine, FinishError, Message, NoHooks, Options, Replicator, Topic,
 };
-use parking_lot::Mutex;
 use nsq_protocol::replication::{AdminOp, Manifest, ReqEntry};
 use nsq_protocol::MessageId;
+use parking_lot::Mutex;
 use tempfile::TempDir;
 
 const MSG_TIMEOUT: Duration = Duration::from_secs(60);
@@ -142,7 +142,11 @@ async fn a_manifest_removes_listed_messages_from_memory_in_flight_and_deferred()
     assert_eq!(settled, 3);
     let s = c.stats();
     assert_eq!((s.in_flight_count, s.deferred_count), (1, 0));
-    assert_eq!(cc.timeouts.load(Ordering::SeqCst), 1, "m1's consumer holds one less");
+    assert_eq!(
+        cc.timeouts.load(Ordering::SeqCst),
+        1,
+        "m1's consumer holds one less"
+    );
     assert_eq!(cd.timeouts.load(Ordering::SeqCst), 1);
     assert_eq!(d.stats().in_flight_count, 9);
     assert_eq!(
@@ -155,7 +159,11 @@ async fn a_manifest_removes_listed_messages_from_memory_in_flight_and_deferred()
 
     let rest = take_all(&c, 1);
     assert_eq!(names(&rest), ["m3", "m5", "m7", "m9"]);
-    assert_eq!(e.returning().pending(), 0, "the skip set empties as it is met");
+    assert_eq!(
+        e.returning().pending(),
+        0,
+        "the skip set empties as it is met"
+    );
     c.finish(1, &id[0]).unwrap();
     for m in &rest {
         c.finish(1, &m.id).unwrap();
@@ -281,7 +289,11 @@ async fn a_topic_entry_covers_messages_not_fanned_out_yet() {
 
     let settled = e.apply_manifest(&[entry("t", "", vec![id[1]]), entry("t", "c", vec![id[2]])]);
     assert_eq!(settled, 0);
-    assert_eq!(e.returning().pending(), 1, "m1 pending on the topic (m2 is not on c yet)");
+    assert_eq!(
+        e.returning().pending(),
+        1,
+        "m1 pending on the topic (m2 is not on c yet)"
+    );
     let x = channel(&t, "x");
     t.unpause();
     wait_for("fan-out", || c.depth() == 4 && x.depth() == 4).await;

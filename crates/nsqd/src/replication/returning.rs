@@ -133,7 +133,13 @@ impl Replication {
                     let answered = repl.ret.answered.notified();
                     tokio::pin!(answered);
                     answered.as_mut().enable();
-                    if repl.ret.waiting.lock().as_ref().is_none_or(|w| w.is_empty()) {
+                    if repl
+                        .ret
+                        .waiting
+                        .lock()
+                        .as_ref()
+                        .is_none_or(|w| w.is_empty())
+                    {
                         break;
                     }
                     if tokio::time::timeout_at(deadline, answered).await.is_err() {
