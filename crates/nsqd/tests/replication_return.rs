@@ -394,3 +394,49 @@ async fn after_an_unclean_stop_delivery_waits_for_the_manifest_and_it_survives_a
     eventually(async || taken_files(dir.path()) == 0).await;
     a.shutdown().await;
 }
+
+/// Two takers of the same epoch (docs/replication.md, Safety model): A applies both
+/// manifests, moves to the next epoch once, and delivers only what neither lists.
+#[tokio::test]
+async fn the_manifests_of_two_takers_are_both_applied() {
+    let mut f1 = Fake::start().await;
+    let mut f2 = Fake::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let o = common::options(
+        dir.path(),
+        &[
+            "--replicas=2".to_string(),
+            format!("--replication-peer={}", f1.addr),
+            format!("--replication-peer={}", f2.addr),
+        ],
+    );
+    let a = nsqd::start(o).await.unwrap();
+    let e = f1.hello().await.epoch;
+    assert_eq!(f2.hello().await.epoch, e);
+    create_channel(&a, "t", "c").await;
+    publish(&a, 5).await;
+    let mut id = Vec::new();
+    for i in 0..5 {
+        id.push(f1.id(&format!("m{i}")).await);
+    }
+    f1.then(Answer::TakenOver {
+        epoch: e,
+        delay: Duration::ZERO,
+        entries: vec![("t".into(), "c".into(), vec![id[0], id[1]])],
+    });
+    f2.then(Answer::TakenOver {
+        epoch: e,
+        delay: Duration::from_millis(200),
+        entries: vec![("t".into(), "".into(), vec![id[1], id[3]])],
+    });
+    f1.cut_links();
+    f2.cut_links();
+    assert_eq!(f1.applied().await, e);
+    assert_eq!(f2.applied().await, e);
+    eventually(async || a.nsqd.replication.as_ref().unwrap().epoch() == e + 1).await;
+    let mut sub = subscribe(&a, "c").await;
+    assert_eq!(receive(&mut sub, 2).await, ["m2", "m4"]);
+    nothing_for(&mut sub, Duration::from_millis(300)).await;
+    assert_eq!(dat(dir.path())["epoch"], e + 1);
+    a.shutdown().await;
+}
