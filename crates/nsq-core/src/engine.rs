@@ -267,6 +267,12 @@ impl Engine {
         };
         self.hooks.topic_deleted(name);
         topic.delete();
+        {
+            // Nothing of it is left to skip.
+            let mut s = self.returning.lock();
+            s.forget_topic(name);
+            self.returning.refresh(&s);
+        }
         true
     }
 
@@ -299,13 +305,27 @@ impl Engine {
     /// Returns how many messages were settled at once. Blocking: reads the unread part of
     /// the named topics' and channels' diskqueues.
     pub fn apply_manifest(&self, manifest: &[nsq_protocol::replication::Manifest]) -> usize {
-        let ret = &self.returning;
-        ret.add(manifest);
-        let mut names: Vec<&str> = manifest.iter().map(|m| m.topic.as_str()).collect();
+        self.returning.add(manifest);
+        let mut names: Vec<String> = manifest.iter().map(|m| m.topic.clone()).collect();
         names.sort_unstable();
         names.dedup();
+        self.apply_skips(names)
+    }
+
+    /// Applies the skip set again to every topic it names (as [`Engine::apply_manifest`]
+    /// does with a new manifest): what was pending on a topic and has been fanned out since
+    /// becomes entries of its channels, trimmed to what they hold. Blocking, as
+    /// `apply_manifest`.
+    pub fn reapply_skips(&self) -> usize {
+        let names = self.returning.topics();
+        self.apply_skips(names)
+    }
+
+    fn apply_skips(&self, names: Vec<String>) -> usize {
+        let ret = &self.returning;
         let mut settled = 0;
-        for name in names {
+        for name in &names {
+            let name = name.as_str();
             let Some(topic) = self.get_topic(name) else {
                 // Nothing of it here to deliver.
                 let mut s = ret.lock();

@@ -326,3 +326,53 @@ async fn the_delivery_hold_stops_every_channel() {
     woken.await;
     assert_eq!(names(&take_all(&c, 1)), ["m0", "m1"]);
 }
+
+/// Emptying or deleting a channel, or deleting the topic, forgets its entries (nothing of it
+/// is left to skip); a topic entry found fanned out when applied again moves to the channels.
+#[tokio::test(start_paused = true)]
+async fn emptied_or_deleted_queues_leave_nothing_to_skip() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir, 100);
+    let rec = Arc::new(Recorder::default());
+    assert!(e.set_replicator(rec.clone()));
+    let t = topic(&e, "t");
+    let (c, d) = (channel(&t, "c"), channel(&t, "d"));
+    t.put_many(bodies(3), Duration::ZERO).unwrap();
+    wait_for("fan-out", || c.depth() == 3 && d.depth() == 3).await;
+    let id = rec.published.lock().clone();
+    e.apply_manifest(&[
+        entry("t", "c", vec![id[0]]),
+        entry("t", "d", vec![id[1], id[2]]),
+    ]);
+    assert_eq!(e.returning().pending(), 3);
+    c.empty().unwrap();
+    assert_eq!(e.returning().pending(), 2);
+    assert!(t.delete_channel("d"));
+    assert_eq!(e.returning().pending(), 0);
+
+    // A topic entry pending on a paused topic, then fanned out: applied again, it becomes
+    // c's entry, and c meets it.
+    t.pause();
+    t.put_many(bodies(2), Duration::ZERO).unwrap();
+    tokio::task::yield_now().await;
+    let id = rec.published.lock()[3..].to_vec();
+    e.apply_manifest(&[entry("t", "", vec![id[0]])]);
+    assert!(e.returning().only_topic_entries());
+    t.unpause();
+    wait_for("fan-out", || c.depth() == 2).await;
+    e.reapply_skips();
+    assert!(!e.returning().only_topic_entries());
+    assert_eq!(e.returning().pending(), 1);
+    assert_eq!(names(&take_all(&c, 1)), ["m1"]);
+    assert_eq!(e.returning().pending(), 0);
+
+    // A deleted topic: its entries go.
+    t.pause();
+    t.put_many(bodies(1), Duration::ZERO).unwrap();
+    tokio::task::yield_now().await;
+    let last = *rec.published.lock().last().unwrap();
+    e.apply_manifest(&[entry("t", "", vec![last])]);
+    assert_eq!(e.returning().pending(), 1);
+    assert!(e.delete_topic("t"));
+    assert_eq!(e.returning().pending(), 0);
+}

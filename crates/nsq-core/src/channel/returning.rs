@@ -113,6 +113,28 @@ impl Returning {
         self.skips.lock().topics.values().map(TopicSkips::len).sum()
     }
 
+    /// The topics the skip set names.
+    pub(crate) fn topics(&self) -> Vec<String> {
+        self.skips.lock().topics.keys().cloned().collect()
+    }
+
+    /// Whether every entry left is a topic entry (messages still pending on their topic when
+    /// last applied: [`crate::engine::Engine::reapply_skips`] may find them fanned out).
+    pub fn only_topic_entries(&self) -> bool {
+        let s = self.skips.lock();
+        !s.topics.is_empty() && s.topics.values().all(|t| t.channels.is_empty())
+    }
+
+    /// Forgets a channel's entries (it was emptied or deleted).
+    pub(crate) fn forget_channel(&self, topic: &str, channel: &str) {
+        let mut s = self.skips.lock();
+        if let Some(t) = s.topics.get_mut(topic) {
+            t.channels.remove(channel);
+        }
+        s.tidy(topic);
+        self.refresh(&s);
+    }
+
     /// Adds a manifest's entries: an empty channel name means pending on the topic.
     pub(crate) fn add(&self, manifest: &[Manifest]) {
         let mut s = self.skips.lock();

@@ -32,6 +32,8 @@ use super::Replication;
 pub const STARTUP_HOLD: Duration = Duration::from_secs(5);
 /// How often stored manifests are checked for being used up.
 const RETIRE_EVERY: Duration = Duration::from_secs(1);
+/// How often a skip set of topic entries only is applied again.
+const REAPPLY_EVERY: Duration = Duration::from_secs(60);
 
 /// Return's state in [`Replication`].
 pub(crate) struct State {
@@ -142,24 +144,37 @@ impl Replication {
                     {
                         break;
                     }
-                    if tokio::time::timeout_at(deadline, answered).await.is_err() {
-                        tracing::warn!(
-                            "REPLICATION: not every peer answered within {STARTUP_HOLD:?}, delivering"
-                        );
-                        break;
+                    let mut stop = repl.stopping();
+                    tokio::select! {
+                        _ = answered => {}
+                        _ = tokio::time::sleep_until(deadline) => {
+                            tracing::warn!(
+                                "REPLICATION: not every peer answered within {STARTUP_HOLD:?}, delivering"
+                            );
+                            break;
+                        }
+                        _ = stop.wait_for(|s| *s) => break,
                     }
                 }
                 *repl.ret.waiting.lock() = None;
             }
             engine.release_delivery();
             let mut stop = repl.stopping();
+            let mut last_reapply = tokio::time::Instant::now();
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(RETIRE_EVERY) => {}
                     _ = stop.wait_for(|s| *s) => return,
                 }
+                // Only topic entries left (pending on a paused or channel-less topic when
+                // applied): look again now and then whether they were fanned out since.
+                let reapply = last_reapply.elapsed() >= REAPPLY_EVERY
+                    && engine.returning().only_topic_entries();
+                if reapply {
+                    last_reapply = tokio::time::Instant::now();
+                }
                 let r = repl.clone();
-                let _ = tokio::task::spawn_blocking(move || r.retire_used_up()).await;
+                let _ = tokio::task::spawn_blocking(move || r.retire_used_up(reapply)).await;
             }
         });
         self.tasks.lock().push(task);
@@ -187,10 +202,14 @@ impl Replication {
         }
     }
 
-    /// Deletes the stored manifests once nothing of them is left to skip. Blocking.
-    fn retire_used_up(&self) {
+    /// Deletes the stored manifests once nothing of them is left to skip (`reapply`: after
+    /// applying the skip set again). Blocking.
+    fn retire_used_up(&self, reapply: bool) {
         let Some(engine) = self.engine() else { return };
         let _files = self.ret.files.lock();
+        if reapply {
+            engine.reapply_skips();
+        }
         if engine.returning().pending() > 0 {
             return;
         }
