@@ -195,10 +195,7 @@ fn a_killed_origin_starts_a_new_epoch_and_catches_its_replica_up() {
     let mut p = a.connect();
     p.mpublish("t", (0..10).map(|i| Bytes::from(format!("m{i}"))).collect());
     http_post(a.http_addr, "/channel/create?topic=t&channel=c", b"");
-    p.mpublish(
-        "t",
-        (10..15).map(|i| Bytes::from(format!("m{i}"))).collect(),
-    );
+    p.mpublish("t", (10..15).map(|i| Bytes::from(format!("m{i}"))).collect());
     let epoch1 = a.stats()["replication"]["epoch"].as_u64().unwrap();
     b.wait_stats("epoch 1 backlog", Duration::from_secs(10), |s| {
         backlogs_of(s, &origin)

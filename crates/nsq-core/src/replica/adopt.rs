@@ -160,10 +160,7 @@ mod tests {
         let Put::Topic { topic, message } = &p[2] else {
             panic!()
         };
-        assert_eq!(
-            (topic.as_str(), message.attempts, message.defer_ms),
-            ("t", 0, 2)
-        );
+        assert_eq!((topic.as_str(), message.attempts, message.defer_ms), ("t", 0, 2));
         assert_eq!(m.len(), 3);
         puts(item(8, &[("c1", 0, 1)], false), NOW, &mut m);
         let entries: Vec<_> = m.into_entries().collect();

@@ -137,9 +137,7 @@ pub fn read(path: &Path, epoch: u64) -> Result<Vec<Manifest>, ManifestError> {
             }
             Frame::Manifest(m) => m.epoch,
             Frame::ManifestEnd { epoch: e } if e == epoch && pos == data.len() => return Ok(out),
-            Frame::ManifestEnd { epoch: e } if e == epoch => {
-                return Err(ManifestError::Damaged(pos))
-            }
+            Frame::ManifestEnd { epoch: e } if e == epoch => return Err(ManifestError::Damaged(pos)),
             Frame::ManifestEnd { epoch: e } => e,
             _ => return Err(ManifestError::Damaged(pos - HEADER - len)),
         };
@@ -307,11 +305,7 @@ mod tests {
         let mut s = SkipSet::new();
         s.add(&m);
         s.add(&m[..1]);
-        assert_eq!(
-            s.len(),
-            259,
-            "a second manifest with the same entries adds nothing"
-        );
+        assert_eq!(s.len(), 259, "a second manifest with the same entries adds nothing");
         assert!(s.covers("t", "c1"));
         assert!(!s.covers("t", "c2"));
         assert!(s.take("t", "c1", &id(1)));

@@ -171,10 +171,7 @@ pub fn taker(
     gone_for: Duration,
     timeout: Duration,
 ) -> Option<u64> {
-    let candidates: Vec<u64> = ring
-        .after(origin)
-        .filter(|&m| alive(m) && holds(m))
-        .collect();
+    let candidates: Vec<u64> = ring.after(origin).filter(|&m| alive(m) && holds(m)).collect();
     if candidates.is_empty() {
         return None;
     }
@@ -196,11 +193,7 @@ mod tests {
         assert_eq!(r.len(), 4);
         assert_eq!(r.after(20).collect::<Vec<_>>(), [30, 40, 10]);
         assert_eq!(r.after(40).collect::<Vec<_>>(), [10, 20, 30]);
-        assert_eq!(
-            r.after(25).collect::<Vec<_>>(),
-            [30, 40, 10, 20],
-            "not a member"
-        );
+        assert_eq!(r.after(25).collect::<Vec<_>>(), [30, 40, 10, 20], "not a member");
         assert_eq!(Ring::new([]).after(1).count(), 0);
     }
 
@@ -215,11 +208,7 @@ mod tests {
         // Origin 4: 1 then 2 (3 is dead).
         assert_eq!(taker(&r, 4, alive, holds, Duration::ZERO, t), Some(1));
         assert_eq!(taker(&r, 4, alive, holds, t, t), Some(2), "1 silent for T");
-        assert_eq!(
-            taker(&r, 4, alive, holds, t * 5, t),
-            Some(2),
-            "the last stays"
-        );
+        assert_eq!(taker(&r, 4, alive, holds, t * 5, t), Some(2), "the last stays");
         assert_eq!(taker(&r, 4, |_| false, holds, Duration::ZERO, t), None);
     }
 
@@ -258,10 +247,7 @@ mod tests {
         w.link_down(s(2));
         w.lookupd_answer("l1", s(3), None);
         w.lookupd_answer("l1", s(12), None);
-        assert!(
-            !w.is_gone(s(12)),
-            "absent only since the first unlisted answer (3)"
-        );
+        assert!(!w.is_gone(s(12)), "absent only since the first unlisted answer (3)");
         assert_eq!(w.gone_since(s(13)), Some(s(13)));
         // Listed again (re-registered): present, and a new absence starts over.
         w.lookupd_answer("l1", s(14), Some(2));
@@ -275,10 +261,7 @@ mod tests {
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut w = GoneWatch::new(t, true);
         w.link_down(s(0));
-        assert!(
-            !w.is_gone(s(100)),
-            "cut off from every lookupd: maybe we are the island"
-        );
+        assert!(!w.is_gone(s(100)), "cut off from every lookupd: maybe we are the island");
         w.lookupd_answer("l1", s(1), None);
         assert!(!w.is_gone(s(100)), "its answer is older than the timeout");
         w.lookupd_answer("l1", s(100), None);
