@@ -78,6 +78,14 @@ impl DeferredQueue {
         None
     }
 
+    /// Removes the message with this ID, if deferred (its heap entry turns stale and is
+    /// skipped by [`DeferredQueue::pop_due`]).
+    pub fn remove(&mut self, id: &MessageId) -> Option<Message> {
+        let (_, m) = self.entries.remove(id)?;
+        self.bytes -= m.record_len();
+        Some(m)
+    }
+
     /// Iterates over the deferred messages with their due times, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (Instant, &Message)> + '_ {
         self.entries.values().map(|(due, m)| (*due, m))

@@ -8,7 +8,7 @@ use parking_lot::RwLock;
 use rustc_hash::FxHashMap;
 
 use crate::backend::{BackendError, BackendQueue, DropSink};
-use crate::channel::Channel;
+use crate::channel::{Channel, Returning};
 use crate::diskqueue::{DiskQueue, DiskQueueOptions};
 use crate::options::{Health, Options};
 use crate::replicate::Replicator;
@@ -44,6 +44,8 @@ pub struct Engine {
     reserve: Option<Arc<Reserve>>,
     /// Set once, before metadata loading, when replication is on (crate::replicate).
     replicator: OnceLock<Arc<dyn Replicator>>,
+    /// A returning origin's delivery hold and skip set (replication, `channel/returning.rs`).
+    returning: Arc<Returning>,
     me: Weak<Engine>,
 }
 
@@ -67,6 +69,7 @@ impl Engine {
             loading: AtomicBool::new(false),
             reserve,
             replicator: OnceLock::new(),
+            returning: Arc::new(Returning::new()),
             me: me.clone(),
         });
         if let Some(r) = &engine.reserve {
@@ -264,7 +267,111 @@ impl Engine {
         };
         self.hooks.topic_deleted(name);
         topic.delete();
+        {
+            // Nothing of it is left to skip.
+            let mut s = self.returning.lock();
+            s.forget_topic(name);
+            self.returning.refresh(&s);
+        }
         true
+    }
+
+    // ---- a returning origin (replication: docs/replication.md, "Return") -----------------
+
+    /// The delivery hold and skip set.
+    pub fn returning(&self) -> &Arc<Returning> {
+        &self.returning
+    }
+
+    /// Channels stop handing messages to consumers until [`Engine::release_delivery`] (an
+    /// origin restarted after an unclean stop waits for its peers' manifests).
+    pub fn hold_delivery(&self) {
+        self.returning.set_hold(true);
+    }
+
+    /// Ends [`Engine::hold_delivery`] and wakes every consumer.
+    pub fn release_delivery(&self) {
+        self.returning.set_hold(false);
+        for c in self.channels() {
+            c.wake_consumers();
+        }
+    }
+
+    /// Applies a manifest of what a peer took over (`manifest`: its MANIFEST frames): none of
+    /// the listed messages is delivered here afterwards. Messages in flight or deferred are
+    /// settled at once (as a FIN); those waiting in a memory queue or unread in a diskqueue
+    /// are dropped when a take meets them; an entry with an empty channel (pending on the
+    /// topic at the origin) covers every channel of the topic. Several manifests add up.
+    /// Returns how many messages were settled at once. Blocking: reads the unread part of
+    /// the named topics' and channels' diskqueues.
+    pub fn apply_manifest(&self, manifest: &[nsq_protocol::replication::Manifest]) -> usize {
+        self.returning.add(manifest);
+        let mut names: Vec<String> = manifest.iter().map(|m| m.topic.clone()).collect();
+        names.sort_unstable();
+        names.dedup();
+        self.apply_skips(names)
+    }
+
+    /// Applies the skip set again to every topic it names (as [`Engine::apply_manifest`]
+    /// does with a new manifest): what was pending on a topic and has been fanned out since
+    /// becomes entries of its channels, trimmed to what they hold. Blocking, as
+    /// `apply_manifest`.
+    pub fn reapply_skips(&self) -> usize {
+        let names = self.returning.topics();
+        self.apply_skips(names)
+    }
+
+    fn apply_skips(&self, names: Vec<String>) -> usize {
+        let ret = &self.returning;
+        let mut settled = 0;
+        for name in &names {
+            let name = name.as_str();
+            let Some(topic) = self.get_topic(name) else {
+                // Nothing of it here to deliver.
+                let mut s = ret.lock();
+                s.forget_topic(name);
+                ret.refresh(&s);
+                continue;
+            };
+            // Entries pending on the topic that it no longer holds were fanned out (before
+            // the scan: it holds the pump lock): they become entries of every channel.
+            let pending = topic.pending_ids();
+            let channels = topic.channels();
+            {
+                let mut s = ret.lock();
+                if let (Some(t), Ok(pending)) = (s.topic_mut(name), &pending) {
+                    let out: Vec<_> = t
+                        .on_topic
+                        .iter()
+                        .filter(|id| !pending.contains(id))
+                        .copied()
+                        .collect();
+                    for id in &out {
+                        t.on_topic.remove(id);
+                    }
+                    if !out.is_empty() {
+                        for c in &channels {
+                            t.channels
+                                .entry(c.name().to_string())
+                                .or_default()
+                                .extend(out.iter().copied());
+                        }
+                    }
+                    // Entries of channels that do not exist here: nothing to skip.
+                    t.channels
+                        .retain(|c, _| channels.iter().any(|ch| ch.name() == c));
+                }
+                s.tidy(name);
+                ret.refresh(&s);
+            }
+            if let Err(e) = pending {
+                tracing::error!(topic = %name, "failed to read the topic's backend to apply a manifest, its entries are kept - {e}");
+            }
+            for c in channels {
+                settled += c.apply_skips(ret);
+            }
+        }
+        settled
     }
 
     /// Graceful shutdown: every topic flushes its queues (and its channels' memory, in-flight

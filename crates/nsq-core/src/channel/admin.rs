@@ -88,6 +88,10 @@ impl Channel {
         let consumers = {
             let mut g = self.lock();
             g.state.clear();
+            if let Some(r) = self.returning() {
+                // Nothing of it is left to skip (replication's Return, `returning.rs`).
+                r.forget_channel(&self.topic_name, &self.name);
+            }
             if let Some(r) = repl {
                 r.admin(AdminOp::Empty, &self.topic_name, &self.name);
             }

@@ -9,6 +9,7 @@ use nsq_protocol::MessageId;
 use rand::Rng;
 use tokio::time::Instant;
 
+use super::returning::{Returning, TakeSkips};
 use super::state::Requeued;
 use super::{now, Channel, FinishError, RequeueError};
 use crate::message::{now_nanos, Message};
@@ -49,17 +50,32 @@ impl Channel {
         if max == 0 || self.is_paused() || self.is_exiting() {
             return 0;
         }
+        let ret = self.returning();
+        if ret.is_some_and(|r| r.is_holding()) {
+            // A returning origin waits for its peers' manifests (`returning.rs`).
+            return 0;
+        }
         let now = Instant::now().into_std();
         let mut rng = (sample_rate > 0).then(rand::thread_rng);
-        let mut keep = |_: &Message| match rng.as_mut() {
-            Some(r) => r.gen_range(0..100) <= sample_rate,
-            None => true,
-        };
         let mut g = self.lock();
+        // After the channel lock (the order `apply_skips` takes them in).
+        let mut skips = ret.and_then(|r| TakeSkips::new(r, &self.topic_name, &self.name));
+        // A message taken over by a peer is dropped as a sampled-out one is: consumed, its
+        // record settled, not delivered.
+        let mut keep = |m: &Message| {
+            if skips.as_mut().is_some_and(|s| s.skip(m)) {
+                return false;
+            }
+            match rng.as_mut() {
+                Some(r) => r.gen_range(0..100) <= sample_rate,
+                None => true,
+            }
+        };
         let taken = g
             .state
             .take_memory(client_id, max, now, msg_timeout, &mut keep, emit);
         let Some(asked) = taken.read else {
+            self.skipped(skips, ret);
             return taken.n;
         };
         // Read under the lock (see `state`'s module docs: the watermark needs it).
@@ -76,11 +92,24 @@ impl Channel {
             &mut keep,
             emit,
         );
+        self.skipped(skips, ret);
         drop(g);
         if bad > 0 {
             tracing::error!(channel = %self.name, topic = %self.topic_name, "failed to decode {bad} messages read from the backend, dropped");
         }
         taken.n + n
+    }
+
+    /// After a take under the channel lock: the messages it dropped as taken over are
+    /// streamed as FINed (the replicas of this epoch drop them too).
+    fn skipped(&self, skips: Option<TakeSkips<'_>>, ret: Option<&std::sync::Arc<Returning>>) {
+        let (Some(s), Some(ret)) = (skips, ret) else {
+            return;
+        };
+        let dropped = s.finish(ret);
+        if let (Some(r), false) = (&self.repl, dropped.is_empty()) {
+            r.finish(&self.topic_name, &self.name, &dropped);
+        }
     }
 
     /// FIN: removes the message from flight and settles its record.

@@ -21,7 +21,10 @@ mod deliver;
 mod enter;
 mod journal;
 mod reads;
+mod returning;
 mod state;
+
+pub use returning::Returning;
 
 #[cfg(test)]
 mod model;
@@ -29,7 +32,7 @@ mod model;
 mod tests;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::futures::Notified;
@@ -183,6 +186,8 @@ pub struct Channel {
     e2e: E2eLatency,
     /// Replication (crate::replicate); `None` when off and for an ephemeral channel.
     repl: Option<Arc<dyn Replicator>>,
+    /// The engine's delivery hold and skip set (`returning.rs`), looked up at first use.
+    returning: OnceLock<Arc<Returning>>,
 }
 
 impl std::fmt::Debug for Channel {
@@ -266,6 +271,7 @@ impl Channel {
             notify: Notify::new(),
             e2e,
             repl,
+            returning: OnceLock::new(),
         })
     }
 

@@ -142,6 +142,35 @@ impl Topic {
         })
     }
 
+    /// The engine, while it exists.
+    pub(crate) fn engine(&self) -> Option<Arc<Engine>> {
+        self.engine.upgrade()
+    }
+
+    /// The IDs pending on the topic itself (its memory queue, a stalled batch, the unread
+    /// records of its diskqueue), read under the pump lock as a catch-up does; `Err` if the
+    /// diskqueue could not be read. Blocking. (Replication's Return, `channel/returning.rs`.)
+    pub(crate) fn pending_ids(
+        &self,
+    ) -> Result<rustc_hash::FxHashSet<nsq_protocol::MessageId>, BackendError> {
+        let _guard = self.pump_lock.write();
+        let mut ids = rustc_hash::FxHashSet::default();
+        {
+            let st = self.state.lock();
+            let (mem, stalled) = st.queue.queued();
+            ids.extend(mem.map(|m| m.id));
+            if let Some(b) = stalled {
+                ids.extend(b.msgs.iter().map(|m| m.id));
+            }
+        }
+        self.backend.scan_unread(&mut |payload| {
+            if let Ok(m) = Message::decode(payload) {
+                ids.insert(m.id);
+            }
+        })?;
+        Ok(ids)
+    }
+
     /// The replicator, when this topic is replicated.
     pub(crate) fn replicator(&self) -> Option<&Arc<dyn Replicator>> {
         self.repl.as_ref()

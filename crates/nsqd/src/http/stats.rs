@@ -73,7 +73,7 @@ fn replication_json(r: &crate::replication::Replication) -> ReplicationJson {
     let last = r.log.last_seq();
     ReplicationJson {
         node_id: format!("{:016x}", r.identity.node_id),
-        epoch: r.identity.epoch,
+        epoch: r.epoch(),
         replicas: r.settings.replicas,
         peers: r
             .peers()

@@ -12,6 +12,7 @@ pub mod identity;
 pub mod log;
 mod origin;
 mod replica;
+pub mod returning;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -212,6 +213,8 @@ pub struct Replication {
     takeovers: AtomicU64,
     /// Link sessions that began with a catch-up instead of resuming (origin side).
     catchups: AtomicU64,
+    /// Return (`returning.rs`): the current epoch, the startup hold.
+    ret: returning::State,
 }
 
 /// Why replication could not start.
@@ -275,6 +278,7 @@ impl Replication {
             publish_failures: AtomicU64::new(0),
             takeovers: AtomicU64::new(0),
             catchups: AtomicU64::new(0),
+            ret: returning::State::new(identity.epoch),
             settings,
         });
         repl.open_backlogs()?;
@@ -388,8 +392,9 @@ impl Replication {
         if !self.replicates_own() {
             return;
         }
-        let mut tasks = self.tasks.lock();
         let n = self.group.lock().peers.len();
+        self.start_return(n);
+        let mut tasks = self.tasks.lock();
         for i in 0..n {
             let r = self.clone();
             let hello = origin::HelloInfo {
@@ -589,7 +594,12 @@ impl Replication {
             let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
         }
         let last = self.log.last_seq();
-        if let Err(e) = identity::write(&self.data_path, &self.identity, Some(last)) {
+        // The epoch may have moved since the start (a peer took one over).
+        let id = Identity {
+            epoch: self.epoch(),
+            ..self.identity
+        };
+        if let Err(e) = identity::write(&self.data_path, &id, Some(last)) {
             tracing::error!("REPLICATION: failed to record the clean stop - {e}");
         }
     }

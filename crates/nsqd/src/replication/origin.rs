@@ -46,6 +46,10 @@ enum End {
     NotEstablished(String),
     /// After WELCOME.
     Lost(String),
+    /// The peer took an epoch over; its manifest is applied (a new session follows).
+    Returned(String),
+    /// The peer took an epoch over; its manifest could not be received or applied.
+    ManifestFailed(String),
 }
 
 /// Dials peer `i` until the daemon stops.
@@ -64,7 +68,18 @@ pub(super) async fn run_peer(repl: Arc<Replication>, i: usize, info: HelloInfo) 
             _ = async { stop.wait_for(|s| *s).await.is_ok() } => return,
         };
         repl.session_down(i);
+        if !matches!(end, End::ManifestFailed(_)) {
+            // Answered (or unreachable): the startup hold waits no more for it.
+            repl.peer_answered(i);
+        }
         match end {
+            End::Returned(done) => {
+                tracing::info!("REPLICATION: {addr}: {done}");
+                backoff = BACKOFF_MIN;
+            }
+            End::ManifestFailed(e) => {
+                tracing::error!("REPLICATION: {addr}: {e}");
+            }
             End::SelfLink => {
                 tracing::warn!("REPLICATION: peer {addr} is this node, dropped");
                 return;
@@ -125,10 +140,13 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     let (mut rd, mut wr) = stream.into_split();
     let id = repl.identity;
     let s = &repl.settings;
+    // The epoch now: a session of an older one ends (see the select below).
+    let mut epoch_watch = repl.epoch_watch();
+    let epoch = *epoch_watch.borrow_and_update();
     let hello = Frame::Hello(Hello {
         version: LINK_VERSION,
         node_id: id.node_id,
-        epoch: id.epoch,
+        epoch,
         resume: id.start_seq > 0,
         sync: s.sync,
         previous_unclean: id.previous_unclean.is_some(),
@@ -170,11 +188,26 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
         Ok(Frame::Error { code, text }) => {
             return End::NotEstablished(format!("refused ({code:?}): {text}"))
         }
-        Ok(Frame::TakenOver { epoch, by_node, .. }) => {
-            // Return (docs/replication.md) is not built yet: keep trying.
-            return End::NotEstablished(format!(
-                "epoch {epoch} taken over by {by_node:016x} (not handled yet)"
-            ));
+        Ok(Frame::TakenOver {
+            epoch,
+            by_node,
+            entries,
+        }) => {
+            // Return (docs/replication.md): apply the manifest, then a new session.
+            return match super::returning::taken_over(
+                repl,
+                &mut rd,
+                &mut wr,
+                &mut buf,
+                (epoch, by_node, entries),
+            )
+            .await
+            {
+                Ok(done) => End::Returned(done),
+                Err(e) => End::ManifestFailed(format!(
+                    "epoch {epoch} taken over by {by_node:016x}, manifest not applied - {e}"
+                )),
+            };
         }
         Ok(other) => return End::NotEstablished(format!("unexpected {other:?}")),
         Err(e) => {
@@ -198,6 +231,7 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     if !resume {
         repl.count_catchup();
     }
+    repl.peer_answered(i);
     tracing::info!(
         "REPLICATION: linked to {addr} ({:016x}), {}",
         welcome.node_id,
@@ -227,6 +261,9 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     tokio::select! {
         e = writer(repl, &mut wr, next, catchup, max_frame) => End::Lost(e),
         e = reader(repl, i, &mut rd, buf) => End::Lost(e),
+        _ = epoch_watch.wait_for(|e| *e != epoch) => {
+            End::Lost(format!("epoch {epoch} ended (taken over), reconnecting in epoch {}", repl.epoch()))
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! The model check: [`ChannelState`] driven through random interleavings of every event it
 //! takes — puts and re-stores whose backend write completes later, journal writes that
 //! complete later, takes (with their backend read), FIN, REQ with and without delay, TOUCH, timeout
-//! and deferred ticks, syncs, write failures, memory refusals — and crashes at any point
+//! and deferred ticks, syncs, write failures, memory refusals, a deferred message dropped as
+//! taken over by a peer (a returning origin's manifest) — and crashes at any point
 //! (a process kill, or a power loss that also drops what was not synced), each followed by
 //! recovery from only what the effects made durable.
 //!
@@ -98,6 +99,9 @@ enum Op {
         k: usize,
     },
     Tick(u64),
+    /// A returning origin's manifest lists the k-th deferred message (by ID): it is dropped
+    /// as if delivered and FINed (replication's Return).
+    DropDeferred(usize),
     DiskSync,
     Settle,
     Compact,
@@ -118,6 +122,7 @@ fn op(crashes: bool) -> impl Strategy<Value = Op> {
         3 => (0..CLIENTS, 0usize..8, prop_oneof![Just(0u64), 1u64..2500]).prop_map(|(client, k, delay_ms)| Op::Req { client, k, delay_ms }),
         1 => (0..CLIENTS, 0usize..8).prop_map(|(client, k)| Op::Touch { client, k }),
         4 => (0u64..1500).prop_map(Op::Tick),
+        1 => (0usize..8).prop_map(Op::DropDeferred),
         3 => Just(Op::DiskSync),
         3 => Just(Op::Settle),
         1 => Just(Op::Compact),
@@ -301,6 +306,22 @@ impl World {
                 }
             }
             Op::Tick(ms) => self.tick(ms),
+            Op::DropDeferred(k) => {
+                let mut ids: Vec<MessageId> =
+                    self.state.deferred_messages().map(|(_, m)| m.id).collect();
+                ids.sort();
+                if let Some(id) = ids.get(k % ids.len().max(1)).copied() {
+                    let del = self.state.drop_deferred(&id);
+                    prop_assert!(del.is_some(), "a deferred message could not be dropped");
+                    self.disk.journal_del(del.unwrap_or_default());
+                    prop_assert!(!self.state.is_deferred(&id));
+                    // Taken over by a peer: no longer owed by this channel.
+                    self.must.remove(&id);
+                    self.not_before.remove(&id);
+                } else {
+                    prop_assert!(self.state.drop_deferred(&id_of(u32::MAX)).is_none());
+                }
+            }
             Op::DiskSync => self.disk.sync()?,
             Op::Settle => {
                 let (b, j) = self.state.awaited();

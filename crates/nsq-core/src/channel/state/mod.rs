@@ -452,6 +452,21 @@ impl ChannelState {
         }
     }
 
+    /// A deferred message is dropped as if delivered and FINed (a returning origin's
+    /// manifest lists it as taken over by a peer, docs/replication.md "Return"). Its record,
+    /// if any, was settled when it was deferred, or is settled once its journal ADD is synced
+    /// (as for any deferral); when journaled its entry is deleted as a released message's is
+    /// once its queue copy is stored. Returns the journal entries to delete now, or `None`
+    /// if `id` is not deferred.
+    pub(super) fn drop_deferred(&mut self, id: &MessageId) -> Option<Vec<MessageId>> {
+        let msg = self.deferred.remove(id)?;
+        if !self.cfg.journaled {
+            return Some(Vec::new());
+        }
+        let r = self.journal.released(&msg);
+        Some(self.delete_journal(vec![r]))
+    }
+
     /// TOUCH: the deadline moves to `now + timeout`, capped at delivery + max-msg-timeout.
     pub(super) fn touch(
         &mut self,

@@ -175,6 +175,17 @@ impl ChannelState {
         self.in_flight.get(id).map(|f| f.msg.attempts)
     }
 
+    /// The consumer holding message `id` in flight.
+    pub(in crate::channel) fn in_flight_owner(&self, id: &MessageId) -> Option<u64> {
+        self.in_flight.get(id).map(|f| f.client_id)
+    }
+
+    /// Whether message `id` is deferred.
+    #[cfg(test)]
+    pub(in crate::channel) fn is_deferred(&self, id: &MessageId) -> bool {
+        self.deferred.contains(id)
+    }
+
     /// What a rewritten journal must hold, with due times: the deferred messages, and the
     /// released ones whose queue copy is not stored yet (due at once, should they be replayed).
     pub(in crate::channel) fn journal_live(&self, now: Instant) -> Vec<(Instant, Message)> {

@@ -1,0 +1,312 @@
+//! The origin's side of Return (docs/replication.md, "Return"): a peer answers HELLO with
+//! TAKEN_OVER and the manifest of what it took over of one of this node's epochs; this node
+//! stores the manifest (`<data-path>/replica/taken/<taker>.<epoch>.manifest`, synced), applies
+//! it to the engine (`Engine::apply_manifest`: none of the listed messages is delivered here
+//! afterwards), answers MANIFEST_APPLIED, and moves on to the next epoch (persisted in
+//! `replication.dat`), ending every link session so that each starts again, with a catch-up,
+//! in the new epoch. Stored manifests are applied again at startup, before anything is
+//! delivered, and deleted once nothing of them is left to skip.
+//!
+//! After an unclean stop, channels deliver nothing until every peer answered HELLO (WELCOME,
+//! or TAKEN_OVER with its manifest applied) or proved unreachable, at most 5 s.
+//!
+//! NSQ has no counterpart.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use nsq_core::replica::manifest;
+use nsq_protocol::replication::{self, Frame, Manifest};
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::identity::{self, Identity};
+use super::origin::read_frame;
+use super::Replication;
+
+/// The longest an origin holds delivery at startup for its peers' answers.
+pub const STARTUP_HOLD: Duration = Duration::from_secs(5);
+/// How often stored manifests are checked for being used up.
+const RETIRE_EVERY: Duration = Duration::from_secs(1);
+/// How often a skip set of topic entries only is applied again.
+const REAPPLY_EVERY: Duration = Duration::from_secs(60);
+
+/// Return's state in [`Replication`].
+pub(crate) struct State {
+    /// This node's epoch as an origin now (HELLO carries it); starts at the identity's.
+    epoch: watch::Sender<u64>,
+    /// While delivery is held at startup: the peers that have not answered yet.
+    waiting: Mutex<Option<HashSet<usize>>>,
+    answered: tokio::sync::Notify,
+    /// Storing and applying a manifest, against deleting used-up ones.
+    files: Mutex<()>,
+}
+
+impl State {
+    pub(crate) fn new(epoch: u64) -> Self {
+        State {
+            epoch: watch::channel(epoch).0,
+            waiting: Mutex::new(None),
+            answered: tokio::sync::Notify::new(),
+            files: Mutex::new(()),
+        }
+    }
+}
+
+/// Where received manifests are kept until used up.
+pub fn taken_dir(data_path: &Path) -> PathBuf {
+    data_path.join("replica").join("taken")
+}
+
+fn manifest_file(data_path: &Path, by_node: u64, epoch: u64) -> PathBuf {
+    taken_dir(data_path).join(format!("{by_node:016x}.{epoch}.manifest"))
+}
+
+/// The stored manifests: `(path, epoch)`.
+fn stored(data_path: &Path) -> Vec<(PathBuf, u64)> {
+    let Ok(rd) = std::fs::read_dir(taken_dir(data_path)) else {
+        return Vec::new();
+    };
+    let mut v: Vec<(PathBuf, u64)> = rd
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let epoch = name
+                .strip_suffix(".manifest")?
+                .split_once('.')?
+                .1
+                .parse()
+                .ok()?;
+            Some((e.path(), epoch))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+impl Replication {
+    /// This node's epoch as an origin now.
+    pub fn epoch(&self) -> u64 {
+        *self.ret.epoch.borrow()
+    }
+
+    pub(super) fn epoch_watch(&self) -> watch::Receiver<u64> {
+        self.ret.epoch.subscribe()
+    }
+
+    /// Peer `i` answered HELLO (or proved unreachable): one less to wait for at startup.
+    pub(super) fn peer_answered(&self, i: usize) {
+        let mut w = self.ret.waiting.lock();
+        if let Some(set) = w.as_mut() {
+            if set.remove(&i) && set.is_empty() {
+                self.ret.answered.notify_waiters();
+            }
+        }
+    }
+
+    /// At start of the links: holds delivery after an unclean stop (or with manifests stored
+    /// and not used up), applies the stored manifests, and releases the hold once every peer
+    /// answered or after [`STARTUP_HOLD`]; then deletes used-up manifests now and then.
+    pub(super) fn start_return(self: &Arc<Self>, peers: usize) {
+        let Some(engine) = self.engine().cloned() else {
+            return;
+        };
+        let have_stored = !stored(&self.data_path).is_empty();
+        let unclean = self.identity.previous_unclean.is_some();
+        if unclean || have_stored {
+            engine.hold_delivery();
+        }
+        if unclean {
+            *self.ret.waiting.lock() = Some((0..peers).collect());
+        }
+        let repl = self.clone();
+        let task = tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + STARTUP_HOLD;
+            if have_stored {
+                let r = repl.clone();
+                let _ = tokio::task::spawn_blocking(move || r.apply_stored()).await;
+            }
+            if unclean {
+                loop {
+                    let answered = repl.ret.answered.notified();
+                    tokio::pin!(answered);
+                    answered.as_mut().enable();
+                    if repl
+                        .ret
+                        .waiting
+                        .lock()
+                        .as_ref()
+                        .is_none_or(|w| w.is_empty())
+                    {
+                        break;
+                    }
+                    let mut stop = repl.stopping();
+                    tokio::select! {
+                        _ = answered => {}
+                        _ = tokio::time::sleep_until(deadline) => {
+                            tracing::warn!(
+                                "REPLICATION: not every peer answered within {STARTUP_HOLD:?}, delivering"
+                            );
+                            break;
+                        }
+                        _ = stop.wait_for(|s| *s) => break,
+                    }
+                }
+                *repl.ret.waiting.lock() = None;
+            }
+            engine.release_delivery();
+            let mut stop = repl.stopping();
+            let mut last_reapply = tokio::time::Instant::now();
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(RETIRE_EVERY) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+                // Only topic entries left (pending on a paused or channel-less topic when
+                // applied): look again now and then whether they were fanned out since.
+                let reapply = last_reapply.elapsed() >= REAPPLY_EVERY
+                    && engine.returning().only_topic_entries();
+                if reapply {
+                    last_reapply = tokio::time::Instant::now();
+                }
+                let r = repl.clone();
+                let _ = tokio::task::spawn_blocking(move || r.retire_used_up(reapply)).await;
+            }
+        });
+        self.tasks.lock().push(task);
+    }
+
+    /// Applies every stored manifest (startup). Blocking.
+    fn apply_stored(&self) {
+        let Some(engine) = self.engine() else { return };
+        let _files = self.ret.files.lock();
+        for (path, epoch) in stored(&self.data_path) {
+            match manifest::read(&path, epoch) {
+                Ok(m) => {
+                    let settled = engine.apply_manifest(&m);
+                    tracing::info!(
+                        "REPLICATION: re-applied {} ({} IDs, {settled} settled)",
+                        path.display(),
+                        manifest::count(&m)
+                    );
+                }
+                Err(e) => {
+                    // Written whole or not at all; a damaged file cannot be trusted either.
+                    tracing::error!("REPLICATION: ignoring {} - {e}", path.display());
+                }
+            }
+        }
+    }
+
+    /// Deletes the stored manifests once nothing of them is left to skip (`reapply`: after
+    /// applying the skip set again). Blocking.
+    fn retire_used_up(&self, reapply: bool) {
+        let Some(engine) = self.engine() else { return };
+        let _files = self.ret.files.lock();
+        if reapply {
+            engine.reapply_skips();
+        }
+        if engine.returning().pending() > 0 {
+            return;
+        }
+        for (path, _) in stored(&self.data_path) {
+            match std::fs::remove_file(&path) {
+                Ok(()) => tracing::info!("REPLICATION: {} used up, deleted", path.display()),
+                Err(e) => {
+                    tracing::error!("REPLICATION: failed to delete {} - {e}", path.display())
+                }
+            }
+        }
+    }
+
+    /// Stores a received manifest (synced) and applies it. Blocking.
+    fn store_and_apply(&self, by_node: u64, epoch: u64, m: &[Manifest]) -> Result<usize, String> {
+        let engine = self.engine().ok_or("no engine")?.clone();
+        let _files = self.ret.files.lock();
+        let dir = taken_dir(&self.data_path);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{} - {e}", dir.display()))?;
+        let path = manifest_file(&self.data_path, by_node, epoch);
+        let entries = m
+            .iter()
+            .map(|x| (x.topic.clone(), x.channel.clone(), x.ids.clone()));
+        manifest::write(&path, epoch, entries).map_err(|e| format!("{} - {e}", path.display()))?;
+        Ok(engine.apply_manifest(m))
+    }
+
+    /// Moves this node past `taken` (the epoch a peer took over): to `taken + 1` unless it is
+    /// there already; persisted before any new session uses it. Returns whether it moved.
+    fn advance_epoch(&self, taken: u64) -> Result<bool, String> {
+        let next = taken + 1;
+        let _files = self.ret.files.lock();
+        if self.epoch() >= next {
+            return Ok(false);
+        }
+        let id = Identity {
+            epoch: next,
+            ..self.identity
+        };
+        identity::write(&self.data_path, &id, None).map_err(|e| e.to_string())?;
+        self.ret.epoch.send_replace(next);
+        Ok(true)
+    }
+}
+
+/// The peer answered HELLO with TAKEN_OVER `{epoch, by_node, entries}`: reads its MANIFEST
+/// frames up to MANIFEST_END, stores and applies them, answers MANIFEST_APPLIED and moves
+/// this node to the next epoch. `Ok` is what to log.
+pub(super) async fn taken_over<R, W>(
+    repl: &Arc<Replication>,
+    rd: &mut R,
+    wr: &mut W,
+    buf: &mut BytesMut,
+    (epoch, by_node, entries): (u64, u64, u64),
+) -> Result<String, String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut m: Vec<Manifest> = Vec::new();
+    loop {
+        match read_frame(rd, buf, repl.settings.max_frame).await? {
+            Frame::Manifest(x) if x.epoch == epoch => m.push(x),
+            Frame::ManifestEnd { epoch: e } if e == epoch => break,
+            Frame::Heartbeat | Frame::Status(_) => {}
+            other => {
+                return Err(format!(
+                    "unexpected frame type 0x{:02x} in the manifest of epoch {epoch}",
+                    other.frame_type()
+                ))
+            }
+        }
+    }
+    let got = manifest::count(&m);
+    if got != entries {
+        tracing::warn!(
+            "REPLICATION: manifest of epoch {epoch} from {by_node:016x} lists {got} IDs, TAKEN_OVER said {entries}"
+        );
+    }
+    let r = repl.clone();
+    let applied = tokio::task::spawn_blocking(move || {
+        let settled = r.store_and_apply(by_node, epoch, &m)?;
+        let moved = r.advance_epoch(epoch)?;
+        Ok::<_, String>((settled, moved))
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    let mut out = BytesMut::new();
+    replication::encode(&Frame::ManifestApplied { epoch }, &mut out);
+    // The manifest is stored and applied: if this write is lost, the peer sends it again
+    // and applying it twice changes nothing.
+    wr.write_all(&out).await.map_err(|e| e.to_string())?;
+    let _ = wr.flush().await;
+    Ok(format!(
+        "epoch {epoch} taken over by {by_node:016x}: manifest of {got} IDs applied ({} settled at once), now epoch {}{}",
+        applied.0,
+        repl.epoch(),
+        if applied.1 { ", every link starts again" } else { "" }
+    ))
+}
