@@ -69,6 +69,13 @@ impl PutReceipt {
         self.pending.push(p);
     }
 
+    /// Takes over the writes of `other` (several puts behind one acknowledgement).
+    pub(crate) fn absorb(&mut self, other: &mut PutReceipt) {
+        for p in std::mem::take(&mut other.pending) {
+            self.push(p);
+        }
+    }
+
     pub(crate) fn backend(&mut self, b: &Arc<dyn BackendQueue>, t: WriteTicket) {
         self.push(Pending::Backend(b.clone(), t));
     }
