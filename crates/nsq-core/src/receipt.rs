@@ -69,8 +69,10 @@ impl PutReceipt {
         self.pending.push(p);
     }
 
-    /// Takes over the writes of `other` (several puts behind one acknowledgement).
-    pub(crate) fn absorb(&mut self, other: &mut PutReceipt) {
+    /// Takes over the writes of `other` and the later of the two replication seqs (several
+    /// puts behind one acknowledgement).
+    pub fn absorb(&mut self, other: &mut PutReceipt) {
+        self.replication_seq = self.replication_seq.max(other.replication_seq);
         for p in std::mem::take(&mut other.pending) {
             self.push(p);
         }

@@ -230,7 +230,6 @@ impl Topic {
             return Err(BackendError::Exiting);
         }
         let mut receipt = PutReceipt::default();
-        let mut seq = 0;
         for group in by_defer(msgs) {
             let defer_ms = group[0].defer_ms;
             let due = if defer_ms == 0 {
@@ -242,10 +241,8 @@ impl Topic {
                 None => self.put_built(group, due)?,
                 Some(name) => self.adopt_into_channel(name, group, due)?,
             };
-            seq = seq.max(r.replication_seq());
             receipt.absorb(&mut r);
         }
-        receipt.set_replication_seq(seq);
         Ok(receipt)
     }
 

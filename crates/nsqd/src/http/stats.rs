@@ -103,7 +103,7 @@ fn replication_json(r: &crate::replication::Replication) -> ReplicationJson {
             .map(|b| BacklogJson {
                 origin: format!("{:016x}", b.origin),
                 epoch: b.epoch,
-                state: "replicating",
+                state: b.state,
                 messages: b.messages,
                 bytes: b.bytes,
                 last_seq: b.last_seq,
@@ -112,7 +112,7 @@ fn replication_json(r: &crate::replication::Replication) -> ReplicationJson {
             .collect(),
         publish_waiting: r.publish_waiting(),
         publish_failures: r.publish_failures(),
-        takeovers: 0,
+        takeovers: r.takeovers(),
         taken_over_by_peers: 0,
     }
 }
