@@ -80,12 +80,12 @@ impl Origin {
         self.s.write_all(&b).await.unwrap();
     }
 
-    /// The next frame that is not a HEARTBEAT.
+    /// The next frame that is not a HEARTBEAT or a STATUS.
     async fn recv(&mut self) -> Frame {
         loop {
             if let Some(f) = replication::decode(&mut self.buf, replication::MIN_MAX_FRAME).unwrap()
             {
-                if f != Frame::Heartbeat {
+                if !matches!(f, Frame::Heartbeat | Frame::Status(_)) {
                     return f;
                 }
                 continue;
@@ -381,4 +381,66 @@ async fn an_unclean_restart_ends_the_epoch_at_once() {
         }
     }
     b.shutdown().await;
+}
+
+/// A free TCP port on 127.0.0.1 (bound to `:0`, then released for the daemon to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Two holders of the same epoch, linked to each other (`--replicas=2` both ways, so each
+/// gets the other's STATUS): after the origin is lost, exactly one takes the epoch over (the
+/// first after the origin in ring order), and the other drops its copy once the taker's
+/// STATUS says `taken over` — it does not take over one timeout later (the chooser's
+/// escalation) as it would without the gossip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_holders_one_takes_over_and_the_other_drops_its_copy() {
+    let (b_dir, c_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let (b_port, c_port) = (free_port(), free_port());
+    let b_args = [
+        format!("--tcp-address=127.0.0.1:{b_port}"),
+        format!("--replication-peer=127.0.0.1:{c_port}"),
+        "--replicas=2".into(),
+        "--replication-takeover-timeout=1s".into(),
+    ];
+    let c_args = [
+        format!("--tcp-address=127.0.0.1:{c_port}"),
+        format!("--replication-peer=127.0.0.1:{b_port}"),
+        "--replicas=2".into(),
+        "--replication-takeover-timeout=1s".into(),
+    ];
+    let b = nsqd::start(common::options(b_dir.path(), &b_args))
+        .await
+        .unwrap();
+    let c = nsqd::start(common::options(c_dir.path(), &c_args))
+        .await
+        .unwrap();
+    eventually(async || repl(&b).peers()[0].connected && repl(&c).peers()[0].connected).await;
+    let ob = replicate_epoch_1(&b, 0).await;
+    let oc = replicate_epoch_1(&c, 0).await;
+    // Each has told the other that it holds the epoch.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    drop((ob, oc));
+    eventually(async || repl(&b).takeovers() + repl(&c).takeovers() == 1).await;
+    let (taker, other) = if repl(&b).takeovers() == 1 {
+        (&b, &c)
+    } else {
+        (&c, &b)
+    };
+    eventually(async || backlog_state(other).is_none()).await;
+    assert_eq!(backlog_state(taker), Some("taken over"));
+    // Past the chooser's escalation (one more timeout): still one takeover.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    assert_eq!(repl(&b).takeovers() + repl(&c).takeovers(), 1);
+    assert!(other.nsqd.engine.get_topic("t").is_none());
+    assert_eq!(
+        taker.nsqd.engine.get_topic("t").unwrap().get_channel("c").unwrap().depth(),
+        3
+    );
+    b.shutdown().await;
+    c.shutdown().await;
 }

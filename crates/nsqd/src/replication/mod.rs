@@ -289,6 +289,8 @@ pub struct Replication {
     /// Serialises takeovers with the start of link sessions (a session that starts while a
     /// backlog is taken over finds the manifest, not the backlog).
     takeover_lock: tokio::sync::Mutex<()>,
+    /// The last STATUS of each member (by node ID): the backlogs it holds and their states.
+    gossip: Mutex<HashMap<u64, Vec<nsq_protocol::replication::StatusEntry>>>,
 }
 
 /// Why replication could not start.
@@ -353,6 +355,7 @@ impl Replication {
             takeovers: AtomicU64::new(0),
             taken: Mutex::new(BTreeMap::new()),
             takeover_lock: tokio::sync::Mutex::new(()),
+            gossip: Mutex::new(HashMap::new()),
             settings,
         });
         repl.open_backlogs()?;
@@ -565,8 +568,16 @@ impl Replication {
         self.update_committed(&g);
     }
 
-    pub(crate) fn seen(&self, i: usize) {
-        self.group.lock().peers[i].last_seen = Some(Instant::now());
+    /// A HEARTBEAT or STATUS came from peer `i` (a STATUS is kept as its gossip).
+    pub(crate) fn seen_frame(&self, i: usize, f: nsq_protocol::replication::Frame) {
+        let node = {
+            let mut g = self.group.lock();
+            g.peers[i].last_seen = Some(Instant::now());
+            g.peers[i].node_id
+        };
+        if let (nsq_protocol::replication::Frame::Status(entries), 1..) = (f, node) {
+            self.gossip.lock().insert(node, entries);
+        }
     }
 
     /// Peer `i`'s session ended: it leaves the set, the next live peer in ring order joins.

@@ -234,6 +234,9 @@ async fn answer_taken_over(
     }
 }
 
+/// How often a served link carries this node's STATUS.
+const STATUS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 type LinkEnd = Result<(), (Option<LinkErrorCode>, String)>;
 
 async fn session_loop(
@@ -248,6 +251,8 @@ async fn session_loop(
     let mut stop = repl.stopping();
     let mut last_write = Instant::now();
     let mut last_read = Instant::now();
+    // STATUS (this node's backlogs and their states) goes to the origin every second.
+    let mut last_status = Instant::now() - STATUS_EVERY;
     loop {
         // Frames already buffered (HELLO may have come with more) are handled first.
         let mut records = Vec::new();
@@ -334,6 +339,13 @@ async fn session_loop(
             let (r, origin) = (repl.clone(), backlog.origin);
             let _ = tokio::task::spawn_blocking(move || r.drop_backlogs(origin, epoch)).await;
         }
+        if last_status.elapsed() >= STATUS_EVERY {
+            send(stream, &Frame::Status(repl.status_entries()))
+                .await
+                .map_err(|e| (None, e.to_string()))?;
+            last_status = Instant::now();
+            last_write = last_status;
+        }
         // Read more, sending a HEARTBEAT when idle.
         buf.reserve(64 << 10);
         tokio::select! {
@@ -351,6 +363,7 @@ async fn session_loop(
             _ = tokio::time::sleep_until(last_read + LINK_TIMEOUT) => {
                 return Err((None, format!("no frame for {LINK_TIMEOUT:?}")));
             }
+            _ = tokio::time::sleep_until(last_status + STATUS_EVERY) => {}
             // `wait_for` sees a stop sent before this session subscribed (`changed` would not).
             _ = async { stop.wait_for(|s| *s).await.is_ok() } => return Ok(()),
         }

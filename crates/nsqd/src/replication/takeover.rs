@@ -25,6 +25,7 @@ use nsq_core::replica::adopt::{self, Put};
 use nsq_core::replica::manifest;
 use nsq_core::replica::takeover::{taker, GoneWatch, Ring};
 use nsq_core::Engine;
+use nsq_protocol::replication::{BacklogState, StatusEntry};
 
 use super::{Backlog, Replication};
 use crate::lookup::Lookup;
@@ -113,12 +114,29 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
         let now = Instant::now();
         for (b, ended) in down {
             let key = (b.origin, b.epoch);
+            // Another member's STATUS says it took this epoch over (or is doing so): this
+            // copy is not needed (or not yet).
+            match repl.other_taker(b.origin, b.epoch) {
+                Some((m, BacklogState::TakenOver)) => {
+                    tracing::info!(
+                        "REPLICATION: {m:016x} took over {:016x} epoch {}; dropping this copy",
+                        b.origin,
+                        b.epoch
+                    );
+                    repl.drop_copy(b.origin, b.epoch).await;
+                    watches.remove(&key);
+                    announced.remove(&key);
+                    continue;
+                }
+                Some(_) => continue,
+                None => {}
+            }
             // An epoch its origin declared ended is gone from then, without the timeout.
             let gone_at = ended.or_else(|| watches.get(&key).and_then(|w| w.gone_since(now)));
             let Some(gone_at) = gone_at else {
                 continue;
             };
-            let chosen = repl.taker(b.origin, now.saturating_duration_since(gone_at));
+            let chosen = repl.taker(b.origin, b.epoch, now.saturating_duration_since(gone_at));
             if chosen == Some(repl.identity.node_id) {
                 let why = if ended.is_some() {
                     "its previous epoch ended unclean".to_string()
@@ -149,6 +167,77 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
 }
 
 impl Replication {
+    /// This node's backlogs and their states, for STATUS.
+    pub(crate) fn status_entries(&self) -> Vec<StatusEntry> {
+        self.backlogs()
+            .into_iter()
+            .map(|b| StatusEntry {
+                origin: b.origin,
+                epoch: b.epoch,
+                state: match b.state {
+                    "replicating" => BacklogState::Replicating,
+                    "taking over" => BacklogState::TakingOver,
+                    "taken over" => BacklogState::TakenOver,
+                    _ => BacklogState::Detached,
+                },
+                last_seq: b.last_seq,
+                messages: b.messages,
+                bytes: b.bytes,
+            })
+            .take(usize::from(u16::MAX))
+            .collect()
+    }
+
+    /// A member other than this node whose STATUS says it took `(origin, epoch)` over, or is
+    /// taking it over (only believed of a member alive now).
+    fn other_taker(&self, origin: u64, epoch: u64) -> Option<(u64, BacklogState)> {
+        let me = self.identity.node_id;
+        let gossip = self.gossip.lock().clone();
+        let mut taking = None;
+        for (m, entries) in gossip {
+            if m == me {
+                continue;
+            }
+            for e in entries.iter().filter(|e| e.origin == origin && e.epoch == epoch) {
+                match e.state {
+                    BacklogState::TakenOver => return Some((m, BacklogState::TakenOver)),
+                    BacklogState::TakingOver if self.alive(m) => {
+                        taking = Some((m, BacklogState::TakingOver))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        taking
+    }
+
+    /// Whether member `m` holds a backlog of `(origin, epoch)`: this node does; another
+    /// member does if its last STATUS lists it, or when it sent none (not known: assumed).
+    fn holds(&self, m: u64, origin: u64, epoch: u64) -> bool {
+        if m == self.identity.node_id {
+            return true;
+        }
+        self.gossip.lock().get(&m).is_none_or(|entries| {
+            entries
+                .iter()
+                .any(|e| e.origin == origin && e.epoch == epoch)
+        })
+    }
+
+    /// Deletes this node's copy of `(origin, epoch)` (another member took it over).
+    async fn drop_copy(self: &Arc<Self>, origin: u64, epoch: u64) {
+        let _g = self.takeover_lock.lock().await;
+        let Some(b) = self.backlogs.lock().remove(&(origin, epoch)) else {
+            return;
+        };
+        b.session.fetch_add(1, Ordering::AcqRel);
+        let dir = b.store.lock().dir().to_path_buf();
+        let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&dir)).await;
+        if let Ok(Err(e)) = removed {
+            tracing::error!("REPLICATION: failed to delete a backlog - {e}");
+        }
+    }
+
     /// Whether member `m` is alive as this node sees it: this node, a peer with a live
     /// session in either direction.
     pub(crate) fn alive(&self, m: u64) -> bool {
@@ -171,18 +260,18 @@ impl Replication {
         ids.extend(self.group.lock().peers.iter().map(|p| p.node_id));
         ids.extend(self.backlogs.lock().keys().map(|(o, _)| *o));
         ids.extend(self.taken.lock().keys().map(|(o, _)| *o));
+        ids.extend(self.gossip.lock().keys().copied());
         Ring::new(ids.into_iter().filter(|&id| id != 0))
     }
 
-    /// Who takes `origin`'s epoch over, gone for `gone_for`. As built (no STATUS gossip),
-    /// every live member counts as holding a copy: a member that holds none is passed over
-    /// one timeout later by the chooser's escalation.
-    pub(crate) fn taker(&self, origin: u64, gone_for: Duration) -> Option<u64> {
+    /// Who takes `origin`'s `epoch` over, gone for `gone_for`: the chooser over the ring this
+    /// node knows, alive members, and what their STATUS says they hold.
+    pub(crate) fn taker(&self, origin: u64, epoch: u64, gone_for: Duration) -> Option<u64> {
         taker(
             &self.ring(),
             origin,
             |m| self.alive(m),
-            |m| self.alive(m),
+            |m| self.holds(m, origin, epoch),
             gone_for,
             self.settings.takeover_timeout,
         )
@@ -201,7 +290,7 @@ impl Replication {
             .collect();
         for b in ended {
             b.link.lock().ended.get_or_insert_with(Instant::now);
-            if self.taker(origin, Duration::ZERO) == Some(self.identity.node_id) {
+            if self.taker(origin, b.epoch, Duration::ZERO) == Some(self.identity.node_id) {
                 self.take_over(origin, b.epoch, "its previous epoch ended unclean", false)
                     .await;
             }
