@@ -167,10 +167,13 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
 }
 
 impl Replication {
-    /// This node's backlogs and their states, for STATUS.
+    /// This node's backlogs and their states, for STATUS. A backlog whose catch-up has not
+    /// ended is left out: it may lack messages, so it must not make a complete holder defer
+    /// to it (see [`Replication::holds`]).
     pub(crate) fn status_entries(&self) -> Vec<StatusEntry> {
         self.backlogs()
             .into_iter()
+            .filter(|b| !b.catching_up)
             .map(|b| StatusEntry {
                 origin: b.origin,
                 epoch: b.epoch,
@@ -211,17 +214,32 @@ impl Replication {
         taking
     }
 
-    /// Whether member `m` holds a backlog of `(origin, epoch)`: this node does; another
-    /// member does if its last STATUS lists it, or when it sent none (not known: assumed).
+    /// Whether member `m` holds a backlog of `(origin, epoch)` to take over: another member
+    /// does if its last STATUS lists it (only complete backlogs are listed), or when it sent
+    /// none (not known: assumed); this node does, unless its copy's catch-up has not ended
+    /// and a live member lists a complete one.
     fn holds(&self, m: u64, origin: u64, epoch: u64) -> bool {
-        if m == self.identity.node_id {
+        let lists = |m: u64| {
+            self.gossip.lock().get(&m).is_none_or(|entries| {
+                entries
+                    .iter()
+                    .any(|e| e.origin == origin && e.epoch == epoch)
+            })
+        };
+        let me = self.identity.node_id;
+        if m != me {
+            return lists(m);
+        }
+        let Some(b) = self.backlogs.lock().get(&(origin, epoch)).cloned() else {
+            return false;
+        };
+        if !b.store.lock().index().catching_up() {
             return true;
         }
-        self.gossip.lock().get(&m).is_none_or(|entries| {
-            entries
-                .iter()
-                .any(|e| e.origin == origin && e.epoch == epoch)
-        })
+        let listed: Vec<u64> = self.gossip.lock().keys().copied().collect();
+        !listed
+            .into_iter()
+            .any(|n| n != me && self.alive(n) && lists(n))
     }
 
     /// Deletes this node's copy of `(origin, epoch)` (another member took it over).
