@@ -203,7 +203,10 @@ fn a_killed_origin_restarted_has_its_previous_epoch_taken_over() {
     let mut p = a.connect();
     p.mpublish("t", (0..10).map(|i| Bytes::from(format!("m{i}"))).collect());
     http_post(a.http_addr, "/channel/create?topic=t&channel=c", b"");
-    p.mpublish("t", (10..15).map(|i| Bytes::from(format!("m{i}"))).collect());
+    p.mpublish(
+        "t",
+        (10..15).map(|i| Bytes::from(format!("m{i}"))).collect(),
+    );
     let epoch1 = a.stats()["replication"]["epoch"].as_u64().unwrap();
     b.wait_stats("epoch 1 backlog", Duration::from_secs(10), |s| {
         backlogs_of(s, &origin)
@@ -296,7 +299,10 @@ fn a_killed_origin_is_taken_over_and_found_through_nsqlookupd() {
     let s = b.wait_stats("the takeover", Duration::from_secs(20), |s| {
         s["replication"]["takeovers"] == 1
     });
-    assert!(killed.elapsed() >= Duration::from_secs(2), "before the timeout");
+    assert!(
+        killed.elapsed() >= Duration::from_secs(2),
+        "before the timeout"
+    );
     assert_eq!(backlogs_of(&s, &origin)[0]["state"], "taken over");
     let b_port = i64::from(b.tcp_addr.port());
     nsq_integration_tests::wait_until(|| producers(&l) == [b_port]);

@@ -247,9 +247,15 @@ async fn a_lost_origin_is_taken_over_after_the_timeout() {
     assert!(!b.nsqd.engine.get_topic("t").unwrap().is_paused());
 
     // /stats.
-    let st = request(b.http_addr().unwrap(), "GET", "/stats?format=json", &[], b"")
-        .await
-        .json();
+    let st = request(
+        b.http_addr().unwrap(),
+        "GET",
+        "/stats?format=json",
+        &[],
+        b"",
+    )
+    .await
+    .json();
     assert_eq!(st["replication"]["takeovers"], 1);
     assert_eq!(st["replication"]["backlogs"][0]["state"], "taken over");
 
@@ -268,18 +274,8 @@ async fn a_lost_origin_is_taken_over_after_the_timeout() {
     assert_eq!(
         got,
         [
-            (
-                id(2),
-                Bytes::from("body-2"),
-                1_600_000_000_000_000_002,
-                3
-            ),
-            (
-                id(3),
-                Bytes::from("body-3"),
-                1_600_000_000_000_000_003,
-                1
-            ),
+            (id(2), Bytes::from("body-2"), 1_600_000_000_000_000_002, 3),
+            (id(3), Bytes::from("body-3"), 1_600_000_000_000_000_003, 1),
         ]
     );
     let m = sub.message().await;
@@ -333,7 +329,11 @@ async fn a_returning_origin_gets_the_manifest() {
             match o.recv().await {
                 Frame::Manifest(m) => {
                     assert_eq!(m.epoch, 1);
-                    ids.extend(m.ids.iter().map(|i| (m.topic.clone(), m.channel.clone(), *i)));
+                    ids.extend(
+                        m.ids
+                            .iter()
+                            .map(|i| (m.topic.clone(), m.channel.clone(), *i)),
+                    );
                 }
                 Frame::ManifestEnd { epoch: 1 } => break,
                 other => panic!("{other:?}"),
@@ -341,7 +341,15 @@ async fn a_returning_origin_gets_the_manifest() {
         }
         ids.sort();
         let q = |t: &str, c: &str, n| (t.to_string(), c.to_string(), id(n));
-        assert_eq!(ids, [q("t", "c", 2), q("t", "c", 3), q("t", "c", 4), q("u", "", 5)]);
+        assert_eq!(
+            ids,
+            [
+                q("t", "c", 2),
+                q("t", "c", 3),
+                q("t", "c", 4),
+                q("u", "", 5)
+            ]
+        );
         if epoch == 1 {
             // Not applied: the manifest stays.
             drop(o);
@@ -369,7 +377,10 @@ async fn an_unclean_restart_ends_the_epoch_at_once() {
     let o = replicate_epoch_1(&b, 0).await;
     drop(o);
     let (mut o, answer) = Origin::hello(&b, 2, Some(1)).await;
-    let Frame::TakenOver { epoch: 1, entries, .. } = answer else {
+    let Frame::TakenOver {
+        epoch: 1, entries, ..
+    } = answer
+    else {
         panic!("{answer:?}")
     };
     assert_eq!(entries, 4);
@@ -438,7 +449,14 @@ async fn of_two_holders_one_takes_over_and_the_other_drops_its_copy() {
     assert_eq!(repl(&b).takeovers() + repl(&c).takeovers(), 1);
     assert!(other.nsqd.engine.get_topic("t").is_none());
     assert_eq!(
-        taker.nsqd.engine.get_topic("t").unwrap().get_channel("c").unwrap().depth(),
+        taker
+            .nsqd
+            .engine
+            .get_topic("t")
+            .unwrap()
+            .get_channel("c")
+            .unwrap()
+            .depth(),
         3
     );
     b.shutdown().await;

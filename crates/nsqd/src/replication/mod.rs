@@ -221,7 +221,10 @@ impl Backlog {
         let dir = self.store.lock().dir().to_path_buf();
         let json = serde_json::json!({"broadcast_address": addr, "tcp_port": tcp_port});
         if let Err(e) = std::fs::write(dir.join(ORIGIN_FILE), json.to_string()) {
-            tracing::warn!("REPLICATION: failed to record the origin's address in {} - {e}", dir.display());
+            tracing::warn!(
+                "REPLICATION: failed to record the origin's address in {} - {e}",
+                dir.display()
+            );
         }
     }
 }

@@ -143,7 +143,10 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
                 } else {
                     format!("gone for {}", nsq_go::duration::format(timeout))
                 };
-                if repl.take_over(b.origin, b.epoch, &why, ended.is_none()).await {
+                if repl
+                    .take_over(b.origin, b.epoch, &why, ended.is_none())
+                    .await
+                {
                     watches.remove(&key);
                     announced.remove(&key);
                 }
@@ -201,7 +204,10 @@ impl Replication {
             if m == me {
                 continue;
             }
-            for e in entries.iter().filter(|e| e.origin == origin && e.epoch == epoch) {
+            for e in entries
+                .iter()
+                .filter(|e| e.origin == origin && e.epoch == epoch)
+            {
                 match e.state {
                     BacklogState::TakenOver => return Some((m, BacklogState::TakenOver)),
                     BacklogState::TakingOver if self.alive(m) => {
@@ -262,7 +268,13 @@ impl Replication {
         if m == self.identity.node_id {
             return true;
         }
-        if self.group.lock().peers.iter().any(|p| p.live && p.node_id == m) {
+        if self
+            .group
+            .lock()
+            .peers
+            .iter()
+            .any(|p| p.live && p.node_id == m)
+        {
             return true;
         }
         self.backlogs
@@ -401,6 +413,9 @@ struct Delivered {
     unreadable: u64,
 }
 
+/// Messages for one queue: `(topic, channel)` (no channel: the topic) and the messages.
+type Batch = ((String, Option<String>), Vec<Message>);
+
 /// The blocking part of a takeover: manifest, topics and channels, puts.
 fn deliver(engine: &Arc<Engine>, b: &Backlog, path: &Path) -> Result<Delivered, String> {
     let store = b.store.lock();
@@ -426,7 +441,10 @@ fn deliver(engine: &Arc<Engine>, b: &Backlog, path: &Path) -> Result<Delivered, 
         }
         for c in &t.channels {
             let (ch, _) = topic.get_or_create_channel(&c.name).map_err(|e| {
-                undo(format!("failed to create channel {}:{} - {e}", t.topic, c.name))
+                undo(format!(
+                    "failed to create channel {}:{} - {e}",
+                    t.topic, c.name
+                ))
             })?;
             if c.paused {
                 ch.pause();
@@ -435,10 +453,9 @@ fn deliver(engine: &Arc<Engine>, b: &Backlog, path: &Path) -> Result<Delivered, 
     }
     let mut receipt = PutReceipt::default();
     let mut messages = 0u64;
-    let mut batch: Option<((String, Option<String>), Vec<Message>)> = None;
+    let mut batch: Option<Batch> = None;
     let mut failed: Option<String> = None;
-    let mut flush = |batch: &mut Option<((String, Option<String>), Vec<Message>)>,
-                     failed: &mut Option<String>| {
+    let mut flush = |batch: &mut Option<Batch>, failed: &mut Option<String>| {
         let Some(((topic, channel), msgs)) = batch.take() else {
             return;
         };
@@ -482,7 +499,6 @@ fn deliver(engine: &Arc<Engine>, b: &Backlog, path: &Path) -> Result<Delivered, 
         })
         .map_err(|e| undo(format!("failed to read the backlog - {e}")))?;
     flush(&mut batch, &mut failed);
-    drop(flush);
     if let Some(e) = failed {
         // What was put stays (duplicates if the takeover is repeated, never loss).
         return Err(undo(e));
