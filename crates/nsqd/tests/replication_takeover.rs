@@ -462,3 +462,112 @@ async fn of_two_holders_one_takes_over_and_the_other_drops_its_copy() {
     b.shutdown().await;
     c.shutdown().await;
 }
+
+/// A fake nsqlookupd: TCP V1 (answers IDENTIFY with its HTTP port, OK to anything else) and
+/// HTTP answering every request with the current `debug` text as JSON (`/debug`).
+async fn fake_lookupd(debug: std::sync::Arc<parking_lot::Mutex<String>>) -> String {
+    use nsq_protocol::lookup::{put_lookup_response, LookupCommand, LookupDecoder, LookupLimits};
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http_port = http.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = http.accept().await.unwrap();
+            let body = debug.lock().clone();
+            tokio::spawn(async move {
+                let mut req = Vec::new();
+                let mut b = [0u8; 1024];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&b[..n]),
+                    }
+                }
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    let addr = tcp.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = tcp.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut magic = [0u8; 4];
+                if s.read_exact(&mut magic).await.is_err() {
+                    return;
+                }
+                let mut dec = LookupDecoder::new(LookupLimits::default());
+                let mut buf = BytesMut::new();
+                loop {
+                    while let Ok(Some(cmd)) = dec.decode(&mut buf, |_, _| Ok(())) {
+                        let resp = match cmd {
+                            LookupCommand::Identify { .. } => format!(
+                                r#"{{"broadcast_address":"127.0.0.1","hostname":"fake","http_port":{http_port},"tcp_port":1,"version":"1.3.0"}}"#
+                            ),
+                            _ => "OK".to_string(),
+                        };
+                        let mut out = BytesMut::new();
+                        put_lookup_response(&mut out, resp.as_bytes());
+                        if s.write_all(&out).await.is_err() {
+                            return;
+                        }
+                    }
+                    if s.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// With an nsqlookupd configured, the lost link is not enough: while the lookupd lists the
+/// origin (its HELLO's broadcast address and TCP port) with a `last_update` that keeps
+/// changing, B does not take over; once the lookupd stops listing it, B takes over one
+/// timeout later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_still_listed_by_nsqlookupd_is_not_taken_over() {
+    let debug = std::sync::Arc::new(parking_lot::Mutex::new(String::new()));
+    let listed = |n: i64| {
+        format!(
+            r#"{{"client::":[{{"broadcast_address":"127.0.0.1","hostname":"o","http_port":2,"id":"127.0.0.1:1","last_update":{n},"tcp_port":1,"tombstoned":false,"tombstoned_at":0,"version":"1.3.0"}}]}}"#
+        )
+    };
+    *debug.lock() = listed(0);
+    // The origin's PINGs: its entry's last_update changes.
+    let d = debug.clone();
+    let pinger = tokio::spawn(async move {
+        for n in 1.. {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            *d.lock() = listed(n);
+        }
+    });
+    let lookupd = fake_lookupd(debug.clone()).await;
+    let dir = TempDir::new().unwrap();
+    let b = start_b(
+        dir.path(),
+        &[
+            "--replication-takeover-timeout=1s",
+            &format!("--lookupd-tcp-address={lookupd}"),
+        ],
+    )
+    .await;
+    eventually(async || !b.nsqd.lookup.http_addresses().is_empty()).await;
+    let o = replicate_epoch_1(&b, 0).await;
+    drop(o);
+    eventually(async || backlog_state(&b) == Some("detached")).await;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    assert_eq!(repl(&b).takeovers(), 0, "still listed by the lookupd");
+    // It stops being listed (unregistered): gone one timeout later.
+    pinger.abort();
+    *debug.lock() = "{}".to_string();
+    let unlisted = std::time::Instant::now();
+    eventually(async || repl(&b).takeovers() == 1).await;
+    assert!(unlisted.elapsed() >= Duration::from_millis(900));
+    b.shutdown().await;
+}
