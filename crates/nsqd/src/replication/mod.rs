@@ -633,16 +633,23 @@ impl Replication {
         let mut v: Vec<BacklogInfo> = list
             .iter()
             .map(|b| {
-                let s = b.store.lock();
+                let state = b.state();
+                // A takeover holds the store's lock while it delivers (seconds for a large
+                // backlog): the view does not wait for it (the numbers are then 0).
+                let s = if b.taking_over.load(Ordering::Acquire) {
+                    b.store.try_lock()
+                } else {
+                    Some(b.store.lock())
+                };
                 BacklogInfo {
                     origin: b.origin,
                     epoch: b.epoch,
-                    messages: s.index().messages(),
-                    bytes: s.bytes(),
-                    last_seq: s.last_seq(),
-                    segments: s.segments(),
-                    catching_up: s.index().catching_up(),
-                    state: b.state(),
+                    messages: s.as_ref().map_or(0, |s| s.index().messages()),
+                    bytes: s.as_ref().map_or(0, |s| s.bytes()),
+                    last_seq: s.as_ref().map_or(0, |s| s.last_seq()),
+                    segments: s.as_ref().map_or(0, |s| s.segments()),
+                    catching_up: s.as_ref().is_some_and(|s| s.index().catching_up()),
+                    state,
                 }
             })
             .collect();

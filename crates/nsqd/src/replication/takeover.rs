@@ -239,7 +239,7 @@ impl Replication {
         let Some(b) = self.backlogs.lock().get(&(origin, epoch)).cloned() else {
             return false;
         };
-        if !b.store.lock().index().catching_up() {
+        if b.taking_over.load(Ordering::Acquire) || !b.store.lock().index().catching_up() {
             return true;
         }
         let listed: Vec<u64> = self.gossip.lock().keys().copied().collect();
