@@ -443,6 +443,16 @@ async fn of_two_holders_one_takes_over_and_the_other_drops_its_copy() {
     };
     eventually(async || backlog_state(other).is_none()).await;
     assert_eq!(backlog_state(taker), Some("taken over"));
+    // The taker's adopted messages were replicated to its replica (the other): m2, m3, m4
+    // on t:c and m5 on topic u.
+    let taker_node = repl(taker).identity.node_id;
+    eventually(async || {
+        repl(other)
+            .backlogs()
+            .iter()
+            .any(|x| x.origin == taker_node && x.messages == 4)
+    })
+    .await;
     // Past the chooser's escalation (one more timeout): still one takeover.
     tokio::time::sleep(Duration::from_millis(3000)).await;
     assert_eq!(repl(&b).takeovers() + repl(&c).takeovers(), 1);
