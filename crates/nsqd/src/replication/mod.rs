@@ -294,6 +294,8 @@ pub struct Replication {
     takeover_lock: tokio::sync::Mutex<()>,
     /// The last STATUS of each member (by node ID): the backlogs it holds and their states.
     gossip: Mutex<HashMap<u64, Vec<nsq_protocol::replication::StatusEntry>>>,
+    /// Bumped when a backlog's takeover state changes: served links send STATUS at once.
+    status_changed: watch::Sender<u64>,
 }
 
 /// Why replication could not start.
@@ -359,6 +361,7 @@ impl Replication {
             taken: Mutex::new(BTreeMap::new()),
             takeover_lock: tokio::sync::Mutex::new(()),
             gossip: Mutex::new(HashMap::new()),
+            status_changed: watch::channel(0).0,
             settings,
         });
         repl.open_backlogs()?;
@@ -520,6 +523,16 @@ impl Replication {
     ) {
         let t = tokio::spawn(takeover::run(self.clone(), lookup, client));
         self.tasks.lock().push(t);
+    }
+
+    /// A backlog's takeover state changed: STATUS goes out on every served link now.
+    pub(crate) fn status_change(&self) {
+        self.status_changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Changes of [`Replication::status_change`].
+    pub(crate) fn status_changes(&self) -> watch::Receiver<u64> {
+        self.status_changed.subscribe()
     }
 
     /// A stop signal for link tasks.

@@ -195,6 +195,7 @@ async fn answer_taken_over(
                         tracing::error!("REPLICATION: failed to delete the manifest - {e}");
                     }
                     repl.taken.lock().remove(&(origin, epoch));
+                    repl.status_change();
                     tracing::info!(
                         "REPLICATION: {origin:016x} applied the manifest of epoch {epoch}"
                     );
@@ -253,6 +254,7 @@ async fn session_loop(
     let mut last_read = Instant::now();
     // STATUS (this node's backlogs and their states) goes to the origin every second.
     let mut last_status = Instant::now() - STATUS_EVERY;
+    let mut status_changes = repl.status_changes();
     loop {
         // Frames already buffered (HELLO may have come with more) are handled first.
         let mut records = Vec::new();
@@ -364,6 +366,8 @@ async fn session_loop(
                 return Err((None, format!("no frame for {LINK_TIMEOUT:?}")));
             }
             _ = tokio::time::sleep_until(last_status + STATUS_EVERY) => {}
+            // A takeover state changed: STATUS now, not at the next second.
+            Ok(()) = status_changes.changed() => last_status = Instant::now() - STATUS_EVERY,
             // `wait_for` sees a stop sent before this session subscribed (`changed` would not).
             _ = async { stop.wait_for(|s| *s).await.is_ok() } => return Ok(()),
         }

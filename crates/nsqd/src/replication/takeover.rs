@@ -260,6 +260,7 @@ impl Replication {
         if let Ok(Err(e)) = removed {
             tracing::error!("REPLICATION: failed to delete a backlog - {e}");
         }
+        self.status_change();
     }
 
     /// Whether member `m` is alive as this node sees it: this node, a peer with a live
@@ -348,6 +349,7 @@ impl Replication {
             return false;
         };
         b.taking_over.store(true, Ordering::Release);
+        self.status_change();
         // A session still writing to it stores nothing more.
         b.session.fetch_add(1, Ordering::AcqRel);
         let began = std::time::Instant::now();
@@ -362,6 +364,7 @@ impl Replication {
                     "REPLICATION: taking over {origin:016x} epoch {epoch} failed - {e}"
                 );
                 b.taking_over.store(false, Ordering::Release);
+                self.status_change();
                 return false;
             }
             Err(e) => {
@@ -369,6 +372,7 @@ impl Replication {
                     "REPLICATION: taking over {origin:016x} epoch {epoch} failed - {e}"
                 );
                 b.taking_over.store(false, Ordering::Release);
+                self.status_change();
                 return false;
             }
         };
@@ -391,6 +395,7 @@ impl Replication {
         }
         self.taken.lock().insert((origin, epoch), done.ids);
         self.takeovers.fetch_add(1, Ordering::Relaxed);
+        self.status_change();
         tracing::info!(
             "REPLICATION: took over {origin:016x} epoch {epoch}: {} messages ({} puts) in {} topics, {} unreadable, in {:?}",
             done.messages,
