@@ -1,12 +1,15 @@
 //! Replication with the real binary (issue 22, docs/replication.md): the flags' fatal
 //! messages, a replica killed (SIGKILL) and restarted on its data directory while an origin
-//! publishes, and an origin killed and restarted (a new epoch, caught up from its disk).
+//! publishes, an origin killed and restarted (its previous epoch taken over at once), and an
+//! origin killed for good (taken over after the timeout, found through nsqlookupd).
 //!
 //! Build first: `cargo build -p nsqd-bin` (or set NSQD_BIN).
 
 use std::time::Duration;
 
-use nsq_integration_tests::{consume_all, http_post, int, nsqd_bin, run_tool, Bytes, Nsqd, Value};
+use nsq_integration_tests::{
+    consume_all, http_post, int, nsqd_bin, run_tool, Bytes, Nsqd, Nsqlookupd, V2Conn, Value,
+};
 use nsq_protocol::command::Command;
 
 /// A free TCP port on 127.0.0.1 (bound to `:0`, then released for the daemon to take).
@@ -175,13 +178,18 @@ fn a_killed_replica_recovers_its_backlog() {
     drop(a);
 }
 
-/// A is SIGKILLed and restarted on its data directory: it starts the next epoch, and B's
-/// backlog of the new epoch is caught up from what A still has on disk (`--mem-queue-size=0`:
-/// everything). The old epoch's backlog stays on B (nothing takes it over yet).
+/// A is SIGKILLed and restarted on its data directory: it starts the next epoch and says the
+/// previous one ended unclean (HELLO's PREVIOUS_UNCLEAN), so B takes that epoch over at once,
+/// without waiting for the takeover timeout (1 h here): B creates topic t and channel c and
+/// delivers the 15 messages A had not settled; its backlog of the epoch is gone and the
+/// manifest kept (`taken over`) for A to apply.
 #[test]
-fn a_killed_origin_starts_a_new_epoch_and_catches_its_replica_up() {
+fn a_killed_origin_restarted_has_its_previous_epoch_taken_over() {
     let a_port = free_port();
-    let b = Nsqd::start(&[&format!("--replication-peer=127.0.0.1:{a_port}")]);
+    let b = Nsqd::start(&[
+        &format!("--replication-peer=127.0.0.1:{a_port}"),
+        "--replication-takeover-timeout=1h",
+    ]);
     let a_args = [
         format!("--tcp-address=127.0.0.1:{a_port}"),
         "--replicas=2".to_string(),
@@ -212,14 +220,111 @@ fn a_killed_origin_starts_a_new_epoch_and_catches_its_replica_up() {
     assert_eq!(node_id(&a), origin);
     let epoch2 = a.stats()["replication"]["epoch"].as_u64().unwrap();
     assert_eq!(epoch2, epoch1 + 1);
-    let s = b.wait_stats("epoch 2 backlog", Duration::from_secs(10), |s| {
-        backlogs_of(s, &origin)
-            .iter()
-            .any(|b| b["epoch"] == epoch2 && int(b, "messages") == 15)
+    let s = b.wait_stats("epoch 1 taken over", Duration::from_secs(10), |s| {
+        s["replication"]["takeovers"] == 1
     });
-    assert_eq!(backlogs_of(&s, &origin).len(), 2, "{s}");
-    let mut p = a.connect();
-    p.publish("t", b"after");
+    let bl = backlogs_of(&s, &origin);
+    assert_eq!(bl.len(), 1, "{s}");
+    assert_eq!(bl[0]["epoch"], epoch1);
+    assert_eq!(bl[0]["state"], "taken over");
+    assert_eq!(int(&bl[0], "messages"), 15);
+    let mut got: Vec<Bytes> = consume_all(b.tcp_addr, "t", "c", 100, 15, Duration::from_secs(30))
+        .into_iter()
+        .map(|(body, _)| body)
+        .collect();
+    got.sort();
+    let mut want: Vec<Bytes> = (0..15).map(|i| Bytes::from(format!("m{i}"))).collect();
+    want.sort();
+    assert_eq!(got, want);
     drop(b);
     drop(a);
+}
+
+/// With one nsqlookupd: A (`--replicas=2`) and B register; a consumer of A finishes 4 of 10
+/// messages; A is SIGKILLed (its lookupd connection closes, so it is unregistered at once).
+/// B sees A's link lost and A absent from nsqlookupd's `/debug` for the takeover timeout,
+/// takes A's epoch over and registers topic t and channel c; a consumer that discovers
+/// through nsqlookupd's `/lookup?topic=t` finds B and gets the 6 unfinished messages.
+#[test]
+fn a_killed_origin_is_taken_over_and_found_through_nsqlookupd() {
+    let l = Nsqlookupd::start(&[]);
+    let lookupd = format!("--lookupd-tcp-address={}", l.tcp_addr);
+    let a_port = free_port();
+    let b = Nsqd::start(&[
+        &format!("--replication-peer=127.0.0.1:{a_port}"),
+        &lookupd,
+        "--broadcast-address=127.0.0.1",
+        "--replication-takeover-timeout=2s",
+    ]);
+    let a = Nsqd::start(&[
+        &format!("--tcp-address=127.0.0.1:{a_port}"),
+        "--replicas=2",
+        &format!("--replication-peer={}", b.tcp_addr),
+        &lookupd,
+        "--broadcast-address=127.0.0.1",
+    ]);
+    let origin = node_id(&a);
+    http_post(a.http_addr, "/channel/create?topic=t&channel=c", b"");
+    let mut p = a.connect();
+    p.mpublish("t", (0..10).map(|i| Bytes::from(format!("m{i}"))).collect());
+    let mut c = V2Conn::connect(a.tcp_addr);
+    c.subscribe("t", "c");
+    c.rdy(4);
+    let mut finished = Vec::new();
+    while finished.len() < 4 {
+        let m = c.message(Duration::from_secs(10));
+        c.fin(&m.id);
+        finished.push(m.body);
+    }
+    b.wait_stats("B's backlog of A", Duration::from_secs(10), |s| {
+        backlogs_of(s, &origin)
+            .first()
+            .is_some_and(|b| int(b, "messages") == 6)
+    });
+    let producers = |l: &Nsqlookupd| -> Vec<i64> {
+        let r = l.get("/lookup?topic=t");
+        if r.status != 200 {
+            return Vec::new();
+        }
+        r.json()["producers"]
+            .as_array()
+            .map(|a| a.iter().map(|p| int(p, "tcp_port")).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(producers(&l), [i64::from(a_port)]);
+
+    drop((c, p));
+    let killed = std::time::Instant::now();
+    let _a_dir = a.kill9();
+    let s = b.wait_stats("the takeover", Duration::from_secs(20), |s| {
+        s["replication"]["takeovers"] == 1
+    });
+    assert!(
+        killed.elapsed() >= Duration::from_secs(2),
+        "before the timeout"
+    );
+    assert_eq!(backlogs_of(&s, &origin)[0]["state"], "taken over");
+    let b_port = i64::from(b.tcp_addr.port());
+    nsq_integration_tests::wait_until(|| producers(&l) == [b_port]);
+    let lookup = l.get_json("/lookup?topic=t");
+    let prod = &lookup["producers"][0];
+    let addr: std::net::SocketAddr = format!(
+        "{}:{}",
+        prod["broadcast_address"].as_str().unwrap(),
+        int(prod, "tcp_port")
+    )
+    .parse()
+    .unwrap();
+    let mut got: Vec<Bytes> = consume_all(addr, "t", "c", 100, 6, Duration::from_secs(30))
+        .into_iter()
+        .map(|(body, _)| body)
+        .collect();
+    got.sort();
+    let mut want: Vec<Bytes> = (0..10)
+        .map(|i| Bytes::from(format!("m{i}")))
+        .filter(|m| !finished.contains(m))
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+    drop(b);
 }

@@ -69,6 +69,15 @@ impl PutReceipt {
         self.pending.push(p);
     }
 
+    /// Takes over the writes of `other` and the later of the two replication seqs (several
+    /// puts behind one acknowledgement).
+    pub fn absorb(&mut self, other: &mut PutReceipt) {
+        self.replication_seq = self.replication_seq.max(other.replication_seq);
+        for p in std::mem::take(&mut other.pending) {
+            self.push(p);
+        }
+    }
+
     pub(crate) fn backend(&mut self, b: &Arc<dyn BackendQueue>, t: WriteTicket) {
         self.push(Pending::Backend(b.clone(), t));
     }

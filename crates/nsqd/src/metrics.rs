@@ -381,8 +381,9 @@ fn replication_families(e: &mut Exposition, r: &Replication) {
     }
 
     // (origin, messages, bytes), summed over the origin's epochs; `backlogs()` is sorted.
+    // A `taken over` entry is a kept manifest, not a backlog: it holds no message.
     let mut origins: Vec<(String, u64, u64)> = Vec::new();
-    for bl in r.backlogs() {
+    for bl in r.backlogs().into_iter().filter(|b| b.state != "taken over") {
         let origin = format!("{:016x}", bl.origin);
         match origins.last_mut() {
             Some(o) if o.0 == origin => {

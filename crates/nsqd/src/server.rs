@@ -151,6 +151,9 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, StartError> {
     // peers' backlogs): no replicator, no origin links.
     if let Some(r) = replication.as_ref().filter(|r| r.replicates_own()) {
         engine.set_replicator(r.log.clone());
+    }
+    // Catch-ups read the engine; takeovers put into it (also with --replicas=1).
+    if let Some(r) = &replication {
         r.set_engine(engine.clone());
     }
 
@@ -201,6 +204,7 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, StartError> {
 
     if let Some(r) = &nsqd.replication {
         r.start_links(tcp_addr.port(), http_addr.map(|a| a.port()));
+        r.start_takeover_watch(nsqd.lookup.clone(), nsqd.http_client.clone());
     }
 
     let stop = Arc::new(Notify::new());

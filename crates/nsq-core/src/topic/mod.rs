@@ -228,6 +228,75 @@ impl Topic {
                 })
                 .collect()
         };
+        if msgs.is_empty() {
+            return Ok(PutReceipt::default());
+        }
+        let ts = msgs[0].timestamp;
+        let due = if defer_ms == 0 {
+            0
+        } else {
+            ts.saturating_add(i64::from(defer_ms) * 1_000_000)
+        };
+        self.put_built(msgs, due)
+    }
+
+    /// Adopts messages taken over from another node's replica backlog (docs/replication.md,
+    /// "Takeover", "Delivering"): each keeps its ID, timestamp and attempts, and waits its own
+    /// `defer_ms` (what was left of its deferral). With `channel` they go straight into that
+    /// channel of this topic (created if needed) — they were pending there at the origin;
+    /// without, into the topic, to be fanned out to its channels like a publish.
+    ///
+    /// Replicated like a publish (one PUB frame per distinct deferral; the PUB lists the
+    /// channel), so this node's own replicas hold what it adopted: the receipt's replication
+    /// seq is the last frame's. Attempts are not in a PUB frame, so this node's replicas
+    /// start them over. NSQ has no counterpart (a message never changes node there).
+    pub fn adopt(
+        self: &Arc<Self>,
+        channel: Option<&str>,
+        msgs: Vec<Message>,
+    ) -> Result<PutReceipt, PutError> {
+        if self.is_exiting() {
+            return Err(BackendError::Exiting);
+        }
+        let mut receipt = PutReceipt::default();
+        for group in by_defer(msgs) {
+            let defer_ms = group[0].defer_ms;
+            let due = if defer_ms == 0 {
+                0
+            } else {
+                now_nanos().saturating_add(i64::from(defer_ms) * 1_000_000)
+            };
+            let mut r = match channel {
+                None => self.put_built(group, due)?,
+                Some(name) => self.adopt_into_channel(name, group, due)?,
+            };
+            receipt.absorb(&mut r);
+        }
+        Ok(receipt)
+    }
+
+    fn adopt_into_channel(
+        self: &Arc<Self>,
+        name: &str,
+        msgs: Vec<Message>,
+        due: i64,
+    ) -> Result<PutReceipt, PutError> {
+        let (ch, _) = self.get_or_create_channel(name)?;
+        let mut receipt = PutReceipt::default();
+        if let (Some(r), false) = (&self.repl, ch.is_ephemeral()) {
+            let encoded = r.encode_messages(&msgs);
+            // Under the topic lock, as a direct publish: the PUB frame (listing the channel)
+            // is in the log before a consumer can see the messages, so a FIN can only follow.
+            let _st = self.state.lock();
+            let seq = r.publish(&self.name, due, Some(std::slice::from_ref(&ch)), encoded);
+            receipt.set_replication_seq(seq);
+        }
+        ch.receive(&msgs, &mut receipt)?;
+        Ok(receipt)
+    }
+
+    /// Stores built messages (one deferral, `due` its Unix ns, 0 for none) as a publish does.
+    fn put_built(self: &Arc<Self>, msgs: Vec<Message>, due: i64) -> Result<PutReceipt, PutError> {
         let mut receipt = PutReceipt::default();
         if msgs.is_empty() {
             return Ok(receipt);
@@ -248,16 +317,10 @@ impl Topic {
                 return Err(BackendError::Exiting);
             }
             let gate = self.gate(&st);
-            let ts = msgs[0].timestamp;
             let publish = st.queue.publish(msgs, gate, &mut admit);
             if let (Some(r), Some(enc)) = (&self.repl, encoded) {
                 // Under the lock: the PUB frame is in the log before the pump or a consumer
                 // can act on these messages.
-                let due = if defer_ms == 0 {
-                    0
-                } else {
-                    ts.saturating_add(i64::from(defer_ms) * 1_000_000)
-                };
                 let direct = matches!(publish, Publish::Direct(_)).then_some(&st.fanout[..]);
                 receipt.set_replication_seq(r.publish(&self.name, due, direct, enc));
             }
@@ -747,6 +810,18 @@ impl Topic {
             channels,
         }
     }
+}
+
+/// Splits messages into runs of equal `defer_ms` (each run is one PUB frame), in order.
+fn by_defer(msgs: Vec<Message>) -> Vec<Vec<Message>> {
+    let mut out: Vec<Vec<Message>> = Vec::new();
+    for m in msgs {
+        match out.last_mut() {
+            Some(run) if run[0].defer_ms == m.defer_ms => run.push(m),
+            _ => out.push(vec![m]),
+        }
+    }
+    out
 }
 
 /// Hands a batch to every channel; returns the channels that refused it, with why. A channel

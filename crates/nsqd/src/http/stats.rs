@@ -99,7 +99,7 @@ fn replication_json(r: &crate::replication::Replication) -> ReplicationJson {
             .map(|b| BacklogJson {
                 origin: format!("{:016x}", b.origin),
                 epoch: b.epoch,
-                state: "replicating",
+                state: b.state,
                 messages: b.messages,
                 bytes: b.bytes,
                 last_seq: b.last_seq,

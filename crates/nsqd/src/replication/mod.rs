@@ -13,10 +13,11 @@ pub mod log;
 mod origin;
 mod replica;
 pub mod returning;
+pub mod takeover;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -56,6 +57,11 @@ pub struct Settings {
     pub broadcast_address: String,
     pub tcp_port: u16,
     pub http_port: u16,
+    /// `--replication-takeover-timeout`.
+    pub takeover_timeout: Duration,
+    /// At least one `--lookupd-tcp-address` is configured (the takeover then also needs the
+    /// origin's absence from nsqlookupd).
+    pub lookupds: bool,
 }
 
 impl Settings {
@@ -76,6 +82,8 @@ impl Settings {
             broadcast_address: o.broadcast_address.clone(),
             tcp_port: o.broadcast_tcp_port as u16,
             http_port: o.broadcast_http_port as u16,
+            takeover_timeout: o.replication_takeover_timeout,
+            lookupds: !o.lookupd_tcp_addresses.is_empty(),
         }
     }
 }
@@ -153,6 +161,85 @@ pub(crate) struct Backlog {
     pub store: Mutex<ReplicaStore>,
     /// The link session writing to it; a newer session ends an older one.
     pub session: AtomicU64,
+    /// The origin's link as the takeover watch sees it.
+    pub(crate) link: Mutex<LinkState>,
+    /// The origin's broadcast address and TCP port from its HELLO (how nsqlookupd lists it),
+    /// kept in `origin.json` in the backlog directory so a restarted replica knows them.
+    pub(crate) address: Mutex<Option<(String, u16)>>,
+    /// A takeover of this backlog is running.
+    pub(crate) taking_over: AtomicBool,
+}
+
+/// Whether a session of the origin is live, and since when none is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LinkState {
+    pub live: Option<u64>,
+    pub down_since: Option<Instant>,
+    /// The origin said this epoch ended with an unclean stop (HELLO's PREVIOUS_UNCLEAN), then.
+    pub ended: Option<Instant>,
+}
+
+impl Backlog {
+    /// Session `session` is up (WELCOME sent, or a frame came).
+    pub(crate) fn link_up(&self, session: u64) {
+        let mut l = self.link.lock();
+        l.live = Some(session);
+        l.down_since = None;
+    }
+
+    /// Session `session` ended; the link is down unless a newer session is up.
+    pub(crate) fn link_down(&self, session: u64) {
+        let mut l = self.link.lock();
+        if l.live.is_none_or(|s| s == session) {
+            l.live = None;
+            l.down_since.get_or_insert_with(Instant::now);
+        }
+    }
+
+    pub(crate) fn link(&self) -> LinkState {
+        *self.link.lock()
+    }
+
+    /// `replicating`, `detached` (the origin's link is down) or `taking over`.
+    pub(crate) fn state(&self) -> &'static str {
+        if self.taking_over.load(Ordering::Acquire) {
+            "taking over"
+        } else if self.link.lock().live.is_some() {
+            "replicating"
+        } else {
+            "detached"
+        }
+    }
+
+    /// Records the origin's address (HELLO) in memory and, when it changed, in
+    /// `origin.json`. Blocking.
+    pub(crate) fn set_address(&self, addr: &str, tcp_port: u16) {
+        let new = Some((addr.to_string(), tcp_port));
+        if *self.address.lock() == new {
+            return;
+        }
+        *self.address.lock() = new;
+        let dir = self.store.lock().dir().to_path_buf();
+        let json = serde_json::json!({"broadcast_address": addr, "tcp_port": tcp_port});
+        if let Err(e) = std::fs::write(dir.join(ORIGIN_FILE), json.to_string()) {
+            tracing::warn!(
+                "REPLICATION: failed to record the origin's address in {} - {e}",
+                dir.display()
+            );
+        }
+    }
+}
+
+/// The file in a backlog directory naming the origin's broadcast address and TCP port.
+const ORIGIN_FILE: &str = "origin.json";
+
+fn read_address(dir: &Path) -> Option<(String, u16)> {
+    let text = std::fs::read_to_string(dir.join(ORIGIN_FILE)).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some((
+        v["broadcast_address"].as_str()?.to_string(),
+        u16::try_from(v["tcp_port"].as_u64()?).ok()?,
+    ))
 }
 
 /// A backlog as `/stats` and tests see it.
@@ -165,6 +252,9 @@ pub struct BacklogInfo {
     pub last_seq: u64,
     pub segments: usize,
     pub catching_up: bool,
+    /// `replicating`, `detached`, `taking over`, or `taken over` (a manifest kept; the
+    /// backlog itself is gone and `messages` counts the IDs taken over).
+    pub state: &'static str,
 }
 
 /// A peer as `/stats` and tests see it.
@@ -215,6 +305,15 @@ pub struct Replication {
     catchups: AtomicU64,
     /// Return (`returning.rs`): the current epoch, the startup hold.
     ret: returning::State,
+    /// Manifests kept, by (origin, epoch): the IDs taken over (until MANIFEST_APPLIED).
+    taken: Mutex<BTreeMap<(u64, u64), u64>>,
+    /// Serialises takeovers with the start of link sessions (a session that starts while a
+    /// backlog is taken over finds the manifest, not the backlog).
+    takeover_lock: tokio::sync::Mutex<()>,
+    /// The last STATUS of each member (by node ID): the backlogs it holds and their states.
+    gossip: Mutex<HashMap<u64, Vec<nsq_protocol::replication::StatusEntry>>>,
+    /// Bumped when a backlog's takeover state changes: served links send STATUS at once.
+    status_changed: watch::Sender<u64>,
 }
 
 /// Why replication could not start.
@@ -279,6 +378,10 @@ impl Replication {
             takeovers: AtomicU64::new(0),
             catchups: AtomicU64::new(0),
             ret: returning::State::new(identity.epoch),
+            taken: Mutex::new(BTreeMap::new()),
+            takeover_lock: tokio::sync::Mutex::new(()),
+            gossip: Mutex::new(HashMap::new()),
+            status_changed: watch::channel(0).0,
             settings,
         });
         repl.open_backlogs()?;
@@ -294,6 +397,24 @@ impl Replication {
         };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(key) = name.strip_suffix(".manifest") {
+                // A takeover's manifest, kept until the origin applied it.
+                if let Some((o, ep)) = key.split_once('.') {
+                    if let (Ok(origin), Ok(epoch)) = (u64::from_str_radix(o, 16), ep.parse()) {
+                        match nsq_core::replica::manifest::read(&e.path(), epoch) {
+                            Ok(m) => {
+                                let n = nsq_core::replica::manifest::count(&m);
+                                self.taken.lock().insert((origin, epoch), n);
+                            }
+                            Err(err) => tracing::error!(
+                                "REPLICATION: manifest {} refused - {err}",
+                                e.path().display()
+                            ),
+                        }
+                    }
+                }
+                continue;
+            }
             let Some((o, ep)) = name.split_once('.') else {
                 continue;
             };
@@ -339,11 +460,21 @@ impl Replication {
                 format!(", {} damaged stretches skipped", report.damaged.len())
             }
         );
+        let address = read_address(&dir);
         let b = Arc::new(Backlog {
             origin,
             epoch,
             store: Mutex::new(store),
             session: AtomicU64::new(0),
+            // No session yet: down from now (a replica restarted while its origin was gone
+            // counts the absence from its own start).
+            link: Mutex::new(LinkState {
+                live: None,
+                down_since: Some(Instant::now()),
+                ended: None,
+            }),
+            address: Mutex::new(address),
+            taking_over: AtomicBool::new(false),
         });
         Ok(self
             .backlogs
@@ -405,6 +536,26 @@ impl Replication {
         }
     }
 
+    /// Starts the task that takes lost origins' backlogs over ([`takeover`]).
+    pub fn start_takeover_watch(
+        self: &Arc<Self>,
+        lookup: crate::lookup::Lookup,
+        client: nsq_http::client::HttpClient,
+    ) {
+        let t = tokio::spawn(takeover::run(self.clone(), lookup, client));
+        self.tasks.lock().push(t);
+    }
+
+    /// A backlog's takeover state changed: STATUS goes out on every served link now.
+    pub(crate) fn status_change(&self) {
+        self.status_changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Changes of [`Replication::status_change`].
+    pub(crate) fn status_changes(&self) -> watch::Receiver<u64> {
+        self.status_changed.subscribe()
+    }
+
     /// A stop signal for link tasks.
     pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
         self.stop.subscribe()
@@ -454,8 +605,16 @@ impl Replication {
         self.update_committed(&g);
     }
 
-    pub(crate) fn seen(&self, i: usize) {
-        self.group.lock().peers[i].last_seen = Some(Instant::now());
+    /// A HEARTBEAT or STATUS came from peer `i` (a STATUS is kept as its gossip).
+    pub(crate) fn seen_frame(&self, i: usize, f: nsq_protocol::replication::Frame) {
+        let node = {
+            let mut g = self.group.lock();
+            g.peers[i].last_seen = Some(Instant::now());
+            g.peers[i].node_id
+        };
+        if let (nsq_protocol::replication::Frame::Status(entries), 1..) = (f, node) {
+            self.gossip.lock().insert(node, entries);
+        }
     }
 
     /// Peer `i`'s session ended: it leaves the set, the next live peer in ring order joins.
@@ -508,18 +667,41 @@ impl Replication {
         let mut v: Vec<BacklogInfo> = list
             .iter()
             .map(|b| {
-                let s = b.store.lock();
+                let state = b.state();
+                // A takeover holds the store's lock while it delivers (seconds for a large
+                // backlog): the view does not wait for it (the numbers are then 0).
+                let s = if b.taking_over.load(Ordering::Acquire) {
+                    b.store.try_lock()
+                } else {
+                    Some(b.store.lock())
+                };
                 BacklogInfo {
                     origin: b.origin,
                     epoch: b.epoch,
-                    messages: s.index().messages(),
-                    bytes: s.bytes(),
-                    last_seq: s.last_seq(),
-                    segments: s.segments(),
-                    catching_up: s.index().catching_up(),
+                    messages: s.as_ref().map_or(0, |s| s.index().messages()),
+                    bytes: s.as_ref().map_or(0, |s| s.bytes()),
+                    last_seq: s.as_ref().map_or(0, |s| s.last_seq()),
+                    segments: s.as_ref().map_or(0, |s| s.segments()),
+                    catching_up: s.as_ref().is_some_and(|s| s.index().catching_up()),
+                    state,
                 }
             })
             .collect();
+        v.extend(
+            self.taken
+                .lock()
+                .iter()
+                .map(|(&(origin, epoch), &ids)| BacklogInfo {
+                    origin,
+                    epoch,
+                    messages: ids,
+                    bytes: 0,
+                    last_seq: 0,
+                    segments: 0,
+                    catching_up: false,
+                    state: "taken over",
+                }),
+        );
         v.sort_by_key(|b| (b.origin, b.epoch));
         v
     }

@@ -355,7 +355,7 @@ async fn reader(repl: &Replication, i: usize, rd: &mut OwnedReadHalf, mut buf: B
     loop {
         match read_frame(rd, &mut buf, repl.settings.max_frame).await {
             Ok(Frame::Ack { seq }) => repl.on_ack(i, seq),
-            Ok(Frame::Heartbeat | Frame::Status(_)) => repl.seen(i),
+            Ok(f @ (Frame::Heartbeat | Frame::Status(_))) => repl.seen_frame(i, f),
             Ok(Frame::Error { code, text }) => {
                 return format!("error from replica ({code:?}): {text}")
             }

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use nsq_core::replica::{Record, StoreError};
+use nsq_core::replica::{manifest, Record, StoreError};
 use nsq_protocol::replication::{self, Frame, LinkErrorCode, Welcome, WelcomeAnswer, LINK_VERSION};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -66,8 +66,32 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, pe
         );
     }
     let (origin, epoch) = (hello.node_id, hello.epoch);
+    if hello.previous_unclean {
+        // Its earlier epochs ended with the crash: gone now, no timeout (Takeover).
+        repl.epochs_ended(origin, hello.previous_epoch).await;
+    }
+    let guard = repl.takeover_lock.lock().await;
+    // An epoch of this origin taken over here and not yet applied by it (Return): the answer
+    // is the manifest, the oldest first.
+    let taken = repl
+        .taken
+        .lock()
+        .keys()
+        .find(|(o, e)| *o == origin && *e <= epoch)
+        .map(|&(_, e)| e);
+    if let Some(taken) = taken {
+        drop(guard);
+        return answer_taken_over(&repl, &mut stream, buf, peer, origin, taken).await;
+    }
     let r = repl.clone();
-    let backlog = match tokio::task::spawn_blocking(move || r.open_backlog(origin, epoch)).await {
+    let (address, port) = (hello.broadcast_address.clone(), hello.tcp_port);
+    let opened = tokio::task::spawn_blocking(move || {
+        let b = r.open_backlog(origin, epoch)?;
+        b.set_address(&address, port);
+        Ok::<_, super::ReplicationError>(b)
+    })
+    .await;
+    let backlog = match opened {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => {
             tracing::error!("REPLICATION: {e}");
@@ -78,6 +102,8 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, pe
         }
     };
     let session = backlog.session.fetch_add(1, Ordering::AcqRel) + 1;
+    backlog.link_up(session);
+    drop(guard);
     let (last_seq, catching_up) = {
         let s = backlog.store.lock();
         (s.last_seq(), s.index().catching_up())
@@ -101,6 +127,7 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, pe
         "REPLICATION: replicating {origin:016x} epoch {epoch} from {peer} ({answer:?} after seq {last_seq})"
     );
     let end = session_loop(&repl, &backlog, session, hello.sync, &mut stream, buf).await;
+    backlog.link_down(session);
     match end {
         Ok(()) => {}
         Err((Some(code), text)) => {
@@ -112,6 +139,104 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, pe
         }
     }
 }
+
+/// Answers a returning origin whose epoch `epoch` this node took over (docs/replication.md,
+/// Return): TAKEN_OVER, the manifest as stored, MANIFEST_END; then waits for MANIFEST_APPLIED
+/// of that epoch, deletes the manifest and closes.
+async fn answer_taken_over(
+    repl: &Arc<Replication>,
+    stream: &mut TcpStream,
+    mut buf: BytesMut,
+    peer: SocketAddr,
+    origin: u64,
+    epoch: u64,
+) {
+    let path = manifest::manifest_path(&repl.data_path, origin, epoch);
+    let p = path.clone();
+    let read = tokio::task::spawn_blocking(move || manifest::read(&p, epoch)).await;
+    let records = match read {
+        Ok(Ok(m)) => m,
+        Ok(Err(e)) => {
+            tracing::error!("REPLICATION: manifest {} - {e}", path.display());
+            return refuse(stream, LinkErrorCode::Internal, e.to_string()).await;
+        }
+        Err(e) => return refuse(stream, LinkErrorCode::Internal, e.to_string()).await,
+    };
+    tracing::info!(
+        "REPLICATION: {origin:016x} ({peer}) returned; epoch {epoch} was taken over here, sending its manifest ({} IDs)",
+        manifest::count(&records)
+    );
+    let mut out = BytesMut::new();
+    let mut frames = vec![Frame::TakenOver {
+        epoch,
+        by_node: repl.identity.node_id,
+        entries: manifest::count(&records),
+    }];
+    frames.extend(records.into_iter().map(Frame::Manifest));
+    frames.push(Frame::ManifestEnd { epoch });
+    for f in &frames {
+        if let Err(e) = replication::try_encode(f, &mut out) {
+            return refuse(stream, LinkErrorCode::Internal, e.to_string()).await;
+        }
+    }
+    if stream.write_all(&out).await.is_err() {
+        return;
+    }
+    let max_frame = repl.settings.max_frame;
+    let mut stop = repl.stopping();
+    let mut last_write = Instant::now();
+    let mut last_read = Instant::now();
+    loop {
+        loop {
+            match replication::decode(&mut buf, max_frame) {
+                Ok(Some(Frame::ManifestApplied { epoch: e })) if e == epoch => {
+                    let r = tokio::task::spawn_blocking(move || std::fs::remove_file(&path)).await;
+                    if let Ok(Err(e)) = r {
+                        tracing::error!("REPLICATION: failed to delete the manifest - {e}");
+                    }
+                    repl.taken.lock().remove(&(origin, epoch));
+                    repl.status_change();
+                    tracing::info!(
+                        "REPLICATION: {origin:016x} applied the manifest of epoch {epoch}"
+                    );
+                    let _ = stream.shutdown().await;
+                    return;
+                }
+                Ok(Some(Frame::Heartbeat | Frame::Status(_))) => {}
+                Ok(Some(other)) => {
+                    let text = format!(
+                        "expected MANIFEST_APPLIED, got type 0x{:02x}",
+                        other.frame_type()
+                    );
+                    return refuse(stream, LinkErrorCode::BadFrame, text).await;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return refuse(stream, LinkErrorCode::BadFrame, format!("bad frame - {e}"))
+                        .await
+                }
+            }
+        }
+        buf.reserve(8 << 10);
+        tokio::select! {
+            r = stream.read_buf(&mut buf) => match r {
+                Ok(0) | Err(_) => return,
+                Ok(_) => last_read = Instant::now(),
+            },
+            _ = tokio::time::sleep_until(last_write + HEARTBEAT) => {
+                if send(stream, &Frame::Heartbeat).await.is_err() {
+                    return;
+                }
+                last_write = Instant::now();
+            }
+            _ = tokio::time::sleep_until(last_read + LINK_TIMEOUT) => return,
+            _ = async { stop.wait_for(|s| *s).await.is_ok() } => return,
+        }
+    }
+}
+
+/// How often a served link carries this node's STATUS.
+const STATUS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 type LinkEnd = Result<(), (Option<LinkErrorCode>, String)>;
 
@@ -127,6 +252,9 @@ async fn session_loop(
     let mut stop = repl.stopping();
     let mut last_write = Instant::now();
     let mut last_read = Instant::now();
+    // STATUS (this node's backlogs and their states) goes to the origin every second.
+    let mut last_status = Instant::now() - STATUS_EVERY;
+    let mut status_changes = repl.status_changes();
     loop {
         // Frames already buffered (HELLO may have come with more) are handled first.
         let mut records = Vec::new();
@@ -213,6 +341,13 @@ async fn session_loop(
             let (r, origin) = (repl.clone(), backlog.origin);
             let _ = tokio::task::spawn_blocking(move || r.drop_backlogs(origin, epoch)).await;
         }
+        if last_status.elapsed() >= STATUS_EVERY {
+            send(stream, &Frame::Status(repl.status_entries()))
+                .await
+                .map_err(|e| (None, e.to_string()))?;
+            last_status = Instant::now();
+            last_write = last_status;
+        }
         // Read more, sending a HEARTBEAT when idle.
         buf.reserve(64 << 10);
         tokio::select! {
@@ -230,6 +365,9 @@ async fn session_loop(
             _ = tokio::time::sleep_until(last_read + LINK_TIMEOUT) => {
                 return Err((None, format!("no frame for {LINK_TIMEOUT:?}")));
             }
+            _ = tokio::time::sleep_until(last_status + STATUS_EVERY) => {}
+            // A takeover state changed: STATUS now, not at the next second.
+            Ok(()) = status_changes.changed() => last_status = Instant::now() - STATUS_EVERY,
             // `wait_for` sees a stop sent before this session subscribed (`changed` would not).
             _ = async { stop.wait_for(|s| *s).await.is_ok() } => return Ok(()),
         }

@@ -1,0 +1,518 @@
+//! Taking a lost origin's backlog over (docs/replication.md, "Takeover"): one task per node
+//! watches every backlog it holds with a [`GoneWatch`] per `(origin, epoch)` — the origin's
+//! link (a live session, or down since it ended or since this node started) and, while the
+//! link is down, the origin's `client::` entry in the `/debug` of every nsqlookupd this node
+//! is connected to, polled every second (nsqlookupd/http.go, `doDebug`; the entry's
+//! `last_update` is refreshed by the origin's PINGs, nsqd/lookup.go `lookupLoop`). Once the
+//! origin has been gone for `--replication-takeover-timeout` and the chooser names this node,
+//! the backlog is delivered here: the manifest is written (fsynced), every topic and channel
+//! of the backlog is created (pause flags kept), every unsettled message is put with its
+//! original ID, timestamp, attempts and remaining deferral (`Topic::adopt`, replicated like a
+//! publish), and the backlog is deleted once this node's own replicas hold the messages.
+//!
+//! An epoch the origin itself declared ended (HELLO with PREVIOUS_UNCLEAN) is gone at once.
+//! NSQ has no counterpart.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nsq_core::message::{now_nanos, Message};
+use nsq_core::receipt::PutReceipt;
+use nsq_core::replica::adopt::{self, Put};
+use nsq_core::replica::manifest;
+use nsq_core::replica::takeover::{taker, GoneWatch, Ring};
+use nsq_core::Engine;
+use nsq_protocol::replication::{BacklogState, StatusEntry};
+
+use super::{Backlog, Replication};
+use crate::lookup::Lookup;
+
+/// How often the watch looks (and polls nsqlookupd while an origin's link is down).
+const TICK: Duration = Duration::from_secs(1);
+/// Messages put into one queue per `Topic::adopt` call.
+const ADOPT_BATCH: usize = 256;
+
+/// One producer of nsqlookupd's `/debug` (the fields the watch reads).
+#[derive(serde::Deserialize)]
+struct DebugProducer {
+    broadcast_address: String,
+    tcp_port: i64,
+    last_update: i64,
+}
+
+/// Watches the backlogs until the daemon stops (see the module comment).
+pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::client::HttpClient) {
+    let mut stop = repl.stopping();
+    let timeout = repl.settings.takeover_timeout;
+    let mut watches: HashMap<(u64, u64), GoneWatch> = HashMap::new();
+    // The last "someone else takes it over" logged per backlog (logged on change only).
+    let mut announced: HashMap<(u64, u64), Option<u64>> = HashMap::new();
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = async { stop.wait_for(|s| *s).await.is_ok() } => return,
+        }
+        let backlogs: Vec<Arc<Backlog>> = repl.backlogs.lock().values().cloned().collect();
+        watches.retain(|k, _| backlogs.iter().any(|b| (b.origin, b.epoch) == *k));
+        let mut down = Vec::new();
+        for b in &backlogs {
+            if b.taking_over.load(Ordering::Acquire) {
+                continue;
+            }
+            let w = watches
+                .entry((b.origin, b.epoch))
+                .or_insert_with(|| GoneWatch::new(timeout, repl.settings.lookupds));
+            let link = b.link();
+            match link.down_since {
+                None => w.link_up(),
+                Some(at) => {
+                    w.link_down(at);
+                    down.push((b.clone(), link.ended));
+                }
+            }
+        }
+        if down.is_empty() {
+            continue;
+        }
+        if repl.settings.lookupds {
+            for addr in lookup.http_addresses() {
+                let url = format!("http://{addr}/debug");
+                let answer = match client.get_v1(&url).await {
+                    Ok(body) => {
+                        serde_json::from_slice::<BTreeMap<String, Vec<DebugProducer>>>(&body)
+                            .map_err(|e| e.to_string())
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                let producers = match answer {
+                    Ok(mut m) => m.remove("client::").unwrap_or_default(),
+                    Err(e) => {
+                        tracing::debug!("REPLICATION: lookupd {addr} /debug failed - {e}");
+                        continue;
+                    }
+                };
+                let at = Instant::now();
+                for (b, _) in &down {
+                    let address = b.address.lock().clone();
+                    let entry = address.and_then(|(host, port)| {
+                        producers
+                            .iter()
+                            .find(|p| p.broadcast_address == host && p.tcp_port == i64::from(port))
+                            .map(|p| p.last_update)
+                    });
+                    if let Some(w) = watches.get_mut(&(b.origin, b.epoch)) {
+                        w.lookupd_answer(&addr, at, entry);
+                    }
+                }
+            }
+        }
+        let now = Instant::now();
+        for (b, ended) in down {
+            let key = (b.origin, b.epoch);
+            // Another member's STATUS says it took this epoch over (or is doing so): this
+            // copy is not needed (or not yet).
+            match repl.other_taker(b.origin, b.epoch) {
+                Some((m, BacklogState::TakenOver)) => {
+                    tracing::info!(
+                        "REPLICATION: {m:016x} took over {:016x} epoch {}; dropping this copy",
+                        b.origin,
+                        b.epoch
+                    );
+                    repl.drop_copy(b.origin, b.epoch).await;
+                    watches.remove(&key);
+                    announced.remove(&key);
+                    continue;
+                }
+                Some(_) => continue,
+                None => {}
+            }
+            // An epoch its origin declared ended is gone from then, without the timeout.
+            let gone_at = ended.or_else(|| watches.get(&key).and_then(|w| w.gone_since(now)));
+            let Some(gone_at) = gone_at else {
+                continue;
+            };
+            let chosen = repl.taker(b.origin, b.epoch, now.saturating_duration_since(gone_at));
+            if chosen == Some(repl.identity.node_id) {
+                let why = if ended.is_some() {
+                    "its previous epoch ended unclean".to_string()
+                } else {
+                    format!("gone for {}", nsq_go::duration::format(timeout))
+                };
+                if repl
+                    .take_over(b.origin, b.epoch, &why, ended.is_none())
+                    .await
+                {
+                    watches.remove(&key);
+                    announced.remove(&key);
+                }
+            } else if announced.get(&key) != Some(&chosen) {
+                announced.insert(key, chosen);
+                match chosen {
+                    Some(m) => tracing::info!(
+                        "REPLICATION: {:016x} epoch {} is gone; {m:016x} takes it over",
+                        b.origin,
+                        b.epoch
+                    ),
+                    None => tracing::warn!(
+                        "REPLICATION: {:016x} epoch {} is gone; no member to take it over",
+                        b.origin,
+                        b.epoch
+                    ),
+                }
+            }
+        }
+    }
+}
+
+impl Replication {
+    /// This node's backlogs and their states, for STATUS. A backlog whose catch-up has not
+    /// ended is left out: it may lack messages, so it must not make a complete holder defer
+    /// to it (see [`Replication::holds`]).
+    pub(crate) fn status_entries(&self) -> Vec<StatusEntry> {
+        self.backlogs()
+            .into_iter()
+            .filter(|b| !b.catching_up)
+            .map(|b| StatusEntry {
+                origin: b.origin,
+                epoch: b.epoch,
+                state: match b.state {
+                    "replicating" => BacklogState::Replicating,
+                    "taking over" => BacklogState::TakingOver,
+                    "taken over" => BacklogState::TakenOver,
+                    _ => BacklogState::Detached,
+                },
+                last_seq: b.last_seq,
+                messages: b.messages,
+                bytes: b.bytes,
+            })
+            .take(usize::from(u16::MAX))
+            .collect()
+    }
+
+    /// A member other than this node whose STATUS says it took `(origin, epoch)` over, or is
+    /// taking it over (only believed of a member alive now).
+    fn other_taker(&self, origin: u64, epoch: u64) -> Option<(u64, BacklogState)> {
+        let me = self.identity.node_id;
+        let gossip = self.gossip.lock().clone();
+        let mut taking = None;
+        for (m, entries) in gossip {
+            if m == me {
+                continue;
+            }
+            for e in entries
+                .iter()
+                .filter(|e| e.origin == origin && e.epoch == epoch)
+            {
+                match e.state {
+                    BacklogState::TakenOver => return Some((m, BacklogState::TakenOver)),
+                    BacklogState::TakingOver if self.alive(m) => {
+                        taking = Some((m, BacklogState::TakingOver))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        taking
+    }
+
+    /// Whether member `m` holds a backlog of `(origin, epoch)` to take over: another member
+    /// does if its last STATUS lists it (only complete backlogs are listed), or when it sent
+    /// none (not known: assumed); this node does, unless its copy's catch-up has not ended
+    /// and a live member lists a complete one.
+    fn holds(&self, m: u64, origin: u64, epoch: u64) -> bool {
+        let lists = |m: u64| {
+            self.gossip.lock().get(&m).is_none_or(|entries| {
+                entries
+                    .iter()
+                    .any(|e| e.origin == origin && e.epoch == epoch)
+            })
+        };
+        let me = self.identity.node_id;
+        if m != me {
+            return lists(m);
+        }
+        let Some(b) = self.backlogs.lock().get(&(origin, epoch)).cloned() else {
+            return false;
+        };
+        if b.taking_over.load(Ordering::Acquire) || !b.store.lock().index().catching_up() {
+            return true;
+        }
+        let listed: Vec<u64> = self.gossip.lock().keys().copied().collect();
+        !listed
+            .into_iter()
+            .any(|n| n != me && self.alive(n) && lists(n))
+    }
+
+    /// Deletes this node's copy of `(origin, epoch)` (another member took it over).
+    async fn drop_copy(self: &Arc<Self>, origin: u64, epoch: u64) {
+        let _g = self.takeover_lock.lock().await;
+        let Some(b) = self.backlogs.lock().remove(&(origin, epoch)) else {
+            return;
+        };
+        b.session.fetch_add(1, Ordering::AcqRel);
+        let dir = b.store.lock().dir().to_path_buf();
+        let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&dir)).await;
+        if let Ok(Err(e)) = removed {
+            tracing::error!("REPLICATION: failed to delete a backlog - {e}");
+        }
+        self.status_change();
+    }
+
+    /// Whether member `m` is alive as this node sees it: this node, a peer with a live
+    /// session in either direction.
+    pub(crate) fn alive(&self, m: u64) -> bool {
+        if m == self.identity.node_id {
+            return true;
+        }
+        if self
+            .group
+            .lock()
+            .peers
+            .iter()
+            .any(|p| p.live && p.node_id == m)
+        {
+            return true;
+        }
+        self.backlogs
+            .lock()
+            .values()
+            .any(|b| b.origin == m && b.link.lock().live.is_some())
+    }
+
+    /// The members this node knows the IDs of: itself, the peers it linked to, the origins of
+    /// its backlogs and manifests.
+    fn ring(&self) -> Ring {
+        let mut ids = vec![self.identity.node_id];
+        ids.extend(self.group.lock().peers.iter().map(|p| p.node_id));
+        ids.extend(self.backlogs.lock().keys().map(|(o, _)| *o));
+        ids.extend(self.taken.lock().keys().map(|(o, _)| *o));
+        ids.extend(self.gossip.lock().keys().copied());
+        Ring::new(ids.into_iter().filter(|&id| id != 0))
+    }
+
+    /// Who takes `origin`'s `epoch` over, gone for `gone_for`: the chooser over the ring this
+    /// node knows, alive members, and what their STATUS says they hold.
+    pub(crate) fn taker(&self, origin: u64, epoch: u64, gone_for: Duration) -> Option<u64> {
+        taker(
+            &self.ring(),
+            origin,
+            |m| self.alive(m),
+            |m| self.holds(m, origin, epoch),
+            gone_for,
+            self.settings.takeover_timeout,
+        )
+    }
+
+    /// The origin's HELLO says its epochs up to `previous` ended with an unclean stop: they
+    /// are gone now. Takes them over at once when the chooser names this node (so that the
+    /// answer to that HELLO can be the manifest); otherwise the watch sees them gone.
+    pub(crate) async fn epochs_ended(self: &Arc<Self>, origin: u64, previous: u64) {
+        let ended: Vec<Arc<Backlog>> = self
+            .backlogs
+            .lock()
+            .values()
+            .filter(|b| b.origin == origin && b.epoch <= previous)
+            .cloned()
+            .collect();
+        for b in ended {
+            b.link.lock().ended.get_or_insert_with(Instant::now);
+            if self.taker(origin, b.epoch, Duration::ZERO) == Some(self.identity.node_id) {
+                self.take_over(origin, b.epoch, "its previous epoch ended unclean", false)
+                    .await;
+            }
+        }
+    }
+
+    /// Takes the backlog of `(origin, epoch)` over (see the module comment); `false` when it
+    /// did not happen (gone already, the origin came back when `unless_live`, or it failed).
+    pub(crate) async fn take_over(
+        self: &Arc<Self>,
+        origin: u64,
+        epoch: u64,
+        why: &str,
+        unless_live: bool,
+    ) -> bool {
+        let _g = self.takeover_lock.lock().await;
+        let Some(b) = self.backlogs.lock().get(&(origin, epoch)).cloned() else {
+            return false;
+        };
+        if unless_live && b.link().live.is_some() {
+            return false;
+        }
+        let Some(engine) = self.engine().cloned() else {
+            tracing::error!("REPLICATION: cannot take over {origin:016x} epoch {epoch}: no engine");
+            return false;
+        };
+        b.taking_over.store(true, Ordering::Release);
+        self.status_change();
+        // A session still writing to it stores nothing more.
+        b.session.fetch_add(1, Ordering::AcqRel);
+        let began = std::time::Instant::now();
+        tracing::info!("REPLICATION: taking over {origin:016x} epoch {epoch} ({why})");
+        let path = manifest::manifest_path(&self.data_path, origin, epoch);
+        let (bb, p) = (b.clone(), path.clone());
+        let delivered = tokio::task::spawn_blocking(move || deliver(&engine, &bb, &p)).await;
+        let done = match delivered {
+            Ok(Ok(d)) => d,
+            Ok(Err(e)) => {
+                tracing::error!(
+                    "REPLICATION: taking over {origin:016x} epoch {epoch} failed - {e}"
+                );
+                b.taking_over.store(false, Ordering::Release);
+                self.status_change();
+                return false;
+            }
+            Err(e) => {
+                tracing::error!(
+                    "REPLICATION: taking over {origin:016x} epoch {epoch} failed - {e}"
+                );
+                b.taking_over.store(false, Ordering::Release);
+                self.status_change();
+                return false;
+            }
+        };
+        // The adopted messages are on this node's disk (durable mode) and on its replicas
+        // before the backlog goes.
+        let seq = done.receipt.replication_seq();
+        if let Err(e) = done.receipt.durable().await {
+            tracing::error!("REPLICATION: failed to sync taken-over messages - {e}");
+        }
+        if let Err(e) = self.wait_replicated(seq).await {
+            tracing::warn!(
+                "REPLICATION: taken-over messages of {origin:016x} epoch {epoch} not replicated - {e}"
+            );
+        }
+        self.backlogs.lock().remove(&(origin, epoch));
+        let dir = b.store.lock().dir().to_path_buf();
+        let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&dir)).await;
+        if let Ok(Err(e)) = removed {
+            tracing::error!("REPLICATION: failed to delete the taken-over backlog - {e}");
+        }
+        self.taken.lock().insert((origin, epoch), done.ids);
+        self.takeovers.fetch_add(1, Ordering::Relaxed);
+        self.status_change();
+        tracing::info!(
+            "REPLICATION: took over {origin:016x} epoch {epoch}: {} messages ({} puts) in {} topics, {} unreadable, in {:?}",
+            done.messages,
+            done.ids,
+            done.topics,
+            done.unreadable,
+            began.elapsed()
+        );
+        true
+    }
+}
+
+/// What [`deliver`] did.
+struct Delivered {
+    receipt: PutReceipt,
+    messages: u64,
+    /// Manifest entries (puts).
+    ids: u64,
+    topics: usize,
+    unreadable: u64,
+}
+
+/// Messages for one queue: `(topic, channel)` (no channel: the topic) and the messages.
+type Batch = ((String, Option<String>), Vec<Message>);
+
+/// The blocking part of a takeover: manifest, topics and channels, puts.
+fn deliver(engine: &Arc<Engine>, b: &Backlog, path: &Path) -> Result<Delivered, String> {
+    let store = b.store.lock();
+    let now = now_nanos();
+    let mut m = adopt::Manifest::default();
+    for (_, item) in store.index().unsettled() {
+        adopt::puts(item, now, &mut m);
+    }
+    let ids = m.len() as u64;
+    manifest::write(path, b.epoch, m.into_entries())
+        .map_err(|e| format!("failed to write {} - {e}", path.display()))?;
+    let undo = |e: String| {
+        let _ = std::fs::remove_file(path);
+        e
+    };
+    let topics = store.topics();
+    for t in &topics {
+        let (topic, _) = engine
+            .get_or_create_topic(&t.topic)
+            .map_err(|e| undo(format!("failed to create topic {} - {e}", t.topic)))?;
+        if t.paused {
+            topic.pause();
+        }
+        for c in &t.channels {
+            let (ch, _) = topic.get_or_create_channel(&c.name).map_err(|e| {
+                undo(format!(
+                    "failed to create channel {}:{} - {e}",
+                    t.topic, c.name
+                ))
+            })?;
+            if c.paused {
+                ch.pause();
+            }
+        }
+    }
+    let mut receipt = PutReceipt::default();
+    let mut messages = 0u64;
+    let mut batch: Option<Batch> = None;
+    let mut failed: Option<String> = None;
+    let mut flush = |batch: &mut Option<Batch>, failed: &mut Option<String>| {
+        let Some(((topic, channel), msgs)) = batch.take() else {
+            return;
+        };
+        if failed.is_some() {
+            return;
+        }
+        let r = engine
+            .get_or_create_topic(&topic)
+            .and_then(|(t, _)| t.adopt(channel.as_deref(), msgs));
+        match r {
+            Ok(mut r) => receipt.absorb(&mut r),
+            Err(e) => {
+                *failed = Some(format!(
+                    "failed to put into {topic}:{} - {e}",
+                    channel.as_deref().unwrap_or("")
+                ))
+            }
+        }
+    };
+    let mut scratch = adopt::Manifest::default();
+    let unreadable = store
+        .for_each_unsettled(|item| {
+            messages += 1;
+            for put in adopt::puts(item, now, &mut scratch) {
+                let (key, msg) = match put {
+                    Put::Channel {
+                        topic,
+                        channel,
+                        message,
+                    } => ((topic, Some(channel)), message),
+                    Put::Topic { topic, message } => ((topic, None), message),
+                };
+                if batch
+                    .as_ref()
+                    .is_some_and(|(k, v)| *k != key || v.len() >= ADOPT_BATCH)
+                {
+                    flush(&mut batch, &mut failed);
+                }
+                batch.get_or_insert_with(|| (key, Vec::new())).1.push(msg);
+            }
+        })
+        .map_err(|e| undo(format!("failed to read the backlog - {e}")))?;
+    flush(&mut batch, &mut failed);
+    if let Some(e) = failed {
+        // What was put stays (duplicates if the takeover is repeated, never loss).
+        return Err(undo(e));
+    }
+    Ok(Delivered {
+        receipt,
+        messages,
+        ids,
+        topics: topics.len(),
+        unreadable,
+    })
+}

@@ -1,0 +1,582 @@
+//! Takeover and the replica's side of the return (issue 22 phase 2b, docs/replication.md
+//! "Takeover", "Return"): B holds the backlog of an origin that is played here by a raw
+//! client speaking the link codec (`nsq_protocol::replication`), so that the origin can vanish
+//! without a clean stop (its connection simply closes, as a killed process's does) and come
+//! back with any HELLO. Ports are all bound to `:0`.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use nsq_protocol::message::MessageId;
+use nsq_protocol::replication::{
+    self, Admin, AdminOp, Fin, Frame, Hello, Pub, PubMessage, Req, ReqEntry, WelcomeAnswer,
+    LINK_VERSION, MAGIC_R1,
+};
+use nsq_testkit::http::request;
+use nsq_testkit::wait::eventually;
+use nsq_testkit::FrameConn;
+use nsqd::NsqdHandle;
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const ORIGIN: u64 = 0x00ab_cdef_0123_4567;
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+fn id(n: u8) -> MessageId {
+    let mut b = *b"0000000000000000";
+    b[15] = b'0' + n;
+    MessageId(b)
+}
+
+/// The origin, played by hand.
+struct Origin {
+    s: TcpStream,
+    buf: BytesMut,
+}
+
+impl Origin {
+    /// Dials `b`, sends the magic and HELLO of `epoch`; returns the origin and the answer.
+    async fn hello(b: &NsqdHandle, epoch: u64, previous_unclean: Option<u64>) -> (Origin, Frame) {
+        let mut s = TcpStream::connect(b.tcp_addr()).await.unwrap();
+        s.write_all(MAGIC_R1).await.unwrap();
+        let mut o = Origin {
+            s,
+            buf: BytesMut::new(),
+        };
+        o.send(&Frame::Hello(Hello {
+            version: LINK_VERSION,
+            node_id: ORIGIN,
+            epoch,
+            resume: false,
+            sync: false,
+            previous_unclean: previous_unclean.is_some(),
+            resume_seq: 0,
+            previous_epoch: previous_unclean.unwrap_or(0),
+            replicas: 2,
+            max_frame: replication::MIN_MAX_FRAME,
+            nsqd_node_id: 1001,
+            broadcast_address: "127.0.0.1".into(),
+            tcp_port: 1,
+            http_port: 2,
+        }))
+        .await;
+        let answer = o.recv().await;
+        (o, answer)
+    }
+
+    async fn send(&mut self, f: &Frame) {
+        let mut b = BytesMut::new();
+        replication::encode(f, &mut b);
+        self.s.write_all(&b).await.unwrap();
+    }
+
+    /// The next frame that is not a HEARTBEAT or a STATUS.
+    async fn recv(&mut self) -> Frame {
+        loop {
+            if let Some(f) = replication::decode(&mut self.buf, replication::MIN_MAX_FRAME).unwrap()
+            {
+                if !matches!(f, Frame::Heartbeat | Frame::Status(_)) {
+                    return f;
+                }
+                continue;
+            }
+            let n = tokio::time::timeout(Duration::from_secs(10), self.s.read_buf(&mut self.buf))
+                .await
+                .expect("a frame within 10 s")
+                .unwrap();
+            assert!(n > 0, "closed");
+        }
+    }
+
+    /// Reads until an ACK of `seq`.
+    async fn acked(&mut self, seq: u64) {
+        loop {
+            match self.recv().await {
+                Frame::Ack { seq: s } if s >= seq => return,
+                Frame::Ack { .. } => {}
+                other => panic!("expected ACK, got {other:?}"),
+            }
+        }
+    }
+}
+
+fn admin(seq: u64, op: AdminOp, topic: &str, channel: &str) -> Frame {
+    Frame::Admin(Admin {
+        seq,
+        op,
+        topic: topic.into(),
+        channel: channel.into(),
+    })
+}
+
+fn publish(seq: u64, topic: &str, channels: &[&str], defer_until: i64, ids: &[u8]) -> Frame {
+    Frame::Pub(Pub {
+        seq,
+        topic: topic.into(),
+        defer_until,
+        channels: channels.iter().map(|c| c.to_string()).collect(),
+        messages: ids
+            .iter()
+            .map(|&n| PubMessage {
+                id: id(n),
+                timestamp: 1_600_000_000_000_000_000 + i64::from(n),
+                body: Bytes::from(format!("body-{n}")),
+            })
+            .collect(),
+    })
+}
+
+/// B: `--replication-peer` (so replication is on; with `--replicas=1` it dials nobody) and
+/// `extra`.
+async fn start_b(dir: &Path, extra: &[&str]) -> NsqdHandle {
+    let mut args = vec!["--replication-peer=127.0.0.1:1".to_string()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    nsqd::start(common::options(dir, &args)).await.unwrap()
+}
+
+/// The origin's epoch 1 as B stores it: topic t with channel c (m1 finished, m2 requeued
+/// after two attempts, m3 queued, m4 deferred until `due`), topic u without channels holding
+/// m5 on the topic; topic p paused with its paused channel pc, empty.
+async fn replicate_epoch_1(b: &NsqdHandle, due: i64) -> Origin {
+    let (mut o, answer) = Origin::hello(b, 1, None).await;
+    let Frame::Welcome(w) = answer else {
+        panic!("{answer:?}")
+    };
+    assert_eq!(w.answer, WelcomeAnswer::Catchup);
+    // A new origin's catch-up is of nothing.
+    o.send(&Frame::CatchupBegin { seq: 0 }).await;
+    o.send(&Frame::CatchupEnd { seq: 0 }).await;
+    let frames = [
+        admin(1, AdminOp::Create, "t", ""),
+        admin(2, AdminOp::Create, "t", "c"),
+        admin(3, AdminOp::Create, "u", ""),
+        publish(4, "t", &["c"], 0, &[1, 2, 3]),
+        Frame::Fin(Fin {
+            seq: 5,
+            topic: "t".into(),
+            channel: "c".into(),
+            ids: vec![id(1)],
+        }),
+        Frame::Req(Req {
+            seq: 6,
+            topic: "t".into(),
+            channel: "c".into(),
+            entries: vec![ReqEntry {
+                id: id(2),
+                due: 0,
+                attempts: 2,
+            }],
+        }),
+        publish(7, "t", &["c"], due, &[4]),
+        publish(8, "u", &[], 0, &[5]),
+        admin(9, AdminOp::Create, "p", ""),
+        admin(10, AdminOp::Create, "p", "pc"),
+        admin(11, AdminOp::Pause, "p", ""),
+        admin(12, AdminOp::Pause, "p", "pc"),
+    ];
+    for f in &frames {
+        o.send(f).await;
+    }
+    o.acked(12).await;
+    o
+}
+
+fn repl(b: &NsqdHandle) -> &nsqd::replication::Replication {
+    b.nsqd.replication.as_ref().unwrap()
+}
+
+fn backlog_state(b: &NsqdHandle) -> Option<&'static str> {
+    repl(b)
+        .backlogs()
+        .into_iter()
+        .find(|x| x.origin == ORIGIN)
+        .map(|x| x.state)
+}
+
+/// The origin's link closes (a killed process): after `--replication-takeover-timeout` B
+/// takes epoch 1 over — the topics and channels exist (pause flags kept), a consumer gets
+/// exactly the unsettled messages with their original IDs, timestamps and bodies (m2 with its
+/// attempts), the deferred one not before its due time, the message pending on topic u goes
+/// to u's first channel; the backlog is gone, the manifest kept, `takeovers` is 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_origin_is_taken_over_after_the_timeout() {
+    let dir = TempDir::new().unwrap();
+    let b = start_b(dir.path(), &["--replication-takeover-timeout=1s"]).await;
+    let due = now_ns() + 5_000_000_000;
+    let o = replicate_epoch_1(&b, due).await;
+    assert_eq!(backlog_state(&b), Some("replicating"));
+    // Linked: never gone, however long.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(repl(&b).takeovers(), 0);
+    assert!(b.nsqd.engine.get_topic("t").is_none());
+
+    drop(o);
+    eventually(async || backlog_state(&b) != Some("replicating")).await;
+    eventually(async || repl(&b).takeovers() == 1).await;
+    assert_eq!(backlog_state(&b), Some("taken over"));
+    let info = repl(&b).backlogs();
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert_eq!(info[0].messages, 4, "m2, m3, m4 on t:c and m5 on u");
+    let manifest = nsq_core::replica::manifest::manifest_path(dir.path(), ORIGIN, 1);
+    assert!(manifest.exists());
+    assert!(!nsq_core::replica::backlog_dir(dir.path(), ORIGIN, 1).exists());
+    let m = nsq_core::replica::manifest::read(&manifest, 1).unwrap();
+    let listed: Vec<(String, String, usize)> = m
+        .iter()
+        .map(|m| (m.topic.clone(), m.channel.clone(), m.ids.len()))
+        .collect();
+    assert_eq!(
+        listed,
+        [("t".into(), "c".into(), 3), ("u".into(), "".into(), 1)]
+    );
+
+    // Topics and channels, pause flags kept.
+    let p = b.nsqd.engine.get_topic("p").expect("p created");
+    assert!(p.is_paused());
+    assert!(p.get_channel("pc").expect("pc created").is_paused());
+    assert!(!b.nsqd.engine.get_topic("t").unwrap().is_paused());
+
+    // /stats.
+    let st = request(
+        b.http_addr().unwrap(),
+        "GET",
+        "/stats?format=json",
+        &[],
+        b"",
+    )
+    .await
+    .json();
+    assert_eq!(st["replication"]["takeovers"], 1);
+    assert_eq!(st["replication"]["backlogs"][0]["state"], "taken over");
+
+    // A consumer on t:c: m2 and m3 now, m4 at its due time.
+    let mut sub = FrameConn::connect(b.tcp_addr(), b"  V2").await;
+    sub.send_ok(b"SUB t c\n").await;
+    sub.send(b"RDY 10\n").await;
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let m = sub.message().await;
+        got.push((m.id, m.body.clone(), m.timestamp_ns, m.attempts));
+        sub.send(format!("FIN {}\n", String::from_utf8_lossy(&m.id.0)).as_bytes())
+            .await;
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (id(2), Bytes::from("body-2"), 1_600_000_000_000_000_002, 3),
+            (id(3), Bytes::from("body-3"), 1_600_000_000_000_000_003, 1),
+        ]
+    );
+    let m = sub.message().await;
+    assert!(now_ns() >= due - 5_000_000, "m4 came before its due time");
+    assert_eq!((m.id, &m.body[..]), (id(4), &b"body-4"[..]));
+    sub.send(format!("FIN {}\n", String::from_utf8_lossy(&m.id.0)).as_bytes())
+        .await;
+
+    // The message pending on topic u goes to its first channel.
+    let mut sub_u = FrameConn::connect(b.tcp_addr(), b"  V2").await;
+    sub_u.send_ok(b"SUB u x\n").await;
+    sub_u.send(b"RDY 10\n").await;
+    let m = sub_u.message().await;
+    assert_eq!((m.id, &m.body[..]), (id(5), &b"body-5"[..]));
+    // Nothing else (m1 was finished at the origin).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = b.nsqd.engine.get_topic("t").unwrap();
+    assert_eq!(t.get_channel("c").unwrap().depth(), 0);
+
+    b.shutdown().await;
+}
+
+/// After the takeover, a HELLO of the taken-over epoch (or a later one) is answered with
+/// TAKEN_OVER, the manifest and MANIFEST_END instead of WELCOME; MANIFEST_APPLIED deletes the
+/// manifest, and the origin's next epoch is welcomed. A restarted B still knows the manifest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_origin_gets_the_manifest() {
+    let dir = TempDir::new().unwrap();
+    let b = start_b(dir.path(), &["--replication-takeover-timeout=1s"]).await;
+    let o = replicate_epoch_1(&b, 0).await;
+    drop(o);
+    eventually(async || repl(&b).takeovers() == 1).await;
+    let node = repl(&b).identity.node_id;
+    b.shutdown().await;
+    let b = start_b(dir.path(), &["--replication-takeover-timeout=1s"]).await;
+    assert_eq!(backlog_state(&b), Some("taken over"));
+
+    let manifest = nsq_core::replica::manifest::manifest_path(dir.path(), ORIGIN, 1);
+    for epoch in [1, 2] {
+        let (mut o, answer) = Origin::hello(&b, epoch, None).await;
+        assert_eq!(
+            answer,
+            Frame::TakenOver {
+                epoch: 1,
+                by_node: node,
+                entries: 4
+            }
+        );
+        let mut ids = Vec::new();
+        loop {
+            match o.recv().await {
+                Frame::Manifest(m) => {
+                    assert_eq!(m.epoch, 1);
+                    ids.extend(
+                        m.ids
+                            .iter()
+                            .map(|i| (m.topic.clone(), m.channel.clone(), *i)),
+                    );
+                }
+                Frame::ManifestEnd { epoch: 1 } => break,
+                other => panic!("{other:?}"),
+            }
+        }
+        ids.sort();
+        let q = |t: &str, c: &str, n| (t.to_string(), c.to_string(), id(n));
+        assert_eq!(
+            ids,
+            [
+                q("t", "c", 2),
+                q("t", "c", 3),
+                q("t", "c", 4),
+                q("u", "", 5)
+            ]
+        );
+        if epoch == 1 {
+            // Not applied: the manifest stays.
+            drop(o);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(manifest.exists());
+        } else {
+            o.send(&Frame::ManifestApplied { epoch: 1 }).await;
+            eventually(async || !manifest.exists() && repl(&b).backlogs().is_empty()).await;
+        }
+    }
+    // The origin's next epoch is replicated as usual.
+    let (_o, answer) = Origin::hello(&b, 2, None).await;
+    assert!(matches!(answer, Frame::Welcome(_)), "{answer:?}");
+    b.shutdown().await;
+}
+
+/// An origin restarted after an unclean stop says so (PREVIOUS_UNCLEAN): its previous epoch is
+/// taken over at once, without the takeover timeout, and the HELLO is answered with its
+/// manifest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unclean_restart_ends_the_epoch_at_once() {
+    let dir = TempDir::new().unwrap();
+    let b = start_b(dir.path(), &["--replication-takeover-timeout=1h"]).await;
+    let o = replicate_epoch_1(&b, 0).await;
+    drop(o);
+    let (mut o, answer) = Origin::hello(&b, 2, Some(1)).await;
+    let Frame::TakenOver {
+        epoch: 1, entries, ..
+    } = answer
+    else {
+        panic!("{answer:?}")
+    };
+    assert_eq!(entries, 4);
+    assert_eq!(repl(&b).takeovers(), 1);
+    assert!(b.nsqd.engine.get_topic("t").is_some());
+    loop {
+        if let Frame::ManifestEnd { epoch: 1 } = o.recv().await {
+            break;
+        }
+    }
+    b.shutdown().await;
+}
+
+/// A free TCP port on 127.0.0.1 (bound to `:0`, then released for the daemon to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Two holders of the same epoch, linked to each other (`--replicas=2` both ways, so each
+/// gets the other's STATUS): after the origin is lost, exactly one takes the epoch over (the
+/// first after the origin in ring order), and the other drops its copy once the taker's
+/// STATUS says `taken over` — it does not take over one timeout later (the chooser's
+/// escalation) as it would without the gossip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_holders_one_takes_over_and_the_other_drops_its_copy() {
+    let (b_dir, c_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let (b_port, c_port) = (free_port(), free_port());
+    let b_args = [
+        format!("--tcp-address=127.0.0.1:{b_port}"),
+        format!("--replication-peer=127.0.0.1:{c_port}"),
+        "--replicas=2".into(),
+        "--replication-takeover-timeout=1s".into(),
+    ];
+    let c_args = [
+        format!("--tcp-address=127.0.0.1:{c_port}"),
+        format!("--replication-peer=127.0.0.1:{b_port}"),
+        "--replicas=2".into(),
+        "--replication-takeover-timeout=1s".into(),
+    ];
+    let b = nsqd::start(common::options(b_dir.path(), &b_args))
+        .await
+        .unwrap();
+    let c = nsqd::start(common::options(c_dir.path(), &c_args))
+        .await
+        .unwrap();
+    eventually(async || repl(&b).peers()[0].connected && repl(&c).peers()[0].connected).await;
+    let ob = replicate_epoch_1(&b, 0).await;
+    let oc = replicate_epoch_1(&c, 0).await;
+    // Each has told the other that it holds the epoch.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    drop((ob, oc));
+    eventually(async || repl(&b).takeovers() + repl(&c).takeovers() == 1).await;
+    let (taker, other) = if repl(&b).takeovers() == 1 {
+        (&b, &c)
+    } else {
+        (&c, &b)
+    };
+    eventually(async || backlog_state(other).is_none()).await;
+    assert_eq!(backlog_state(taker), Some("taken over"));
+    // The taker's adopted messages were replicated to its replica (the other): m2, m3, m4
+    // on t:c and m5 on topic u.
+    let taker_node = repl(taker).identity.node_id;
+    eventually(async || {
+        repl(other)
+            .backlogs()
+            .iter()
+            .any(|x| x.origin == taker_node && x.messages == 4)
+    })
+    .await;
+    // Past the chooser's escalation (one more timeout): still one takeover.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    assert_eq!(repl(&b).takeovers() + repl(&c).takeovers(), 1);
+    assert!(other.nsqd.engine.get_topic("t").is_none());
+    assert_eq!(
+        taker
+            .nsqd
+            .engine
+            .get_topic("t")
+            .unwrap()
+            .get_channel("c")
+            .unwrap()
+            .depth(),
+        3
+    );
+    b.shutdown().await;
+    c.shutdown().await;
+}
+
+/// A fake nsqlookupd: TCP V1 (answers IDENTIFY with its HTTP port, OK to anything else) and
+/// HTTP answering every request with the current `debug` text as JSON (`/debug`).
+async fn fake_lookupd(debug: std::sync::Arc<parking_lot::Mutex<String>>) -> String {
+    use nsq_protocol::lookup::{put_lookup_response, LookupCommand, LookupDecoder, LookupLimits};
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http_port = http.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = http.accept().await.unwrap();
+            let body = debug.lock().clone();
+            tokio::spawn(async move {
+                let mut req = Vec::new();
+                let mut b = [0u8; 1024];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&b[..n]),
+                    }
+                }
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    let addr = tcp.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = tcp.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut magic = [0u8; 4];
+                if s.read_exact(&mut magic).await.is_err() {
+                    return;
+                }
+                let mut dec = LookupDecoder::new(LookupLimits::default());
+                let mut buf = BytesMut::new();
+                loop {
+                    while let Ok(Some(cmd)) = dec.decode(&mut buf, |_, _| Ok(())) {
+                        let resp = match cmd {
+                            LookupCommand::Identify { .. } => format!(
+                                r#"{{"broadcast_address":"127.0.0.1","hostname":"fake","http_port":{http_port},"tcp_port":1,"version":"1.3.0"}}"#
+                            ),
+                            _ => "OK".to_string(),
+                        };
+                        let mut out = BytesMut::new();
+                        put_lookup_response(&mut out, resp.as_bytes());
+                        if s.write_all(&out).await.is_err() {
+                            return;
+                        }
+                    }
+                    if s.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// With an nsqlookupd configured, the lost link is not enough: while the lookupd lists the
+/// origin (its HELLO's broadcast address and TCP port) with a `last_update` that keeps
+/// changing, B does not take over; once the lookupd stops listing it, B takes over one
+/// timeout later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_still_listed_by_nsqlookupd_is_not_taken_over() {
+    let debug = std::sync::Arc::new(parking_lot::Mutex::new(String::new()));
+    let listed = |n: i64| {
+        format!(
+            r#"{{"client::":[{{"broadcast_address":"127.0.0.1","hostname":"o","http_port":2,"id":"127.0.0.1:1","last_update":{n},"tcp_port":1,"tombstoned":false,"tombstoned_at":0,"version":"1.3.0"}}]}}"#
+        )
+    };
+    *debug.lock() = listed(0);
+    // The origin's PINGs: its entry's last_update changes.
+    let d = debug.clone();
+    let pinger = tokio::spawn(async move {
+        for n in 1.. {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            *d.lock() = listed(n);
+        }
+    });
+    let lookupd = fake_lookupd(debug.clone()).await;
+    let dir = TempDir::new().unwrap();
+    let b = start_b(
+        dir.path(),
+        &[
+            "--replication-takeover-timeout=1s",
+            &format!("--lookupd-tcp-address={lookupd}"),
+        ],
+    )
+    .await;
+    eventually(async || !b.nsqd.lookup.http_addresses().is_empty()).await;
+    let o = replicate_epoch_1(&b, 0).await;
+    drop(o);
+    eventually(async || backlog_state(&b) == Some("detached")).await;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    assert_eq!(repl(&b).takeovers(), 0, "still listed by the lookupd");
+    // It stops being listed (unregistered): gone one timeout later.
+    pinger.abort();
+    *debug.lock() = "{}".to_string();
+    let unlisted = std::time::Instant::now();
+    eventually(async || repl(&b).takeovers() == 1).await;
+    assert!(unlisted.elapsed() >= Duration::from_millis(900));
+    b.shutdown().await;
+}
