@@ -376,3 +376,36 @@ async fn emptied_or_deleted_queues_leave_nothing_to_skip() {
     assert!(e.delete_topic("t"));
     assert_eq!(e.returning().pending(), 0);
 }
+
+/// A consumer with a window of one, behind a run of taken-over messages on the diskqueue:
+/// one take reads past the dropped records to the first message it may deliver (a run
+/// longer than one take's reads wakes the consumers to go on). Before, each take read one
+/// record, dropped it and returned nothing, and delivery stalled until the next wake-up.
+#[tokio::test]
+async fn a_take_reads_past_a_run_of_taken_over_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir, 0);
+    let t = topic(&e, "t");
+    let c = channel(&t, "c");
+    let d = channel(&t, "d");
+    t.put_many(bodies(40), Duration::ZERO).unwrap();
+    wait_for("fan-out", || c.depth() == 40 && d.depth() == 40).await;
+    let on_d = take_all(&d, 2);
+    let id = ids_of(&on_d);
+    // m0..m9 taken over: one take with a window of 1 skips them and delivers m10.
+    e.apply_manifest(&[entry("t", "c", id[..10].to_vec())]);
+    let mut got = Vec::new();
+    assert_eq!(c.take(1, 1, MSG_TIMEOUT, 0, &mut got), 1);
+    assert_eq!(names(&got), ["m10"]);
+    c.finish(1, &got[0].id).unwrap();
+    // m11..m38 taken over (28, more than one take reads): the consumers are woken.
+    e.apply_manifest(&[entry("t", "c", id[11..39].to_vec())]);
+    let woken = c.notified();
+    got.clear();
+    assert_eq!(c.take(1, 1, MSG_TIMEOUT, 0, &mut got), 0);
+    tokio::time::timeout(Duration::from_secs(1), woken)
+        .await
+        .expect("a take that only dropped records wakes the consumers");
+    assert_eq!(c.take(1, 1, MSG_TIMEOUT, 0, &mut got), 1);
+    assert_eq!(names(&got), ["m39"]);
+}

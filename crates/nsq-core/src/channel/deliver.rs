@@ -14,6 +14,10 @@ use super::state::Requeued;
 use super::{now, Channel, FinishError, RequeueError};
 use crate::message::{now_nanos, Message};
 
+/// How many backend reads one take makes while every record it reads is dropped (taken
+/// over by a peer, or sampled out) — each read asks for what is still free of the window.
+const DROPPED_READ_ROUNDS: usize = 16;
+
 impl Channel {
     // ---- delivery -------------------------------------------------------------------------
 
@@ -74,30 +78,52 @@ impl Channel {
         let taken = g
             .state
             .take_memory(client_id, max, now, msg_timeout, &mut keep, emit);
-        let Some(asked) = taken.read else {
+        let Some(mut asked) = taken.read else {
             self.skipped(skips, ret);
             return taken.n;
         };
-        // Read under the lock (see `state`'s module docs: the watermark needs it).
-        let mut raw = Vec::with_capacity(asked);
-        self.backend.read_batch_pos(asked, &mut raw);
-        let empty = raw.len() < asked && self.backend.depth() <= 0;
-        let (n, bad) = g.state.take_backend(
-            raw,
-            asked,
-            empty,
-            client_id,
-            now,
-            msg_timeout,
-            &mut keep,
-            emit,
-        );
+        let (mut n, mut bad) = (taken.n, 0);
+        // Messages dropped by `keep` (taken over by a peer, sampled out) leave room in the
+        // consumer's window: read on, as the reference's messagePump goes on to the next
+        // message after a sampled-out one (nsqd/protocol_v2.go, `messagePump`), for a
+        // bounded number of reads under the lock. Without it a run of dropped records
+        // stalled delivery until the next wake-up.
+        let mut more = false;
+        for round in 0..DROPPED_READ_ROUNDS {
+            // Read under the lock (see `state`'s module docs: the watermark needs it).
+            let mut raw = Vec::with_capacity(asked);
+            self.backend.read_batch_pos(asked, &mut raw);
+            let got = raw.len();
+            let empty = got < asked && self.backend.depth() <= 0;
+            let (kept, undecodable) = g.state.take_backend(
+                raw,
+                asked,
+                empty,
+                client_id,
+                now,
+                msg_timeout,
+                &mut keep,
+                emit,
+            );
+            n += kept;
+            bad += undecodable;
+            let dropped = got - kept - undecodable;
+            if dropped == 0 || got < asked {
+                break;
+            }
+            asked -= kept;
+            more = round + 1 == DROPPED_READ_ROUNDS;
+        }
         self.skipped(skips, ret);
         drop(g);
+        if more {
+            // Still only dropped records after the last read: the consumers try again.
+            self.wake_consumers();
+        }
         if bad > 0 {
             tracing::error!(channel = %self.name, topic = %self.topic_name, "failed to decode {bad} messages read from the backend, dropped");
         }
-        taken.n + n
+        n
     }
 
     /// After a take under the channel lock: the messages it dropped as taken over are
