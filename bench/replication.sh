@@ -22,10 +22,13 @@
 #
 # Environment: NSQD (binary, if not $1; default $CARGO_TARGET_DIR or target/release/nsqd),
 # RUNFOR (5 s), SIZE (200), BATCH_SIZE (200), CONNS_MPUB (2), RATE (20000), LAT_SECS (10),
+# LAT_CONNS (1: the writer's connections in latency mode, RATE split between them),
 # MEMQ (--mem-queue-size, default 100000000: the origin keeps everything in memory, as
 # publish_once.sh; the replicas always write to their replica store), GROUP (3: a b c; 2: a b),
 # REPLICAS ("1 2"), MODES ("mpub pub producer latency"), PROFILE (none | strace: strace -c -f
-# on nsqd a for the run, summary into the output dir | perfstat: perf stat of nsqd a),
+# on nsqd a for the run, summary into the output dir | perfstat: perf stat (task-clock,
+# context switches, migrations) per thread of every nsqd into OUT/<run>.perfstat | perf:
+# perf record -g of every nsqd into OUT/<run>.perf.data),
 # OUT (directory for logs, default a temporary one, kept).
 set -euo pipefail
 
@@ -40,6 +43,7 @@ BATCH_SIZE=${BATCH_SIZE:-200}
 CONNS_MPUB=${CONNS_MPUB:-2}
 RATE=${RATE:-20000}
 LAT_SECS=${LAT_SECS:-10}
+LAT_CONNS=${LAT_CONNS:-1}
 MEMQ=${MEMQ:-100000000}
 GROUP=${GROUP:-3}
 REPLICAS=${REPLICAS:-1 2}
@@ -161,8 +165,11 @@ run_mode() { # replicas mode
     in_ns d "$READER" "$A" --runfor=200ms --connections=1 >/dev/null 2>&1
     local sp=""
     case $PROFILE in
-        strace) strace -c -f -p "${PID[a]}" -o "$OUT/$run.strace" & sp=$!; sleep 0.3 ;;
-        perfstat) perf stat -p "${PID[a]}" -o "$OUT/$run.perfstat" & sp=$!; sleep 0.3 ;;
+        strace) strace -c -f $(for p in "${PID[@]}"; do echo -p "$p"; done) -o "$OUT/$run.strace" & sp=$!; sleep 0.5 ;;
+        perfstat) perf stat -e task-clock,context-switches,cpu-migrations -p "$(IFS=,; echo "${PID[*]}")" \
+            --per-thread -o "$OUT/$run.perfstat" & sp=$!; sleep 0.3 ;;
+        perf) perf record -F 999 -g -p "$(IFS=,; echo "${PID[*]}")" -o "$OUT/$run.perf.data" \
+            >/dev/null 2>&1 & sp=$!; sleep 0.5 ;;
     esac
     local ta0 t0 ta1 t1
     ta0=$(ticks a); t0=$(all_ticks)
@@ -178,7 +185,7 @@ run_mode() { # replicas mode
                 --runfor="$((LAT_SECS + 2))s" >"$OUT/$run.reader" 2>&1 &
             local rp=$!
             sleep 0.3
-            res=$(in_ns d "$WRITER" "$A" --size="$SIZE" --rate="$RATE" \
+            res=$(in_ns d "$WRITER" "$A" --size="$SIZE" --rate="$RATE" --connections="$LAT_CONNS" \
                 --runfor="${LAT_SECS}s" 2>"$OUT/$run.err" | grep RESULT)
             wait $rp
             rres=$(grep RESULT "$OUT/$run.reader")
@@ -199,7 +206,7 @@ run_mode() { # replicas mode
     else
         msgs=$(field "$res" msgs); rate=$(field "$res" msgs_per_sec); secs=$(field "$res" secs)
     fi
-    case $mode in mpub) conns=$CONNS_MPUB ;; pub) conns=8 ;; producer) conns="1x8" ;; latency) conns=1 ;; esac
+    case $mode in mpub) conns=$CONNS_MPUB ;; pub) conns=8 ;; producer) conns="1x8" ;; latency) conns=$LAT_CONNS ;; esac
     local us_a us_all
     us_a=$(awk -v t=$((ta1 - ta0)) -v n="$msgs" -v k="$CLK_TCK" 'BEGIN{printf "%.2f", t/k*1e6/n}')
     us_all=$(awk -v t=$((t1 - t0)) -v n="$msgs" -v k="$CLK_TCK" 'BEGIN{printf "%.2f", t/k*1e6/n}')

@@ -161,7 +161,8 @@ class Chaos:
         g.create_channels("g", "t")
         cg = g.consumer("g")
         tail = g.nsq_tail("t")
-        producers = {n: g.producer(n, f"{n}{k}-", count=0, batch=a.batch, rate=a.rate, name=f"producer-{n}")
+        producers = {n: g.producer(n, f"{n}{k}-", count=0, batch=a.batch, rate=a.rate, name=f"producer-{n}",
+                                   pad=a.pad)
                      for k, n in enumerate(NSQD_HOSTS)}
         self.sample()
         end = time.monotonic() + a.minutes * 60
@@ -246,6 +247,8 @@ def main():
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--rate", type=float, default=200, help="msgs/s offered per producer")
     p.add_argument("--batch", type=int, default=10, help="bodies per MPUB")
+    p.add_argument("--pad", type=int, default=0,
+                   help="bytes added to each body (fills replica segments sooner: 64 MiB each)")
     p.add_argument("--takeover-timeout", type=int, default=10)
     p.add_argument("--takeover", action="store_true",
                    help="faults longer than the takeover timeout (needs phase 2b takeover)")

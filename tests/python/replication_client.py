@@ -2,11 +2,11 @@
 (test_replication_netns.py, replication_chaos.py), run inside a network namespace with
 `ip netns exec <ns> python replication_client.py produce ...`.
 
-    produce --nsqd HOST:PORT --topic T --prefix P [--count N] [--batch B] [--rate R]
+    produce --nsqd HOST:PORT --topic T --prefix P [--count N] [--batch B] [--rate R] [--pad K]
 
-publishes the bodies P0, P1, ... with gnsq's NsqdTCPClient (a real client library's framing),
-one command at a time: `MPUB` of B bodies (`PUB` when B is 1), then reads until its answer.
-Prints one line per command, flushed at once:
+publishes the bodies P0, P1, ... (each followed by "." and K bytes with --pad) with gnsq's
+NsqdTCPClient (a real client library's framing), one command at a time: `MPUB` of B bodies
+(`PUB` when B is 1), then reads until its answer. Prints one line per command, flushed at once:
 
     ACK <first> <count> <ms>        OK received after <ms> milliseconds
     FAIL <first> <count> <reason>   an error frame, or the connection broke / timed out while
@@ -43,6 +43,8 @@ def out(line):
 def produce(args):
     host, _, port = args.nsqd.rpartition(":")
     conn = None
+    # --pad: "." and that many bytes after the name; readers keep what is before the ".".
+    pad = "." + "x" * args.pad if args.pad else ""
     acked = failed = 0
     i = 0
     started = time.monotonic()
@@ -61,7 +63,7 @@ def produce(args):
                 time.sleep(0.2)
                 continue
         n = args.batch if args.count == 0 else min(args.batch, args.count - i)
-        bodies = [f"{args.prefix}{k}".encode() for k in range(i, i + n)]
+        bodies = [f"{args.prefix}{k}{pad}".encode() for k in range(i, i + n)]
         t0 = time.monotonic()
         try:
             if n == 1:
@@ -99,21 +101,6 @@ def produce(args):
     out(f"DONE {acked} {failed}")
 
 
-def parse_acks(lines, prefix):
-    """(acked bodies, failed bodies, ack latencies in ms) from a producer's output lines."""
-    acked, failed, lat = [], [], []
-    for line in lines:
-        parts = line.split(" ", 3)
-        if parts[0] == "ACK":
-            first, n = int(parts[1]), int(parts[2])
-            acked += [f"{prefix}{k}" for k in range(first, first + n)]
-            lat.append(float(parts[3]))
-        elif parts[0] == "FAIL":
-            first, n = int(parts[1]), int(parts[2])
-            failed += [f"{prefix}{k}" for k in range(first, first + n)]
-    return acked, failed, lat
-
-
 def main():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -124,6 +111,7 @@ def main():
     p.add_argument("--count", type=int, default=0)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--rate", type=float, default=0)
+    p.add_argument("--pad", type=int, default=0, help="bytes added to each body after a '.'")
     # Longer than --replication-ack-timeout (10 s): nsqd answers first.
     p.add_argument("--timeout", type=float, default=30.0)
     args = parser.parse_args()

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from conftest import nsqd_binary
-from netns_cluster import TOPIC, Cluster, run, wait_for
+from netns_cluster import CLIENT, TOPIC, Cluster, Proc, run, wait_for
 
 HERE = Path(__file__).resolve().parent
 PRODUCER = HERE / "replication_client.py"
@@ -38,14 +38,26 @@ def tool_binary(name):
     return p if p.exists() else None
 
 
+class TrimProc(Proc):
+    """A Proc whose stdout lines are kept up to the first "." (a padded body's name only: see
+    replication_client.py --pad), so that long bodies do not fill the test's memory."""
+
+    def _read(self):
+        for raw in iter(self.proc.stdout.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n").split(".", 1)[0]
+            with self.lock:
+                self.lines.append(line)
+
+
 class Producer:
     """A replication_client.py publisher on the client host (ACK/FAIL per command)."""
 
-    def __init__(self, group, nsqd_host, prefix, count=0, batch=10, rate=0, name=None):
+    def __init__(self, group, nsqd_host, prefix, count=0, batch=10, rate=0, name=None, pad=0):
         self.prefix = prefix
         self.proc = group.cluster.start(group.cluster.hosts[CLIENT_HOST], name or f"producer-{prefix}", [
             sys.executable, PRODUCER, "produce", f"--nsqd={nsqd_host.ip}:4150", f"--topic={TOPIC}",
             f"--prefix={prefix}", f"--count={count}", f"--batch={batch}", f"--rate={rate}",
+            f"--pad={pad}",
         ], capture=True)
 
     def _lines(self):
@@ -186,16 +198,25 @@ class Group:
     def producer(self, n, prefix, **kw):
         return Producer(self, self.h[n], prefix, **kw)
 
+    def _start_trimmed(self, name, cmd):
+        p = TrimProc(self.h[CLIENT_HOST], name, cmd, self.cluster.tmp, capture=True)
+        self.cluster.procs.append(p)
+        return p
+
     def consumer(self, channel):
-        """A gnsq consumer (cluster_client.py) on the client host: `MSG <body>` lines."""
-        return self.cluster.consumer(channel, self.lookupds, host=CLIENT_HOST)
+        """A gnsq consumer (cluster_client.py, as Cluster.consumer) on the client host:
+        `MSG <body>` lines."""
+        return self._start_trimmed(f"consumer-{channel}", [
+            sys.executable, CLIENT, "consume", f"--topic={TOPIC}", f"--channel={channel}",
+            *(f"--lookupd=http://{h.ip}:4161" for h in self.lookupds),
+        ])
 
     def nsq_tail(self, channel):
         """Our nsq_tail on a durable channel (the default one is #ephemeral, not replicated)."""
-        return self.cluster.start(self.h[CLIENT_HOST], f"nsq_tail-{channel}", [
+        return self._start_trimmed(f"nsq_tail-{channel}", [
             tool_binary("nsq_tail"), f"--topic={TOPIC}", f"--channel={channel}",
             *(f"--lookupd-http-address={lh.ip}:4161" for lh in self.lookupds),
-        ], capture=True)
+        ])
 
     def to_nsq(self, n, prefix, count):
         """Our to_nsq publishing `count` lines to nsqd n (PUB each, fatal on error); returns the
