@@ -183,6 +183,13 @@ class Group:
             out[n] = sum(b["messages"] for b in self.repl(n)["backlogs"] if b["origin"] == oid)
         return out
 
+    def backlog_states(self, origin):
+        """The states of `origin`'s backlogs (all epochs) on the other live nsqd, sorted."""
+        oid = self.node_ids[origin]
+        return sorted(b["state"] for n in NSQD_HOSTS
+                      if n != origin and self.nsqd[n].proc.poll() is None
+                      for b in self.repl(n)["backlogs"] if b["origin"] == oid)
+
     def counter(self, key, among=NSQD_HOSTS):
         """Sum of the replication `key` (publish_failures, takeovers, ...) over live nsqd."""
         return sum(self.repl(n)[key] for n in among if self.nsqd[n].proc.poll() is None)
