@@ -1,0 +1,295 @@
+"""A replication group across network namespaces, for test_replication_netns.py and
+replication_chaos.py (docs/replication.md): three nsqd hosts a, b, c, each started with
+`--replicas=N` and the other two as `--replication-peer`, two nsqlookupd (on a and b), and a
+client host d. Faults are nftables rules in the switch namespace's bridge (family `bridge`,
+hook `forward`), so the hosts' own stacks are untouched and a fault is plain packet loss:
+
+    lossy(h, pct)   drop pct % of h's packets to the other nsqd's TCP port 4150 (its links as
+                    an origin: PUB/FIN frames to its replicas)
+    cut(h)          drop everything to and from h
+    heal()          remove every rule
+
+Every rule has a counter, so a test can check that its fault did drop packets.
+"""
+
+import collections
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import nsqd_binary
+from netns_cluster import CLIENT, TOPIC, Cluster, Proc, run, wait_for
+
+HERE = Path(__file__).resolve().parent
+PRODUCER = HERE / "replication_client.py"
+NSQD_HOSTS = "abc"
+LOOKUPD_HOSTS = "ab"
+CLIENT_HOST = "d"
+
+
+def tool_binary(name):
+    """A utility built next to the nsqd binary (to_nsq, nsq_tail), or None."""
+    b = nsqd_binary()
+    if b is None:
+        return None
+    p = Path(b).parent / name
+    return p if p.exists() else None
+
+
+class TrimProc(Proc):
+    """A Proc whose stdout lines are kept up to the first "." (a padded body's name only: see
+    replication_client.py --pad), so that long bodies do not fill the test's memory."""
+
+    def _read(self):
+        for raw in iter(self.proc.stdout.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n").split(".", 1)[0]
+            with self.lock:
+                self.lines.append(line)
+
+
+class Producer:
+    """A replication_client.py publisher on the client host (ACK/FAIL per command)."""
+
+    def __init__(self, group, nsqd_host, prefix, count=0, batch=10, rate=0, name=None, pad=0):
+        self.prefix = prefix
+        self.proc = group.cluster.start(group.cluster.hosts[CLIENT_HOST], name or f"producer-{prefix}", [
+            sys.executable, PRODUCER, "produce", f"--nsqd={nsqd_host.ip}:4150", f"--topic={TOPIC}",
+            f"--prefix={prefix}", f"--count={count}", f"--batch={batch}", f"--rate={rate}",
+            f"--pad={pad}",
+        ], capture=True)
+
+    def _lines(self):
+        with self.proc.lock:
+            return list(self.proc.lines)
+
+    def results(self):
+        """(acked bodies, failed bodies, ack latencies in ms) so far."""
+        acked, failed, lat = [], [], []
+        for line in self._lines():
+            parts = line.split(" ", 3)
+            if parts[0] in ("ACK", "FAIL"):
+                first, n = int(parts[1]), int(parts[2])
+                bodies = [f"{self.prefix}{k}" for k in range(first, first + n)]
+                if parts[0] == "ACK":
+                    acked += bodies
+                    lat.append(float(parts[3]))
+                else:
+                    failed += bodies
+        return acked, failed, lat
+
+    def fail_reasons(self):
+        return collections.Counter(
+            line.split(" ", 3)[3][:80] for line in self._lines() if line.startswith("FAIL "))
+
+    def done(self):
+        return any(line.startswith("DONE ") for line in self._lines())
+
+    def stop(self, timeout=60):
+        """SIGTERM (finishes the command in flight) and wait for DONE."""
+        if self.proc.proc.poll() is None:
+            self.proc.proc.terminate()
+        self.proc.proc.wait(timeout=timeout)
+
+    def wait(self, timeout=120):
+        self.proc.proc.wait(timeout=timeout)
+        assert self.done(), f"{self.proc.name} ended without DONE:\n{self.proc.tail()}"
+
+
+def latency_summary(lat):
+    if not lat:
+        return "no acks"
+    s = sorted(lat)
+    pick = lambda q: s[min(len(s) - 1, int(q * len(s)))]  # noqa: E731
+    return f"{len(s)} acks p50 {pick(0.5):.1f} ms p99 {pick(0.99):.1f} ms max {s[-1]:.1f} ms"
+
+
+class Group:
+    def __init__(self, tmp_path, tag="r"):
+        self.cluster = Cluster(tmp_path, names=NSQD_HOSTS + CLIENT_HOST, tag=tag)
+        self.h = self.cluster.hosts
+        self.nsqd = {}
+        self.flags = {}
+        self.node_ids = {}
+        self.faults = False
+
+    # -- start and stop ----------------------------------------------------------------
+    def start(self, replicas=2, takeover_timeout="10s", extra=()):
+        c = self.cluster
+        c.build_network()
+        self.lookupds = [self.h[n] for n in LOOKUPD_HOSTS]
+        for lh in self.lookupds:
+            c.start_lookupd(lh)
+        for i, n in enumerate(NSQD_HOSTS):
+            self.flags[n] = [
+                f"--replicas={replicas}",
+                *(f"--replication-peer={self.h[p].ip}:4150" for p in NSQD_HOSTS if p != n),
+                f"--replication-takeover-timeout={takeover_timeout}",
+                *extra,
+            ]
+            self.start_nsqd(n)
+        for n in NSQD_HOSTS:
+            self.node_ids[n] = self.repl(n)["node_id"]
+        self.wait_linked()
+
+    def start_nsqd(self, n, name=None):
+        idx = NSQD_HOSTS.index(n) + 1
+        self.nsqd[n] = self.cluster.start_nsqd(self.h[n], idx, self.lookupds, self.flags[n], name=name)
+        return self.nsqd[n]
+
+    def kill(self, n, sig=9):
+        self.nsqd[n].kill(sig)
+
+    def cleanup(self):
+        self.cluster.cleanup()
+
+    # -- /stats --------------------------------------------------------------------------
+    def stats(self, n):
+        return json.loads(self.h[n].curl(f"http://{self.h[n].ip}:4151/stats?format=json"))
+
+    def repl(self, n):
+        return self.stats(n)["replication"]
+
+    def wait_linked(self, among=NSQD_HOSTS, timeout=30):
+        """Every nsqd in `among` has a connected link to each other one, and N-1 set members."""
+        def ok():
+            for n in among:
+                r = self.repl(n)
+                by_addr = {p["address"]: p for p in r["peers"]}
+                for m in among:
+                    if m == n:
+                        continue
+                    p = by_addr.get(f"{self.h[m].ip}:4150")
+                    if p is None or p["state"] != "connected":
+                        return None
+                if sum(p["in_replica_set"] for p in r["peers"]) != r["replicas"] - 1:
+                    return None
+            return True
+        wait_for(f"replication links among {among}", ok, timeout=timeout)
+
+    def replica_set(self, n):
+        """The hosts in n's replica set (its peers with in_replica_set)."""
+        by_ip = {self.h[m].ip: m for m in NSQD_HOSTS}
+        return [by_ip[p["address"].rsplit(":", 1)[0]] for p in self.repl(n)["peers"] if p["in_replica_set"]]
+
+    def backlog_messages(self, origin):
+        """{holder: messages} of `origin`'s backlogs (all epochs) on each other live nsqd."""
+        out = {}
+        oid = self.node_ids[origin]
+        for n in NSQD_HOSTS:
+            if n == origin or self.nsqd[n].proc.poll() is not None:
+                continue
+            out[n] = sum(b["messages"] for b in self.repl(n)["backlogs"] if b["origin"] == oid)
+        return out
+
+    def backlog_states(self, origin):
+        """The states of `origin`'s backlogs (all epochs) on the other live nsqd, sorted."""
+        oid = self.node_ids[origin]
+        return sorted(b["state"] for n in NSQD_HOSTS
+                      if n != origin and self.nsqd[n].proc.poll() is None
+                      for b in self.repl(n)["backlogs"] if b["origin"] == oid)
+
+    def counter(self, key, among=NSQD_HOSTS):
+        """Sum of the replication `key` (publish_failures, takeovers, ...) over live nsqd."""
+        return sum(self.repl(n)[key] for n in among if self.nsqd[n].proc.poll() is None)
+
+    def create_channels(self, *channels):
+        for n in NSQD_HOSTS:
+            self.h[n].curl(f"http://{self.h[n].ip}:4151/topic/create?topic={TOPIC}", "-X", "POST")
+            for ch in channels:
+                self.h[n].curl(f"http://{self.h[n].ip}:4151/channel/create?topic={TOPIC}&channel={ch}",
+                               "-X", "POST")
+
+    # -- clients -------------------------------------------------------------------------
+    def producer(self, n, prefix, **kw):
+        return Producer(self, self.h[n], prefix, **kw)
+
+    def _start_trimmed(self, name, cmd):
+        p = TrimProc(self.h[CLIENT_HOST], name, cmd, self.cluster.tmp, capture=True)
+        self.cluster.procs.append(p)
+        return p
+
+    def consumer(self, channel):
+        """A gnsq consumer (cluster_client.py, as Cluster.consumer) on the client host:
+        `MSG <body>` lines."""
+        return self._start_trimmed(f"consumer-{channel}", [
+            sys.executable, CLIENT, "consume", f"--topic={TOPIC}", f"--channel={channel}",
+            *(f"--lookupd=http://{h.ip}:4161" for h in self.lookupds),
+        ])
+
+    def nsq_tail(self, channel):
+        """Our nsq_tail on a durable channel (the default one is #ephemeral, not replicated)."""
+        return self._start_trimmed(f"nsq_tail-{channel}", [
+            tool_binary("nsq_tail"), f"--topic={TOPIC}", f"--channel={channel}",
+            *(f"--lookupd-http-address={lh.ip}:4161" for lh in self.lookupds),
+        ])
+
+    def to_nsq(self, n, prefix, count):
+        """Our to_nsq publishing `count` lines to nsqd n (PUB each, fatal on error); returns the
+        bodies once it exited 0."""
+        bodies = [f"{prefix}{i}" for i in range(count)]
+        path = self.cluster.tmp / f"to_nsq-{prefix}.txt"
+        path.write_text("".join(b + "\n" for b in bodies))
+        p = self.cluster.start(self.h[CLIENT_HOST], f"to_nsq-{prefix}", [
+            "sh", "-c", f'exec "$0" --topic={TOPIC} --nsqd-tcp-address={self.h[n].ip}:4150 < "$1"',
+            tool_binary("to_nsq"), path,
+        ])
+        rc = p.proc.wait(timeout=120)
+        assert rc == 0, f"to_nsq exited {rc}:\n{p.tail()}"
+        return bodies
+
+    # -- faults (nftables in the switch's bridge) ------------------------------------------
+    def _nft(self, script):
+        path = self.cluster.tmp / "nft.rules"
+        path.write_text(script)
+        run("ip", "netns", "exec", self.cluster.sw, "nft", "-f", path)
+
+    def _ensure_table(self):
+        if not self.faults:
+            self._nft("table bridge nsqfault {\n chain faults {\n"
+                      "  type filter hook forward priority 0; policy accept;\n }\n}\n")
+            self.faults = True
+
+    def lossy(self, n, pct):
+        self._ensure_table()
+        others = ", ".join(self.h[m].ip for m in NSQD_HOSTS if m != n)
+        self._nft(f'add rule bridge nsqfault faults iifname "{self.h[n].port}" ip daddr {{ {others} }} '
+                  f"tcp dport 4150 numgen random mod 100 < {pct} counter drop comment \"lossy-{n}\"\n")
+
+    def cut(self, n):
+        self._ensure_table()
+        port = self.h[n].port
+        self._nft(f'add rule bridge nsqfault faults iifname "{port}" counter drop comment "cut-{n}"\n'
+                  f'add rule bridge nsqfault faults oifname "{port}" counter drop comment "cut-{n}"\n')
+
+    def heal(self):
+        if self.faults:
+            self._nft("flush chain bridge nsqfault faults\n")
+
+    def dropped(self):
+        """Packets dropped by the current rules (their counters)."""
+        if not self.faults:
+            return 0
+        out = run("ip", "netns", "exec", self.cluster.sw, "nft", "list", "chain", "bridge",
+                  "nsqfault", "faults")
+        return sum(int(x) for x in re.findall(r"counter packets (\d+)", out))
+
+    def logs(self):
+        return self.cluster.logs()
+
+
+def tail_bodies(proc):
+    """The bodies nsq_tail printed (one per line)."""
+    with proc.lock:
+        return list(proc.lines)
+
+
+def duplicates(bodies):
+    return {m: k for m, k in collections.Counter(bodies).items() if k > 1}
+
+
+def disk_usage(path):
+    """Bytes under `path` (du -sb), 0 if it does not exist."""
+    p = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True)
+    return int(p.stdout.split()[0]) if p.returncode == 0 and p.stdout else 0
