@@ -46,6 +46,8 @@ struct Fake {
     plan: Arc<Mutex<VecDeque<Answer>>>,
     /// Bumped to end every open session.
     cut: watch::Sender<u64>,
+    /// The epochs of every DROP received.
+    drops: Arc<Mutex<Vec<u64>>>,
 }
 
 impl Fake {
@@ -57,14 +59,16 @@ impl Fake {
         let ids = Arc::new(Mutex::new(HashMap::new()));
         let plan = Arc::new(Mutex::new(VecDeque::new()));
         let cut = watch::channel(0).0;
-        let (ids2, plan2, cut2) = (ids.clone(), plan.clone(), cut.clone());
+        let drops = Arc::new(Mutex::new(Vec::new()));
+        let (ids2, plan2, cut2, drops2) = (ids.clone(), plan.clone(), cut.clone(), drops.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((s, _)) = l.accept().await else { return };
                 let (htx, atx, ids, plan) = (htx.clone(), atx.clone(), ids2.clone(), plan2.clone());
                 let cut = cut2.subscribe();
+                let drops = drops2.clone();
                 tokio::spawn(async move {
-                    let _ = serve(s, htx, atx, ids, plan, cut).await;
+                    let _ = serve(s, htx, atx, ids, plan, cut, drops).await;
                 });
             }
         });
@@ -75,6 +79,7 @@ impl Fake {
             ids,
             plan,
             cut,
+            drops,
         }
     }
 
@@ -129,6 +134,7 @@ async fn serve(
     ids: Arc<Mutex<HashMap<String, MessageId>>>,
     plan: Arc<Mutex<VecDeque<Answer>>>,
     mut cut: watch::Receiver<u64>,
+    drops: Arc<Mutex<Vec<u64>>>,
 ) -> Option<()> {
     let mut magic = [0u8; 4];
     s.read_exact(&mut magic).await.ok()?;
@@ -191,6 +197,7 @@ async fn serve(
             Frame::ManifestApplied { epoch } => {
                 let _ = applied.send(*epoch);
             }
+            Frame::Drop { epoch } => drops.lock().push(*epoch),
             Frame::Pub(p) => {
                 let mut m = ids.lock();
                 for x in &p.messages {
@@ -380,6 +387,15 @@ async fn after_an_unclean_stop_delivery_waits_for_the_manifest_and_it_survives_a
     nothing_for(&mut sub, Duration::from_millis(300)).await;
     // Already past epoch e: no new epoch.
     assert_eq!(a.nsqd.replication.as_ref().unwrap().epoch(), e + 1);
+    // The next session does not call epoch e unclean again (another holder of it would
+    // take it over a second time) and tells the peer to DROP its copies of it.
+    fake.forget_hellos();
+    fake.then(Answer::Welcome);
+    fake.cut_links();
+    let h = fake.hello().await;
+    assert!(!h.previous_unclean, "{h:?}");
+    assert_eq!(h.epoch, e + 1);
+    eventually(async || fake.drops.lock().contains(&e)).await;
     drop(sub);
     // d's m2 was not met yet: the manifest stays, and a restart applies it again.
     assert_eq!(taken_files(dir.path()), 1);

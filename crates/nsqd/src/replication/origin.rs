@@ -143,15 +143,18 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     // The epoch now: a session of an older one ends (see the select below).
     let mut epoch_watch = repl.epoch_watch();
     let epoch = *epoch_watch.borrow_and_update();
+    // An unclean epoch a peer already took over is not announced again: another holder of
+    // it would take it over a second time (it is dropped below instead).
+    let unclean = id.previous_unclean.filter(|&e| e > repl.taken_epoch());
     let hello = Frame::Hello(Hello {
         version: LINK_VERSION,
         node_id: id.node_id,
         epoch,
         resume: id.start_seq > 0,
         sync: s.sync,
-        previous_unclean: id.previous_unclean.is_some(),
+        previous_unclean: unclean.is_some(),
         resume_seq: id.start_seq,
-        previous_epoch: id.previous_unclean.unwrap_or(0),
+        previous_epoch: unclean.unwrap_or(0),
         replicas: s.replicas as u16,
         max_frame: s.max_frame,
         nsqd_node_id: s.nsqd_node_id,
@@ -227,6 +230,16 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     } else {
         (last + 1, last)
     };
+    // Epochs of this node a peer took over: this peer's copies of them are not needed (it
+    // may hold one without having been the taker), DROP before anything else.
+    let taken = repl.taken_epoch();
+    if taken > 0 && taken < epoch {
+        let mut b = BytesMut::new();
+        replication::encode(&Frame::Drop { epoch: taken }, &mut b);
+        if let Err(e) = wr.write_all(&b).await {
+            return End::Lost(e.to_string());
+        }
+    }
     repl.session_up(i, welcome.node_id, floor, !resume);
     if !resume {
         repl.count_catchup();

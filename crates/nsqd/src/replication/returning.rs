@@ -14,6 +14,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +45,10 @@ pub(crate) struct State {
     answered: tokio::sync::Notify,
     /// Storing and applying a manifest, against deleting used-up ones.
     files: Mutex<()>,
+    /// The newest of this node's epochs a peer took over (its manifest applied here): later
+    /// HELLOs do not call it unclean, and every new session tells the peer to DROP its copies
+    /// of it, so that a holder that was not the taker does not take it over again.
+    taken: AtomicU64,
 }
 
 impl State {
@@ -53,6 +58,7 @@ impl State {
             waiting: Mutex::new(None),
             answered: tokio::sync::Notify::new(),
             files: Mutex::new(()),
+            taken: AtomicU64::new(0),
         }
     }
 }
@@ -94,6 +100,11 @@ impl Replication {
         *self.ret.epoch.borrow()
     }
 
+    /// The newest of this node's epochs a peer took over (0: none), see `State::taken`.
+    pub(super) fn taken_epoch(&self) -> u64 {
+        self.ret.taken.load(Ordering::Acquire)
+    }
+
     pub(super) fn epoch_watch(&self) -> watch::Receiver<u64> {
         self.ret.epoch.subscribe()
     }
@@ -115,7 +126,11 @@ impl Replication {
         let Some(engine) = self.engine().cloned() else {
             return;
         };
-        let have_stored = !stored(&self.data_path).is_empty();
+        let kept = stored(&self.data_path);
+        let have_stored = !kept.is_empty();
+        if let Some(newest) = kept.iter().map(|(_, e)| *e).max() {
+            self.ret.taken.fetch_max(newest, Ordering::AcqRel);
+        }
         let unclean = self.identity.previous_unclean.is_some();
         if unclean || have_stored {
             engine.hold_delivery();
@@ -234,7 +249,9 @@ impl Replication {
             .iter()
             .map(|x| (x.topic.clone(), x.channel.clone(), x.ids.clone()));
         manifest::write(&path, epoch, entries).map_err(|e| format!("{} - {e}", path.display()))?;
-        Ok(engine.apply_manifest(m))
+        let settled = engine.apply_manifest(m);
+        self.ret.taken.fetch_max(epoch, Ordering::AcqRel);
+        Ok(settled)
     }
 
     /// Moves this node past `taken` (the epoch a peer took over): to `taken + 1` unless it is
