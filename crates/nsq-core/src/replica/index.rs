@@ -16,6 +16,8 @@ use nsq_protocol::replication::{
 };
 use nsq_protocol::MessageId;
 
+use rustc_hash::FxHashMap;
+
 use super::record::Record;
 
 /// Where a record is: segment number, byte offset in the segment, length with its header.
@@ -85,7 +87,9 @@ struct TopicEntry {
     paused: bool,
     confirmed: bool,
     channels: BTreeMap<Arc<str>, ChannelMeta>,
-    messages: HashMap<MessageId, MsgEntry>,
+    /// Keyed by the origin's message IDs (not chosen by clients): FxHash, not SipHash, as
+    /// a replica indexes every message the origin publishes.
+    messages: FxHashMap<MessageId, MsgEntry>,
 }
 
 impl TopicEntry {
@@ -291,16 +295,18 @@ impl Index {
 
     fn topic_mut(&mut self, topic: &str) -> &mut TopicEntry {
         let catching_up = self.catchup.is_some();
+        // The name is copied only when the topic is new (this runs once per message).
         if !self.topics.contains_key(topic) {
             self.meta_seg.insert(topic.to_owned(), self.cur_seg);
+            self.topics.insert(
+                topic.to_owned(),
+                TopicEntry {
+                    confirmed: true,
+                    ..TopicEntry::default()
+                },
+            );
         }
-        let t = self
-            .topics
-            .entry(topic.to_owned())
-            .or_insert_with(|| TopicEntry {
-                confirmed: true,
-                ..TopicEntry::default()
-            });
+        let t = self.topics.get_mut(topic).expect("inserted above");
         t.confirmed |= catching_up;
         t
     }
