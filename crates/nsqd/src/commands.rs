@@ -5,11 +5,14 @@
 //! queues the answer for the writer, and performs the IDENTIFY upgrades exec asks for.
 
 use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use nsq_core::{FinishError, SubscribeError};
+use nsq_core::{FinishError, PutReceipt, SubscribeError};
 use nsq_protocol::command::{clamp_req_timeout, Command, CommandKind, DecodeHooks, Verdict};
 use nsq_protocol::error::NsqError;
 use nsq_protocol::frame;
@@ -21,7 +24,6 @@ use crate::client::{Client, ConnState};
 use crate::nsqd::Nsqd;
 
 /// What a command that succeeded answers.
-#[derive(Debug)]
 pub(crate) enum Reply {
     /// Nothing (FIN, REQ, RDY, TOUCH, NOP).
     Nothing,
@@ -30,6 +32,24 @@ pub(crate) enum Reply {
     /// IDENTIFY's response, then the negotiated upgrades (TLS, snappy, deflate), which the
     /// reader performs once the response is queued.
     Upgrade(Vec<u8>, Negotiated),
+    /// A publish stored in command order whose acknowledgement (durable, replicated) was not
+    /// ready at once: the reader keeps it in its FIFO of pending answers and goes on reading
+    /// (`protocol_v2.rs`, `Reader::pending`); it resolves to the publish's answer.
+    Wait(AckWait),
+}
+
+/// The rest of a publish once stored: its durable and replicated waits, then its answer.
+pub(crate) type AckWait = Pin<Box<dyn Future<Output = Result<Reply, NsqError>> + Send>>;
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reply::Nothing => f.write_str("Nothing"),
+            Reply::Response(d) => f.debug_tuple("Response").field(d).finish(),
+            Reply::Upgrade(d, n) => f.debug_tuple("Upgrade").field(d).field(n).finish(),
+            Reply::Wait(_) => f.write_str("Wait"),
+        }
+    }
 }
 
 impl Reply {
@@ -297,19 +317,7 @@ pub(crate) async fn exec(
             let receipt = t
                 .put(body, Duration::ZERO)
                 .map_err(|e| NsqError::pub_failed(&e.to_string()))?;
-            let seq = receipt.replication_seq();
-            receipt
-                .durable()
-                .await
-                .map_err(|e| NsqError::pub_failed(&e.to_string()))?;
-            // Replicated (docs/replication.md): and on N-1 replicas.
-            if seq != 0 {
-                nsqd.replicated(seq)
-                    .await
-                    .map_err(|e| NsqError::pub_failed(&e))?;
-            }
-            client.add_pub_count(&topic, 1);
-            Ok(Reply::ok())
+            acknowledge(nsqd, client, topic, 1, receipt, NsqError::pub_failed)
         }
         Command::Mpub { topic, bodies } => {
             check_auth(nsqd, client, "MPUB", &topic, "").await?;
@@ -322,19 +330,7 @@ pub(crate) async fn exec(
             let receipt = t
                 .put_many(bodies, Duration::ZERO)
                 .map_err(|e| NsqError::mpub_failed(&e.to_string()))?;
-            let seq = receipt.replication_seq();
-            receipt
-                .durable()
-                .await
-                .map_err(|e| NsqError::mpub_failed(&e.to_string()))?;
-            // Replicated (docs/replication.md): and on N-1 replicas.
-            if seq != 0 {
-                nsqd.replicated(seq)
-                    .await
-                    .map_err(|e| NsqError::mpub_failed(&e))?;
-            }
-            client.add_pub_count(&topic, n);
-            Ok(Reply::ok())
+            acknowledge(nsqd, client, topic, n, receipt, NsqError::mpub_failed)
         }
         Command::Dpub {
             topic,
@@ -351,19 +347,7 @@ pub(crate) async fn exec(
             let receipt = t
                 .put(body, defer)
                 .map_err(|e| NsqError::dpub_failed(&e.to_string()))?;
-            let seq = receipt.replication_seq();
-            receipt
-                .durable()
-                .await
-                .map_err(|e| NsqError::dpub_failed(&e.to_string()))?;
-            // Replicated (docs/replication.md): and on N-1 replicas.
-            if seq != 0 {
-                nsqd.replicated(seq)
-                    .await
-                    .map_err(|e| NsqError::dpub_failed(&e))?;
-            }
-            client.add_pub_count(&topic, 1);
-            Ok(Reply::ok())
+            acknowledge(nsqd, client, topic, 1, receipt, NsqError::dpub_failed)
         }
         // Rare commands with large futures are boxed: a connection's reader task is as large
         // as the largest future it may await, for as long as the connection lives.
@@ -375,6 +359,44 @@ pub(crate) async fn exec(
         }
         Command::Identify { body } => identify(nsqd, client, &body),
         Command::Auth { body } => Box::pin(auth(nsqd, client, body)).await,
+    }
+}
+
+/// The acknowledgement of a stored publish (PUB, MPUB, DPUB): OK once durable (docs/durability.md)
+/// and, when replicated, on N-1 replicas (docs/replication.md, Acknowledgement); `failed`
+/// makes the command's error from the reason. Nothing to wait for (replication off, memory or
+/// non-durable mode): answered here, as before. Otherwise the wait is polled once and, if not
+/// ready, handed to the reader as [`Reply::Wait`] so the connection's next commands are read
+/// and stored meanwhile; the answers still go out in command order (nsqd/protocol_v2.go,
+/// `IOLoop`, answers each command before reading the next).
+fn acknowledge(
+    nsqd: &Arc<Nsqd>,
+    client: &Arc<Client>,
+    topic: String,
+    n: u64,
+    receipt: PutReceipt,
+    failed: fn(&str) -> NsqError,
+) -> Result<Reply, NsqError> {
+    let seq = receipt.replication_seq();
+    if receipt.is_empty() && (seq == 0 || nsqd.replication.is_none()) {
+        client.add_pub_count(&topic, n);
+        return Ok(Reply::ok());
+    }
+    let (nsqd, client) = (nsqd.clone(), client.clone());
+    let mut wait: AckWait = Box::pin(async move {
+        receipt
+            .durable()
+            .await
+            .map_err(|e| failed(&e.to_string()))?;
+        if seq != 0 {
+            nsqd.replicated(seq).await.map_err(|e| failed(&e))?;
+        }
+        client.add_pub_count(&topic, n);
+        Ok(Reply::ok())
+    });
+    match wait.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(r) => r,
+        Poll::Pending => Ok(Reply::Wait(wait)),
     }
 }
 

@@ -14,10 +14,12 @@
 //! policy is `park.rs` (`ParkPolicy`, `--parked-reads`); bench/README.md ("Parked reads") has
 //! the measurements.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -32,7 +34,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant, Sleep};
 
 use crate::client::{Client, ConnState};
-use crate::commands::{self, send_error, send_response, Fins, Gate, Reply};
+use crate::commands::{self, send_error, send_response, AckWait, Fins, Gate, Reply};
 use crate::nsqd::Nsqd;
 use crate::park::{Load, ParkPolicy};
 use crate::transport::{self, ReadSide, WriteSide};
@@ -47,6 +49,9 @@ const READ_BUF_MIN: usize = 4 * 1024;
 const READ_BUF_MAX: usize = 64 * 1024;
 /// A timer deadline that is never reached in practice (disabled timers).
 const FAR: Duration = Duration::from_secs(86_400 * 365);
+/// Publishes whose acknowledgement may be pending at once on one connection: with this many
+/// the reader waits for the oldest before reading on.
+const MAX_PENDING: usize = 64;
 
 /// Serves one accepted TCP connection to the end.
 pub(crate) async fn serve(nsqd: Arc<Nsqd>, mut stream: TcpStream, peer: SocketAddr) {
@@ -246,6 +251,14 @@ struct Reader<'a> {
     decoder: Decoder,
     gate: Gate<'a>,
     fins: Fins,
+    /// Publishes stored, in command order, whose acknowledgement (durable, replicated) is
+    /// still pending (`Reply::Wait`): the reader goes on reading and storing the next
+    /// publishes meanwhile (docs/replication.md, Acknowledgement: no round trip per message
+    /// on the publisher's path), and answers them in order as they complete. Any command
+    /// other than PUB/MPUB/DPUB, and any answer that is not pending, first waits for all of
+    /// them, so every answer goes out in command order as in the reference
+    /// (nsqd/protocol_v2.go, `IOLoop`, which answers each command before reading the next).
+    pending: VecDeque<AckWait>,
 }
 
 impl Reader<'_> {
@@ -275,22 +288,72 @@ impl Reader<'_> {
             let cmd = match decoded {
                 Ok(Some(cmd)) => cmd,
                 Ok(None) => break,
-                Err(e) => return Err(self.bad_input(e).await),
+                Err(e) => {
+                    self.drain().await?;
+                    return Err(self.bad_input(e).await);
+                }
             };
             completed = true;
             self.gate.command_done();
+            let publish = matches!(
+                cmd,
+                Command::Pub { .. } | Command::Mpub { .. } | Command::Dpub { .. }
+            );
+            if !publish {
+                self.drain().await?;
+            }
             if let Command::Fin { id } = cmd {
                 self.fins.push(id);
                 continue;
             }
             freed |= matches!(cmd, Command::Req { .. });
-            let reply = commands::exec(self.nsqd, self.client, cmd).await;
-            self.answer(reply).await?;
+            match commands::exec(self.nsqd, self.client, cmd).await {
+                Ok(Reply::Wait(wait)) => {
+                    self.pending.push_back(wait);
+                    while self.pending.len() >= MAX_PENDING {
+                        self.answer_head().await?;
+                    }
+                }
+                reply => {
+                    self.drain().await?;
+                    self.answer(reply).await?;
+                }
+            }
         }
         if freed {
             self.client.window_freed();
         }
         Ok(completed)
+    }
+
+    /// Waits for the oldest pending publish and answers it (nothing if none is pending).
+    async fn answer_head(&mut self) -> Result<(), Stop> {
+        let Some(wait) = self.pending.front_mut() else {
+            return Ok(());
+        };
+        let reply = wait.await;
+        self.pending.pop_front();
+        self.answer(reply).await
+    }
+
+    /// Answers every pending publish, in order, waiting for each.
+    async fn drain(&mut self) -> Result<(), Stop> {
+        while !self.pending.is_empty() {
+            self.answer_head().await?;
+        }
+        Ok(())
+    }
+
+    /// The oldest pending publish completed with `reply`: answers it, then every following
+    /// one that is already complete (one replica acknowledgement usually completes many).
+    async fn answer_completed(&mut self, reply: Result<Reply, NsqError>) -> Result<(), Stop> {
+        self.pending.pop_front();
+        self.answer(reply).await?;
+        while let Some(reply) = self.pending.front_mut().and_then(poll_once) {
+            self.pending.pop_front();
+            self.answer(reply).await?;
+        }
+        Ok(())
     }
 
     /// Queues a command's answer for the writer, and performs the upgrades an IDENTIFY
@@ -299,6 +362,11 @@ impl Reader<'_> {
         match reply {
             Ok(Reply::Nothing) => {}
             Ok(Reply::Response(data)) => send_response(self.client, &data),
+            // Only from exec, which the reader queues in `pending` instead.
+            Ok(Reply::Wait(wait)) => {
+                let reply = wait.await;
+                return Box::pin(self.answer(reply)).await;
+            }
             Ok(Reply::Upgrade(response, negotiated)) => {
                 send_response(self.client, &response);
                 let rd = std::mem::replace(&mut self.input.rd, ReadSide::closed());
@@ -348,6 +416,9 @@ impl Reader<'_> {
     /// commands or inside a command line it closes silently (`IOLoop`), at once if the
     /// deadline passed.
     async fn ended(&mut self, deadline_passed: bool) {
+        if self.drain().await.is_err() {
+            return;
+        }
         if let Some(e) = self.decoder.incomplete_read_error(&self.input.buf) {
             self.gate.create_pending_topic().await;
             send_error(self.client, &e);
@@ -374,6 +445,7 @@ async fn read_loop(
         decoder: Decoder::new(nsqd.tcp.limits),
         gate: Gate::new(nsqd, client),
         fins: Fins::default(),
+        pending: VecDeque::new(),
     };
     let timer = tokio::time::sleep_until(Instant::now());
     tokio::pin!(timer);
@@ -393,17 +465,50 @@ async fn read_loop(
         if completed {
             deadline.restart(client.settings.lock().heartbeat);
         }
-        let park = parking.next_read(reader.load());
-        tokio::select! {
+        // Parked reads are for consumers; a connection with publishes pending reads as
+        // usual, so each read stays cancellable by the next acknowledgement.
+        let waiting = !reader.pending.is_empty();
+        let park = parking.next_read(reader.load()) && !waiting;
+        let acked = tokio::select! {
             r = reader.input.fill(park) => match r {
-                Ok(n) if n > 0 => parking.read_done(n),
+                Ok(n) if n > 0 => {
+                    parking.read_done(n);
+                    None
+                }
                 _ => break false,
             },
-            () = deadline.passed() => break true,
+            r = head(&mut reader.pending), if waiting => Some(r),
+            // The reference sets the deadline for the next command once it has answered the
+            // last (nsqd/protocol_v2.go, `IOLoop`): none runs while publishes are pending.
+            () = deadline.passed(), if !waiting => break true,
             _ = closed.wait_for(|c| *c) => return,
+        };
+        if let Some(reply) = acked {
+            if reader.answer_completed(reply).await.is_err() {
+                return;
+            }
+            if reader.pending.is_empty() {
+                deadline.restart(client.settings.lock().heartbeat);
+            }
         }
     };
     reader.ended(deadline_passed).await;
+}
+
+/// Polls a pending publish once: its answer if it has completed.
+fn poll_once(wait: &mut AckWait) -> Option<Result<Reply, NsqError>> {
+    match wait.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(reply) => Some(reply),
+        Poll::Pending => None,
+    }
+}
+
+/// Resolves with the answer of the oldest pending publish (left in the queue), which must exist.
+async fn head(pending: &mut VecDeque<AckWait>) -> Result<Reply, NsqError> {
+    match pending.front_mut() {
+        Some(wait) => wait.await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Performs the negotiated upgrades: the writer task flushes what is queued (the IDENTIFY

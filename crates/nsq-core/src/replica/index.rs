@@ -8,6 +8,7 @@
 //! ([`Index::trimmable`]) guarantees and what the model test checks.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use nsq_protocol::replication::{
@@ -15,6 +16,8 @@ use nsq_protocol::replication::{
     TopicItem,
 };
 use nsq_protocol::MessageId;
+
+use rustc_hash::FxHasher;
 
 use super::record::Record;
 
@@ -85,7 +88,8 @@ struct TopicEntry {
     paused: bool,
     confirmed: bool,
     channels: BTreeMap<Arc<str>, ChannelMeta>,
-    messages: HashMap<MessageId, MsgEntry>,
+    /// Keyed by the origin's message IDs (not chosen by clients), with [`IdHasher`].
+    messages: HashMap<MessageId, MsgEntry, BuildHasherDefault<IdHasher>>,
 }
 
 impl TopicEntry {
@@ -103,6 +107,48 @@ impl TopicEntry {
             },
         );
         k
+    }
+}
+
+/// The hash of a message ID in the index: IDs are the origin's GUIDs as 16 hex digits
+/// (`((time - epoch) << 22) | (node << 12) | sequence`, nsqd/guid.go, `NewGUID`), made one after
+/// another, and a replica indexes every one. The IDs of one time unit get consecutive hashes
+/// from a random start per unit, so a run of publishes (and of their FINs) touches consecutive
+/// buckets instead of one random cache line each; the top bits (the table's tag) are mixed
+/// from the sequence. Anything else (not 16 hex digits) is hashed with FxHash.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut v = 0u64;
+        let hex = bytes.len() == 16
+            && bytes.iter().all(|&b| {
+                let d = match b {
+                    b'0'..=b'9' => b - b'0',
+                    b'a'..=b'f' => b - b'a' + 10,
+                    _ => return false,
+                };
+                v = (v << 4) | u64::from(d);
+                true
+            });
+        if !hex {
+            let mut h = FxHasher::default();
+            h.write(bytes);
+            self.0 = h.finish();
+            return;
+        }
+        let seq = v & 0xfff;
+        let start = (v >> 12).wrapping_mul(K);
+        self.0 = start.wrapping_add(seq) ^ (seq.wrapping_mul(K) & (0x7f << 57));
+    }
+
+    /// The length prefix of the ID's bytes (always 16).
+    fn write_usize(&mut self, _: usize) {}
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -291,16 +337,18 @@ impl Index {
 
     fn topic_mut(&mut self, topic: &str) -> &mut TopicEntry {
         let catching_up = self.catchup.is_some();
+        // The name is copied only when the topic is new (this runs once per message).
         if !self.topics.contains_key(topic) {
             self.meta_seg.insert(topic.to_owned(), self.cur_seg);
+            self.topics.insert(
+                topic.to_owned(),
+                TopicEntry {
+                    confirmed: true,
+                    ..TopicEntry::default()
+                },
+            );
         }
-        let t = self
-            .topics
-            .entry(topic.to_owned())
-            .or_insert_with(|| TopicEntry {
-                confirmed: true,
-                ..TopicEntry::default()
-            });
+        let t = self.topics.get_mut(topic).expect("inserted above");
         t.confirmed |= catching_up;
         t
     }

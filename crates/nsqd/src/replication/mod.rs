@@ -642,9 +642,18 @@ impl Replication {
         if !self.replicates_own() || *rx.borrow_and_update() >= seq {
             return Ok(());
         }
+        // Counted while waiting, also if the wait is dropped (a connection that closes with
+        // pipelined publishes pending: protocol_v2.rs, `Reader::pending`).
+        struct Waiting<'a>(&'a AtomicU64);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
         self.publish_waiting.fetch_add(1, Ordering::Relaxed);
+        let waiting = Waiting(&self.publish_waiting);
         let r = tokio::time::timeout(self.settings.ack_timeout, rx.wait_for(|c| *c >= seq)).await;
-        self.publish_waiting.fetch_sub(1, Ordering::Relaxed);
+        drop(waiting);
         if matches!(r, Ok(Ok(_))) {
             return Ok(());
         }

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use nsq_core::replica::{manifest, Record, StoreError};
+use nsq_core::replica::{manifest, Record, ReplicaStore, StoreError};
 use nsq_protocol::replication::{self, Frame, LinkErrorCode, Welcome, WelcomeAnswer, LINK_VERSION};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -238,6 +238,33 @@ async fn answer_taken_over(
 /// How often a served link carries this node's STATUS.
 const STATUS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The most frame bytes of one read that are appended without a blocking thread.
+const INLINE_APPEND_BYTES: usize = 256 << 10;
+
+/// Appends one read's records to the backlog's store (synced if the link asked for SYNC):
+/// the store's last seq, whether a catch-up is in progress, and whether it wants compacting;
+/// `None` if a newer session of the same origin took the backlog over.
+fn store(
+    b: &Backlog,
+    s: &mut ReplicaStore,
+    session: u64,
+    records: &[Record],
+    sync: bool,
+) -> Result<Option<(u64, bool, bool)>, StoreError> {
+    if b.session.load(Ordering::Acquire) != session {
+        return Ok(None);
+    }
+    s.append(records)?;
+    if sync {
+        s.sync()?;
+    }
+    Ok(Some((
+        s.last_seq(),
+        s.index().catching_up(),
+        s.wants_compaction(),
+    )))
+}
+
 type LinkEnd = Result<(), (Option<LinkErrorCode>, String)>;
 
 async fn session_loop(
@@ -259,6 +286,7 @@ async fn session_loop(
         // Frames already buffered (HELLO may have come with more) are handled first.
         let mut records = Vec::new();
         let mut drop_epoch = None;
+        let buffered = buf.len();
         loop {
             match replication::decode(&mut buf, max_frame) {
                 Ok(Some(f)) => match f {
@@ -288,25 +316,31 @@ async fn session_loop(
             return Err((None, "superseded by a newer session".into()));
         }
         if !records.is_empty() {
-            let b = backlog.clone();
-            let stored = tokio::task::spawn_blocking(move || {
-                let mut s = b.store.lock();
-                if b.session.load(Ordering::Acquire) != session {
-                    // A newer session of the same origin took over the backlog.
-                    return Ok(None);
+            // A small batch without SYNC is appended here: one buffered write into the page
+            // cache costs less than handing it to a blocking thread and back (two wake-ups per
+            // read). A sync, a large batch, or a store held by someone else (a takeover holds
+            // its lock for long) goes to a blocking thread as before.
+            let inline = !sync && buffered - buf.len() <= INLINE_APPEND_BYTES;
+            let here = if inline {
+                backlog
+                    .store
+                    .try_lock()
+                    .map(|mut s| store(backlog, &mut s, session, &records, sync))
+            } else {
+                None
+            };
+            let stored = match here {
+                Some(r) => r,
+                None => {
+                    let b = backlog.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let mut s = b.store.lock();
+                        store(&b, &mut s, session, &records, sync)
+                    })
+                    .await
+                    .map_err(|e| (Some(LinkErrorCode::Internal), e.to_string()))?
                 }
-                s.append(&records)?;
-                if sync {
-                    s.sync()?;
-                }
-                Ok::<_, StoreError>(Some((
-                    s.last_seq(),
-                    s.index().catching_up(),
-                    s.wants_compaction(),
-                )))
-            })
-            .await
-            .map_err(|e| (Some(LinkErrorCode::Internal), e.to_string()))?;
+            };
             match stored {
                 Ok(None) => return Err((None, "superseded by a newer session".into())),
                 Ok(Some((last, catching_up, compact))) => {

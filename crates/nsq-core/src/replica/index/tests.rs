@@ -647,3 +647,31 @@ proptest! {
         prop_assert_eq!(replayed.last_seq(), ix.last_seq());
     }
 }
+
+/// Consecutive GUIDs of one time unit hash to consecutive buckets (the low bits), with tags
+/// (the top 7 bits) that differ; other keys still hash (FxHash) and equal keys agree.
+#[test]
+fn id_hasher_keeps_a_time_unit_together() {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    let b = BuildHasherDefault::<IdHasher>::default();
+    let base = (12_345u64 << 22) | (7 << 12);
+    let h: Vec<u64> = (0..64)
+        .map(|seq| b.hash_one(MessageId::from_u64(base | seq)))
+        .collect();
+    for w in h.windows(2) {
+        assert_eq!(
+            (w[1].wrapping_sub(w[0])) & 0xffff,
+            1,
+            "{:x} {:x}",
+            w[0],
+            w[1]
+        );
+    }
+    let tags: std::collections::HashSet<u64> = h.iter().map(|h| h >> 57).collect();
+    assert!(tags.len() > 16, "{}", tags.len());
+    let next_unit = b.hash_one(MessageId::from_u64(base + (1 << 22)));
+    assert_ne!(next_unit & 0xffff_ffff, h[0] & 0xffff_ffff);
+    let odd = MessageId(*b"not-hex-digits!!");
+    assert_eq!(b.hash_one(odd), b.hash_one(odd));
+    assert_ne!(b.hash_one(odd), b.hash_one(MessageId(*b"not-hex-digits!?")));
+}
