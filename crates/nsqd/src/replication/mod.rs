@@ -307,6 +307,9 @@ pub struct Replication {
     ret: returning::State,
     /// Manifests kept, by (origin, epoch): the IDs taken over (until MANIFEST_APPLIED).
     taken: Mutex<BTreeMap<(u64, u64), u64>>,
+    /// Epochs taken over here whose manifest their origin applied, and when (STATUS still
+    /// announces them as taken over for a while: `takeover.rs`).
+    retired: Mutex<HashMap<(u64, u64), Instant>>,
     /// Serialises takeovers with the start of link sessions (a session that starts while a
     /// backlog is taken over finds the manifest, not the backlog).
     takeover_lock: tokio::sync::Mutex<()>,
@@ -379,6 +382,7 @@ impl Replication {
             catchups: AtomicU64::new(0),
             ret: returning::State::new(identity.epoch),
             taken: Mutex::new(BTreeMap::new()),
+            retired: Mutex::new(HashMap::new()),
             takeover_lock: tokio::sync::Mutex::new(()),
             gossip: Mutex::new(HashMap::new()),
             status_changed: watch::channel(0).0,

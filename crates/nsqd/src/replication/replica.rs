@@ -195,6 +195,9 @@ async fn answer_taken_over(
                         tracing::error!("REPLICATION: failed to delete the manifest - {e}");
                     }
                     repl.taken.lock().remove(&(origin, epoch));
+                    repl.retired
+                        .lock()
+                        .insert((origin, epoch), std::time::Instant::now());
                     repl.status_change();
                     tracing::info!(
                         "REPLICATION: {origin:016x} applied the manifest of epoch {epoch}"

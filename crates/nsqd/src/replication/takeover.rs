@@ -32,6 +32,8 @@ use crate::lookup::Lookup;
 
 /// How often the watch looks (and polls nsqlookupd while an origin's link is down).
 const TICK: Duration = Duration::from_secs(1);
+/// How long an epoch whose manifest the origin applied is still announced as taken over.
+const RETIRED_FOR: Duration = Duration::from_secs(600);
 /// Messages put into one queue per `Topic::adopt` call.
 const ADOPT_BATCH: usize = 256;
 
@@ -174,6 +176,23 @@ impl Replication {
     /// ended is left out: it may lack messages, so it must not make a complete holder defer
     /// to it (see [`Replication::holds`]).
     pub(crate) fn status_entries(&self) -> Vec<StatusEntry> {
+        // Epochs taken over here whose manifest the origin applied (`retired`) are still
+        // announced as taken over for a while: a holder that did not see this node's takeover
+        // before the manifest went must not take the epoch over again.
+        let retired: Vec<StatusEntry> = {
+            let mut r = self.retired.lock();
+            r.retain(|_, at| at.elapsed() < RETIRED_FOR);
+            r.keys()
+                .map(|&(origin, epoch)| StatusEntry {
+                    origin,
+                    epoch,
+                    state: BacklogState::TakenOver,
+                    last_seq: 0,
+                    messages: 0,
+                    bytes: 0,
+                })
+                .collect()
+        };
         self.backlogs()
             .into_iter()
             .filter(|b| !b.catching_up)
@@ -190,6 +209,7 @@ impl Replication {
                 messages: b.messages,
                 bytes: b.bytes,
             })
+            .chain(retired)
             .take(usize::from(u16::MAX))
             .collect()
     }
@@ -342,6 +362,14 @@ impl Replication {
             return false;
         };
         if unless_live && b.link().live.is_some() {
+            return false;
+        }
+        if let Some((m, state)) = self.other_taker(origin, epoch) {
+            // Another member took it over (or is doing so) meanwhile: the watch drops this
+            // copy once that member says it is done.
+            tracing::info!(
+                "REPLICATION: not taking over {origin:016x} epoch {epoch}: {m:016x} is ({state:?})"
+            );
             return false;
         }
         let Some(engine) = self.engine().cloned() else {
