@@ -5,84 +5,14 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use nsq_testkit::frames::{sized, FrameConn};
 use nsq_testkit::http::request;
 use nsq_testkit::wait::eventually;
 use nsqd::NsqdHandle;
-use tempfile::TempDir;
 
-/// A free TCP port on 127.0.0.1 (bound to `:0`, then released for the daemon to take).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn start_on(dir: &Path, extra: &[String]) -> NsqdHandle {
-    let mut args = vec!["--broadcast-address=127.0.0.1".to_string()];
-    args.extend_from_slice(extra);
-    nsqd::start(common::options(dir, &args)).await.unwrap()
-}
-
-/// A: `--replicas=2 --replication-peer=B` plus `a_extra`; B: `--replication-peer=A` (the
-/// replica side only: B does not dial A).
-struct Pair {
-    a: NsqdHandle,
-    b: Option<NsqdHandle>,
-    b_port: u16,
-    _dirs: (TempDir, TempDir),
-}
-
-impl Pair {
-    async fn start(a_extra: &[&str]) -> Pair {
-        let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let b_port = free_port();
-        let mut args = vec![
-            "--replicas=2".to_string(),
-            format!("--replication-peer=127.0.0.1:{b_port}"),
-        ];
-        args.extend(a_extra.iter().map(|s| s.to_string()));
-        let a = start_on(a_dir.path(), &args).await;
-        let b = start_on(
-            b_dir.path(),
-            &[
-                format!("--tcp-address=127.0.0.1:{b_port}"),
-                format!("--replication-peer={}", a.tcp_addr()),
-            ],
-        )
-        .await;
-        Pair {
-            a,
-            b: Some(b),
-            b_port,
-            _dirs: (a_dir, b_dir),
-        }
-    }
-
-    fn b(&self) -> &NsqdHandle {
-        self.b.as_ref().expect("B running")
-    }
-
-    /// A's replication node ID, as the `origin` label shows it.
-    fn a_node(&self) -> String {
-        format!(
-            "{:016x}",
-            self.a.nsqd.replication.as_ref().unwrap().identity.node_id
-        )
-    }
-
-    async fn shutdown(mut self) {
-        self.a.shutdown().await;
-        if let Some(b) = self.b.take() {
-            b.shutdown().await;
-        }
-    }
-}
+use common::pair::Pair;
 
 /// The lines of `family` in `text`: its `# HELP`, `# TYPE` and samples.
 fn lines_of(text: &str, family: &str) -> Vec<String> {
@@ -337,7 +267,7 @@ async fn peer_and_backlog_lines() {
     assert_eq!(backlogs[0].messages, 3, "{backlogs:?}");
     assert!(backlogs[0].bytes > 0, "{backlogs:?}");
     let text = nsqd::metrics::render(&p.b().nsqd, false);
-    let origin = format!("{{origin=\"{}\"}}", p.a_node());
+    let origin = format!("{{origin=\"{:016x}\"}}", p.a_node());
     let one = |family: &str, samples: &[String]| {
         assert_eq!(lines_of(&text, family), expect(family, samples), "{text}");
     };

@@ -5,77 +5,9 @@
 
 mod common;
 
-use std::path::Path;
-
 use nsq_testkit::frames::{sized, FrameConn};
-use nsqd::NsqdHandle;
-use tempfile::TempDir;
 
-/// A free TCP port on 127.0.0.1 (bound to `:0`, then released for the daemon to take).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn start_on(dir: &Path, extra: &[String]) -> NsqdHandle {
-    nsqd::start(common::options(dir, extra)).await.unwrap()
-}
-
-/// A (`--replicas=2`, peer B, plus `a_extra`) and B (peer A).
-struct Pair {
-    a: NsqdHandle,
-    b: Option<NsqdHandle>,
-    _dirs: (TempDir, TempDir),
-}
-
-impl Pair {
-    async fn start(a_extra: &[&str]) -> Pair {
-        let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let b_port = free_port();
-        let mut args = vec![
-            "--replicas=2".to_string(),
-            format!("--replication-peer=127.0.0.1:{b_port}"),
-        ];
-        args.extend(a_extra.iter().map(|s| s.to_string()));
-        let a = start_on(a_dir.path(), &args).await;
-        let b_args = [
-            format!("--tcp-address=127.0.0.1:{b_port}"),
-            format!("--replication-peer={}", a.tcp_addr()),
-        ];
-        let b = start_on(b_dir.path(), &b_args).await;
-        Pair {
-            a,
-            b: Some(b),
-            _dirs: (a_dir, b_dir),
-        }
-    }
-
-    /// The messages B's backlog of A holds.
-    fn replicated(&self) -> u64 {
-        let node = self.a.nsqd.replication.as_ref().unwrap().identity.node_id;
-        self.b
-            .as_ref()
-            .unwrap()
-            .nsqd
-            .replication
-            .as_ref()
-            .unwrap()
-            .backlogs()
-            .into_iter()
-            .find(|b| b.origin == node)
-            .map_or(0, |b| b.messages)
-    }
-
-    async fn shutdown(self) {
-        if let Some(b) = self.b {
-            b.shutdown().await;
-        }
-        self.a.shutdown().await;
-    }
-}
+use common::pair::Pair;
 
 async fn v2(p: &Pair) -> FrameConn {
     FrameConn::connect(p.a.tcp_addr(), b"  V2").await

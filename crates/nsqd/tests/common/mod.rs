@@ -5,6 +5,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod pair;
+
 use std::net::SocketAddr;
 use std::path::Path;
 
