@@ -317,10 +317,10 @@ fn a_killed_origin_is_taken_over_and_found_through_nsqlookupd() {
     let s = b.wait_stats("the takeover", Duration::from_secs(20), |s| {
         s["replication"]["takeovers"] == 1
     });
-    assert!(
-        killed.elapsed() >= Duration::from_secs(2),
-        "before the timeout"
-    );
+    let took = killed.elapsed();
+    assert!(took >= Duration::from_secs(2), "before the timeout");
+    // Issue 22's target is the timeout + 2 s; timing is measured here, not asserted.
+    eprintln!("taken over {took:?} after the kill (timeout 2s)");
     assert_eq!(backlogs_of(&s, &origin)[0]["state"], "taken over");
     let b_port = i64::from(b.tcp_addr.port());
     nsq_integration_tests::wait_until(|| producers(&l) == [b_port]);
@@ -333,8 +333,15 @@ fn a_killed_origin_is_taken_over_and_found_through_nsqlookupd() {
     )
     .parse()
     .unwrap();
-    let mut got: Vec<Bytes> = consume_all(addr, "t", "c", 100, 6, Duration::from_secs(30))
+    let first = consume_all(addr, "t", "c", 1, 1, Duration::from_secs(10));
+    assert_eq!(first.len(), 1);
+    eprintln!(
+        "first taken-over message {:?} after the kill (timeout 2s)",
+        killed.elapsed()
+    );
+    let mut got: Vec<Bytes> = first
         .into_iter()
+        .chain(consume_all(addr, "t", "c", 100, 5, Duration::from_secs(30)))
         .map(|(body, _)| body)
         .collect();
     got.sort();

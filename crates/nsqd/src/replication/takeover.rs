@@ -30,8 +30,11 @@ use nsq_protocol::replication::{BacklogState, StatusEntry};
 use super::{Backlog, Replication};
 use crate::lookup::Lookup;
 
-/// How often the watch looks (and polls nsqlookupd while an origin's link is down).
-const TICK: Duration = Duration::from_secs(1);
+/// How often the watch looks: a lost link is seen, and an origin found gone, this soon.
+const TICK: Duration = Duration::from_millis(250);
+/// How often nsqlookupd is polled while an origin's link is down (the first poll comes at
+/// the first look after the link was lost).
+const POLL_EVERY: Duration = Duration::from_secs(1);
 /// How long an epoch whose manifest the origin applied is still announced as taken over.
 const RETIRED_FOR: Duration = Duration::from_secs(600);
 /// Messages put into one queue per `Topic::adopt` call.
@@ -52,6 +55,8 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
     let mut watches: HashMap<(u64, u64), GoneWatch> = HashMap::new();
     // The last "someone else takes it over" logged per backlog (logged on change only).
     let mut announced: HashMap<(u64, u64), Option<u64>> = HashMap::new();
+    // The last nsqlookupd poll while some origin's link is down.
+    let mut last_poll: Option<Instant> = None;
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -79,9 +84,11 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
             }
         }
         if down.is_empty() {
+            last_poll = None;
             continue;
         }
-        if repl.settings.lookupds {
+        if repl.settings.lookupds && last_poll.is_none_or(|t: Instant| t.elapsed() >= POLL_EVERY) {
+            last_poll = Some(Instant::now());
             for addr in lookup.http_addresses() {
                 let url = format!("http://{addr}/debug");
                 let answer = match client.get_v1(&url).await {
