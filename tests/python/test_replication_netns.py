@@ -14,6 +14,7 @@ Phase 2a (built) — run always:
      default 10 s ack timeout (publishes are slower: latencies printed), no duplicate.
   c. a 3 s cut of one host (< the 10 s takeover timeout and the 5 s link timeout): nothing
      lost, no failure, no duplicate, `takeovers` 0 everywhere, links back.
+  g. the same host's network flapping (1 s cut, 1 s up, five times): the same.
 
 Phase 2b (takeover and return):
   d. SIGKILL of one nsqd mid-stream, never restarted: every acknowledged message delivered at
@@ -215,6 +216,42 @@ def short_cut(g):
     assert g.counter("takeovers") == 0, "a 3 s cut caused a takeover"
     assert g.counter("publish_failures") == 0
     print(f"short cut: {len(sent)} acknowledged, all delivered once, {dropped} packets dropped")
+
+
+def test_flapping_link(group):
+    check(group, flapping_link)
+
+
+def flapping_link(g):
+    """A host's network flaps (1 s cut, 1 s up, five times): shorter than the 5 s dead-link
+    rule and the takeover timeout, so publishes slow down but none fails, nothing is lost or
+    duplicated, and no takeover happens."""
+    g.create_channels("g")
+    cg = g.consumer("g")
+    victim = g.replica_set("a")[0]
+    producers = {n: g.producer(n, f"f{n}-", count=3000, batch=10, rate=300) for n in NSQD_HOSTS}
+    time.sleep(2)
+    dropped = 0
+    for _ in range(5):
+        g.cut(victim)
+        time.sleep(1)
+        dropped += g.dropped()
+        g.heal()
+        time.sleep(1)
+    sent = []
+    for n, p in producers.items():
+        p.wait(timeout=60)
+        acked, failed, lat = p.results()
+        print(f"flapping {victim}: {p.prefix}: {latency_summary(lat)}; failed {len(failed)}")
+        assert failed == [], f"{p.prefix}: {len(failed)} failed: {p.fail_reasons()}"
+        sent += acked
+    assert dropped > 0, "the flaps dropped nothing"
+    wait_exactly_once(cg, sent, timeout=60)
+    g.wait_linked()
+    wait_backlogs_drained(g)
+    assert g.counter("takeovers") == 0, "a flapping link caused a takeover"
+    assert g.counter("publish_failures") == 0
+    print(f"flapping link: {len(sent)} acknowledged, all delivered once, {dropped} packets dropped")
 
 
 # -- d, e, f: takeover (phase 2b) -------------------------------------------------------------
