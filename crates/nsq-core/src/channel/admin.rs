@@ -222,15 +222,7 @@ impl Channel {
     /// exactly one place. Blocking: reads the diskqueue's unread files.
     pub fn replication_items(&self, out: &mut Vec<Item>) {
         let now = super::now();
-        let mut g = self.lock();
-        for _ in 0..1000 {
-            if !g.state.writes_outstanding() {
-                break;
-            }
-            drop(g);
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            g = self.lock();
-        }
+        let g = self.lock_settled();
         let item = |m: &Message, due: i64| {
             Item::Message(MessageItem {
                 topic: self.topic_name.clone(),

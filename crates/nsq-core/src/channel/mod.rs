@@ -283,6 +283,23 @@ impl Channel {
         }
     }
 
+    /// The channel lock once no backend write of the channel is outstanding (a message being
+    /// written is in no queue meanwhile), waiting at most about a second for that: readers
+    /// that must see every message in exactly one place (a replication catch-up, a
+    /// returning origin's skip set) take it. Blocking.
+    fn lock_settled(&self) -> Locked<'_> {
+        let mut g = self.lock();
+        for _ in 0..1000 {
+            if !g.state.writes_outstanding() {
+                break;
+            }
+            drop(g);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            g = self.lock();
+        }
+        g
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

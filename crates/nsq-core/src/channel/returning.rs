@@ -232,15 +232,7 @@ impl Channel {
     /// take meets them. Returns how many messages were settled at once. Blocking: reads the
     /// diskqueue's unread files (as a replication catch-up does), under the channel lock.
     pub(crate) fn apply_skips(&self, ret: &Returning) -> usize {
-        let mut g = self.lock();
-        for _ in 0..1000 {
-            if !g.state.writes_outstanding() {
-                break;
-            }
-            drop(g);
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            g = self.lock();
-        }
+        let mut g = self.lock_settled();
         // What the channel holds that a take may still meet.
         let mut held: FxHashSet<MessageId> = g.state.queued().map(|m| m.id).collect();
         let r = self.backend.scan_unread(&mut |payload| {
