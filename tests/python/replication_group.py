@@ -263,6 +263,14 @@ class Group:
         self._nft(f'add rule bridge nsqfault faults iifname "{port}" counter drop comment "cut-{n}"\n'
                   f'add rule bridge nsqfault faults oifname "{port}" counter drop comment "cut-{n}"\n')
 
+    def slow(self, n, rate):
+        """Limits host n's outgoing traffic to `rate` (tc tbf on its eth0; `unslow` undoes)."""
+        run(*self.h[n].exec_args("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate,
+                                 "burst", "16kbit", "latency", "500ms"))
+
+    def unslow(self, n):
+        run(*self.h[n].exec_args("tc", "qdisc", "del", "dev", "eth0", "root"), check=False)
+
     def heal(self):
         if self.faults:
             self._nft("flush chain bridge nsqfault faults\n")

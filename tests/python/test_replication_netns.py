@@ -15,6 +15,8 @@ Phase 2a (built) — run always:
   c. a 3 s cut of one host (< the 10 s takeover timeout and the 5 s link timeout): nothing
      lost, no failure, no duplicate, `takeovers` 0 everywhere, links back.
   g. the same host's network flapping (1 s cut, 1 s up, five times): the same.
+  h. an origin's outgoing traffic limited to 100 kbit/s (tc tbf) for 6 s: its publishes slow
+     down, none fails, nothing lost or duplicated, no takeover.
 
 Phase 2b (takeover and return):
   d. SIGKILL of one nsqd mid-stream, never restarted: every acknowledged message delivered at
@@ -252,6 +254,40 @@ def flapping_link(g):
     assert g.counter("takeovers") == 0, "a flapping link caused a takeover"
     assert g.counter("publish_failures") == 0
     print(f"flapping link: {len(sent)} acknowledged, all delivered once, {dropped} packets dropped")
+
+
+def test_slow_origin(group):
+    check(group, slow_origin)
+
+
+def slow_origin(g):
+    """An origin's outgoing traffic limited to 100 kbit/s for 6 s (its replication stream,
+    ACKs and deliveries queue up): its publishes slow down but none fails, nothing is lost or
+    duplicated, and no takeover happens."""
+    g.create_channels("g")
+    cg = g.consumer("g")
+    producers = {n: g.producer(n, f"w{n}-", count=3000, batch=10, rate=300) for n in NSQD_HOSTS}
+    time.sleep(2)
+    g.slow("a", "100kbit")
+    try:
+        time.sleep(6)
+    finally:
+        g.unslow("a")
+    sent = []
+    for n, p in producers.items():
+        p.wait(timeout=60)
+        acked, failed, lat = p.results()
+        print(f"slow a: {p.prefix}: {latency_summary(lat)}; failed {len(failed)}")
+        assert failed == [], f"{p.prefix}: {len(failed)} failed: {p.fail_reasons()}"
+        if n == "a":
+            assert max(lat) > 100, "a's publishes did not slow down"
+        sent += acked
+    wait_exactly_once(cg, sent, timeout=60)
+    g.wait_linked()
+    wait_backlogs_drained(g)
+    assert g.counter("takeovers") == 0, "a slow origin caused a takeover"
+    assert g.counter("publish_failures") == 0
+    print(f"slow origin: {len(sent)} acknowledged, all delivered once")
 
 
 # -- d, e, f: takeover (phase 2b) -------------------------------------------------------------
