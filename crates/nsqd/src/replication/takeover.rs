@@ -251,7 +251,47 @@ impl Replication {
     /// does if its last STATUS lists it (only complete backlogs are listed), or when it sent
     /// none (not known: assumed); this node does, unless its copy's catch-up has not ended
     /// and a live member lists a complete one.
+    ///
+    /// Of the holders, only those that hold the most of the epoch count (the highest
+    /// `last_seq` this node knows of among live holders, its own included): a member that
+    /// lagged behind the origin (outside its replica set, its ACKs not waited for) must not
+    /// take over while one that holds more drops its copy.
     fn holds(&self, m: u64, origin: u64, epoch: u64) -> bool {
+        if !self.holds_any(m, origin, epoch) {
+            return false;
+        }
+        let Some(mine) = self.held_seq(m, origin, epoch) else {
+            // Not known (no STATUS from it yet): assumed, as above.
+            return true;
+        };
+        let mut members: Vec<u64> = self.gossip.lock().keys().copied().collect();
+        members.push(self.identity.node_id);
+        let best = members
+            .into_iter()
+            .filter(|&n| self.alive(n) && self.holds_any(n, origin, epoch))
+            .filter_map(|n| self.held_seq(n, origin, epoch))
+            .max()
+            .unwrap_or(0);
+        mine >= best
+    }
+
+    /// The last seq of `(origin, epoch)` member `m` holds, as far as this node knows.
+    fn held_seq(&self, m: u64, origin: u64, epoch: u64) -> Option<u64> {
+        if m == self.identity.node_id {
+            let b = self.backlogs.lock().get(&(origin, epoch)).cloned()?;
+            let seq = b.store.lock().last_seq();
+            return Some(seq);
+        }
+        self.gossip.lock().get(&m).and_then(|entries| {
+            entries
+                .iter()
+                .find(|e| e.origin == origin && e.epoch == epoch)
+                .map(|e| e.last_seq)
+        })
+    }
+
+    /// [`Replication::holds`] without the comparison of how much each holds.
+    fn holds_any(&self, m: u64, origin: u64, epoch: u64) -> bool {
         let lists = |m: u64| {
             self.gossip.lock().get(&m).is_none_or(|entries| {
                 entries
