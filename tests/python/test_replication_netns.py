@@ -186,6 +186,31 @@ def lossy_path(g):
 
 
 # -- c. a cut shorter than the takeover timeout ------------------------------------------------
+def acknowledged_without_failure(producers, label, slowed=(), slower_than_ms=0):
+    """Waits for the producers; none may have failed a publish, and those on `slowed` hosts
+    must have waited longer than `slower_than_ms` at least once. Returns what was acked."""
+    sent = []
+    for n, p in producers.items():
+        p.wait(timeout=60)
+        acked, failed, lat = p.results()
+        print(f"{label}: {p.prefix}: {latency_summary(lat)}; failed {len(failed)}")
+        assert failed == [], f"{p.prefix}: {len(failed)} failed: {p.fail_reasons()}"
+        if n in slowed:
+            assert max(lat) > slower_than_ms, f"{n}'s publishes did not slow down ({label})"
+        sent += acked
+    return sent
+
+
+def no_takeover_and_drained(g, cg, sent, what):
+    """Every acknowledged message delivered exactly once, links back, backlogs drained, no
+    takeover and no publish failure counted."""
+    wait_exactly_once(cg, sent, timeout=60)
+    g.wait_linked()
+    wait_backlogs_drained(g)
+    assert g.counter("takeovers") == 0, f"{what} caused a takeover"
+    assert g.counter("publish_failures") == 0
+
+
 def test_short_cut(group):
     check(group, short_cut)
 
@@ -202,21 +227,10 @@ def short_cut(g):
     time.sleep(3)
     dropped = g.dropped()
     g.heal()
-    sent = []
-    for n, p in producers.items():
-        p.wait(timeout=60)
-        acked, failed, lat = p.results()
-        print(f"cut of {victim}: {p.prefix}: {latency_summary(lat)}; failed {len(failed)}")
-        assert failed == [], f"{p.prefix}: {len(failed)} failed: {p.fail_reasons()}"
-        if n in ("a", victim):
-            assert max(lat) > 2000, f"{n}'s publishes did not wait for the cut {victim}"
-        sent += acked
+    sent = acknowledged_without_failure(producers, f"cut of {victim}", slowed=("a", victim),
+                                        slower_than_ms=2000)
     assert dropped > 0, "the cut dropped nothing"
-    wait_exactly_once(cg, sent, timeout=60)
-    g.wait_linked()
-    wait_backlogs_drained(g)
-    assert g.counter("takeovers") == 0, "a 3 s cut caused a takeover"
-    assert g.counter("publish_failures") == 0
+    no_takeover_and_drained(g, cg, sent, "a 3 s cut")
     print(f"short cut: {len(sent)} acknowledged, all delivered once, {dropped} packets dropped")
 
 
@@ -240,19 +254,9 @@ def flapping_link(g):
         dropped += g.dropped()
         g.heal()
         time.sleep(1)
-    sent = []
-    for n, p in producers.items():
-        p.wait(timeout=60)
-        acked, failed, lat = p.results()
-        print(f"flapping {victim}: {p.prefix}: {latency_summary(lat)}; failed {len(failed)}")
-        assert failed == [], f"{p.prefix}: {len(failed)} failed: {p.fail_reasons()}"
-        sent += acked
+    sent = acknowledged_without_failure(producers, f"flapping {victim}")
     assert dropped > 0, "the flaps dropped nothing"
-    wait_exactly_once(cg, sent, timeout=60)
-    g.wait_linked()
-    wait_backlogs_drained(g)
-    assert g.counter("takeovers") == 0, "a flapping link caused a takeover"
-    assert g.counter("publish_failures") == 0
+    no_takeover_and_drained(g, cg, sent, "a flapping link")
     print(f"flapping link: {len(sent)} acknowledged, all delivered once, {dropped} packets dropped")
 
 
@@ -273,20 +277,8 @@ def slow_origin(g):
         time.sleep(6)
     finally:
         g.unslow("a")
-    sent = []
-    for n, p in producers.items():
-        p.wait(timeout=60)
-        acked, failed, lat = p.results()
-        print(f"slow a: {p.prefix}: {latency_summary(lat)}; failed {len(failed)}")
-        assert failed == [], f"{p.prefix}: {len(failed)} failed: {p.fail_reasons()}"
-        if n == "a":
-            assert max(lat) > 100, "a's publishes did not slow down"
-        sent += acked
-    wait_exactly_once(cg, sent, timeout=60)
-    g.wait_linked()
-    wait_backlogs_drained(g)
-    assert g.counter("takeovers") == 0, "a slow origin caused a takeover"
-    assert g.counter("publish_failures") == 0
+    sent = acknowledged_without_failure(producers, "slow a", slowed=("a",), slower_than_ms=100)
+    no_takeover_and_drained(g, cg, sent, "a slow origin")
     print(f"slow origin: {len(sent)} acknowledged, all delivered once")
 
 
