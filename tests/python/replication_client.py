@@ -17,10 +17,26 @@ NsqdTCPClient (a real client library's framing), one command at a time: `MPUB` o
 and `DONE <acked> <failed>` at the end. `--count 0` publishes until SIGTERM/SIGINT (the command
 in progress is finished first). `--rate` caps the offered msgs/s. After a FAIL the connection is
 dropped and a new one made (nsqd closes it after a fatal E_*PUB_FAILED anyway).
+
+    finish_some --nsqd HOST:PORT --topic T --channel C --rdy R --fin F
+
+a consumer on the raw V2 protocol (no library: the point is its exact behaviour) that sends
+`RDY R`, FINs the first F messages it receives, then closes the connection with the rest in
+flight (nsqd requeues them). Prints `FINISHED <body>` per FIN and `CLOSED <in flight>`.
+
+    stranger --nsqd HOST:PORT --topic T --node-id ID
+
+a host that is no member of the replication group: it opens a replication link (magic `"  R1"`),
+sends HELLO as an origin would, a PUB of one message (body `stranger-<ID>`) and reads what comes
+back for 3 s. Prints `FRAME <type> <payload hex>` per frame received and `EOF` when the
+connection closes (the frame layouts: docs/replication.md, "The link").
 """
 
 import argparse
+import os
 import signal
+import socket
+import struct
 import sys
 import time
 
@@ -101,6 +117,92 @@ def produce(args):
     out(f"DONE {acked} {failed}")
 
 
+def read_exact(sock, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return buf
+
+
+def finish_some(args):
+    host, _, port = args.nsqd.rpartition(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.sendall(b"  V2")
+    sock.sendall(f"SUB {args.topic} {args.channel}\n".encode())
+    size, kind = struct.unpack(">II", read_exact(sock, 8))
+    data = read_exact(sock, size - 4)
+    assert (kind, data) == (0, b"OK"), (kind, data)
+    sock.sendall(f"RDY {args.rdy}\n".encode())
+    finished = received = 0
+    while finished < args.fin:
+        size, kind = struct.unpack(">II", read_exact(sock, 8))
+        data = read_exact(sock, size - 4)
+        if kind == 0 and data == b"_heartbeat_":
+            sock.sendall(b"NOP\n")
+            continue
+        assert kind == 2, (kind, data)
+        received += 1
+        msg_id, body = data[10:26], data[26:]
+        sock.sendall(b"FIN " + msg_id + b"\n")
+        finished += 1
+        out(f"FINISHED {body.decode()}")
+    # Read on until RDY's worth is in flight (or nothing more comes), so the close leaves
+    # messages in flight.
+    sock.settimeout(1.0)
+    try:
+        while received < args.rdy:
+            size, kind = struct.unpack(">II", read_exact(sock, 8))
+            data = read_exact(sock, size - 4)
+            if kind == 2:
+                received += 1
+    except (socket.timeout, EOFError):
+        pass
+    sock.close()
+    out(f"CLOSED {received - finished}")
+
+
+def frame(kind, payload):
+    return struct.pack(">IB", 1 + len(payload), kind) + payload
+
+
+def str8(s):
+    b = s.encode()
+    return struct.pack(">B", len(b)) + b
+
+
+def stranger(args):
+    host, _, port = args.nsqd.rpartition(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    hello = struct.pack(">HQQBQQHIH", 1, args.node_id, 1, 0, 0, 0, 2, 16 << 20, 999)
+    hello += str8("10.231.0.250") + struct.pack(">HH", 4150, 4151)
+    sock.sendall(b"  R1" + frame(0x01, hello))
+    body = f"stranger-{args.node_id}".encode()
+    msg_id = os.urandom(8).hex().encode()
+    # What a real origin sends after a WELCOME asking for a catch-up: CATCHUP_BEGIN at seq 0,
+    # then the publish (seq 1), then CATCHUP_END; sent unconditionally.
+    pub = struct.pack(">Q", 1) + str8(args.topic) + struct.pack(">qH", 0, 0)
+    pub += struct.pack(">I", 1) + msg_id + struct.pack(">qI", time.time_ns(), len(body)) + body
+    try:
+        sock.sendall(frame(0x08, struct.pack(">Q", 0)) + frame(0x02, pub)
+                     + frame(0x09, struct.pack(">Q", 1)))
+    except OSError as e:
+        out(f"SENDFAIL {e}")
+    sock.settimeout(3.0)
+    try:
+        while True:
+            size = struct.unpack(">I", read_exact(sock, 4))[0]
+            data = read_exact(sock, size)
+            out(f"FRAME {data[0]:02x} {data[1:].hex()}")
+    except EOFError:
+        out("EOF")
+    except (socket.timeout, ConnectionResetError) as e:
+        out(f"END {type(e).__name__}")
+    sock.close()
+
+
 def main():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -114,7 +216,21 @@ def main():
     p.add_argument("--pad", type=int, default=0, help="bytes added to each body after a '.'")
     # Longer than --replication-ack-timeout (10 s): nsqd answers first.
     p.add_argument("--timeout", type=float, default=30.0)
+    f = sub.add_parser("finish_some")
+    f.add_argument("--nsqd", required=True)
+    f.add_argument("--topic", required=True)
+    f.add_argument("--channel", required=True)
+    f.add_argument("--rdy", type=int, required=True)
+    f.add_argument("--fin", type=int, required=True)
+    s = sub.add_parser("stranger")
+    s.add_argument("--nsqd", required=True)
+    s.add_argument("--topic", required=True)
+    s.add_argument("--node-id", type=int, required=True)
     args = parser.parse_args()
+    if args.mode == "finish_some":
+        return finish_some(args)
+    if args.mode == "stranger":
+        return stranger(args)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     produce(args)

@@ -7,6 +7,9 @@ hook `forward`), so the hosts' own stacks are untouched and a fault is plain pac
     lossy(h, pct)   drop pct % of h's packets to the other nsqd's TCP port 4150 (its links as
                     an origin: PUB/FIN frames to its replicas)
     cut(h)          drop everything to and from h
+    cut_between(x, y, one_way=False)
+                    drop what x sends to y (and, unless one_way, what y sends to x); both
+                    still reach every other host
     heal()          remove every rule
 
 Every rule has a counter, so a test can check that its fault did drop packets.
@@ -15,6 +18,8 @@ Every rule has a counter, so a test can check that its fault did drop packets.
 import collections
 import json
 import re
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -141,6 +146,26 @@ class Group:
     def kill(self, n, sig=9):
         self.nsqd[n].kill(sig)
 
+    def data_dir(self, n):
+        return self.cluster.tmp / f"data-{self.h[n].name}"
+
+    def wipe(self, n):
+        """Deletes nsqd n's data directory (a disk replaced or lost); n must be stopped."""
+        assert self.nsqd[n].proc.poll() is not None, f"{n} still runs"
+        shutil.rmtree(self.data_dir(n))
+
+    def freeze(self, n):
+        """SIGSTOP: the process holds its sockets and answers nothing (`thaw` resumes it)."""
+        self.nsqd[n].proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self, n):
+        self.nsqd[n].proc.send_signal(signal.SIGCONT)
+
+    def client(self, *args):
+        """replication_client.py with `args` on the client host, to completion: its lines."""
+        out = run(*self.h[CLIENT_HOST].exec_args(sys.executable, PRODUCER, *args))
+        return out.splitlines()
+
     def cleanup(self):
         self.cluster.cleanup()
 
@@ -262,6 +287,14 @@ class Group:
         port = self.h[n].port
         self._nft(f'add rule bridge nsqfault faults iifname "{port}" counter drop comment "cut-{n}"\n'
                   f'add rule bridge nsqfault faults oifname "{port}" counter drop comment "cut-{n}"\n')
+
+    def cut_between(self, x, y, one_way=False):
+        self._ensure_table()
+        px, py = self.h[x].port, self.h[y].port
+        rules = f'add rule bridge nsqfault faults iifname "{px}" oifname "{py}" counter drop comment "cut-{x}-{y}"\n'
+        if not one_way:
+            rules += f'add rule bridge nsqfault faults iifname "{py}" oifname "{px}" counter drop comment "cut-{y}-{x}"\n'
+        self._nft(rules)
 
     def slow(self, n, rate):
         """Limits host n's outgoing traffic to `rate` (tc tbf on its eth0; `unslow` undoes)."""

@@ -27,6 +27,18 @@ Phase 2b (takeover and return):
      dir after its backlog was taken over: the taken-over messages are delivered exactly once
      (the restarted origin drops them) and the restarted origin ends up holding none of them.
 
+Issue 28 (the paths outside those):
+  i. a wiped-disk return within T: c killed, its data dir deleted, restarted at once with a
+     new node ID: c's acknowledged messages are taken over and delivered once.
+  j. an asymmetric cut: a<->b cut both ways for 2 x T (each still reaches c, its own lookupd
+     and the clients), then a->b only: no takeover, nothing lost, duplicated or failed.
+  k. c frozen with SIGSTOP for 3 x T, then resumed: nothing lost, duplicates only of c's
+     messages within the bound, a new epoch if it was taken over.
+  l. a stranger's HELLO and PUB (a host in no peer list): ERROR `not in group`, nothing
+     acknowledged, stored, listed or delivered.
+  m. a consumer FINs 500 of 2,000 and leaves with the rest in flight: the copies shrink by
+     the 500; after the origin's SIGKILL the taker delivers the 1,500 and none of the 500.
+
 Root only (skipped otherwise); needs `ip`, `nft` and `curl` (.ci/run installs them) and the
 binaries nsqd, nsqlookupd, to_nsq, nsq_tail (NSQD_BIN's directory).
 """
@@ -383,3 +395,161 @@ def restart_after_takeover(g):
     dups = duplicates(cg.messages())
     assert not dups, f"the restarted origin re-delivered {len(dups)} taken-over messages: {sorted(dups)[:10]}"
     assert g.counter("takeovers", "ab") == 1
+
+
+# -- issue 28: the paths outside the ones above ------------------------------------------------
+def test_wiped_disk_return(group):
+    check(group, wiped_disk_return)
+
+
+def wiped_disk_return(g):
+    """c's disk is replaced: killed, its data dir deleted, back within ~1 s (well inside the
+    takeover timeout) with a new node ID at the same address. Its acknowledged messages are on
+    a and b only; the new identity must end the old one at once, and they are delivered."""
+    g.create_channels("g")
+    p = g.producer("c", "wc-", count=500, batch=10)
+    p.wait()
+    sent, failed, _ = p.results()
+    assert (len(sent), failed) == (500, [])
+    wait_for("c's 500 messages on both peers",
+             lambda: g.backlog_messages("c") == {"a": 500, "b": 500} or Pending(str(g.backlog_messages("c"))))
+    old_id = g.node_ids["c"]
+    g.kill("c", signal.SIGKILL)
+    g.wipe("c")
+    g.start_nsqd("c", name="nsqd-c-wiped")
+    assert g.repl("c")["node_id"] != old_id, "a wiped data dir must give a new node ID"
+    cg = g.consumer("g")
+    dups = wait_all_delivered(cg, sent, timeout=TAKEOVER_TIMEOUT + 40)
+    assert g.counter("takeovers", "ab") == 1
+    assert not dups, f"{len(dups)} duplicates: nothing was in flight at the kill"
+    print(f"wiped-disk return: {len(sent)} acknowledged, all delivered once")
+
+
+def test_asymmetric_cut(group):
+    check(group, asymmetric_cut)
+
+
+def asymmetric_cut(g):
+    """a and b cannot reach each other (each still reaches c, its own nsqlookupd and the
+    clients) for 2 x T, then only a's packets to b are dropped for 2 x T. Neither is dead: no
+    takeover may happen, nothing is lost or duplicated, publishes slow down but never fail."""
+    g.create_channels("g")
+    cg = g.consumer("g")
+    secs = 4 * TAKEOVER_TIMEOUT + 12
+    producers = {n: g.producer(n, f"y{n}-", count=100 * secs, batch=10, rate=100) for n in NSQD_HOSTS}
+    time.sleep(3)
+    g.cut_between("a", "b")
+    time.sleep(2 * TAKEOVER_TIMEOUT)
+    both = g.dropped()
+    g.heal()
+    time.sleep(3)
+    g.cut_between("a", "b", one_way=True)
+    time.sleep(2 * TAKEOVER_TIMEOUT)
+    one = g.dropped()
+    g.heal()
+    assert both > 0 and one > 0, f"the cuts dropped nothing ({both}, {one})"
+    sent = acknowledged_without_failure(producers, "asymmetric cut")
+    no_takeover_and_drained(g, cg, sent, "an a<->b cut")
+    print(f"asymmetric cut: {len(sent)} acknowledged, all delivered once, no takeover")
+
+
+def test_frozen_host(group):
+    check(group, frozen_host)
+
+
+def frozen_host(g):
+    """c frozen (SIGSTOP) for 3 x T, then resumed: its sockets stay open but it answers
+    nothing. Nothing acknowledged is lost; duplicates only of c's messages, within the bound;
+    if c was taken over meanwhile it moves to a new epoch when it resumes."""
+    g.create_channels("g")
+    cg = g.consumer("g")
+    epoch_before = g.repl("c")["epoch"]
+    producers = {n: g.producer(n, f"z{n}-", count=0, batch=10, rate=200) for n in NSQD_HOSTS}
+    time.sleep(3)
+    t0 = time.monotonic()
+    g.freeze("c")
+    took = None
+    while time.monotonic() - t0 < 3 * TAKEOVER_TIMEOUT:
+        if took is None and g.counter("takeovers", "ab") >= 1:
+            took = time.monotonic() - t0
+        time.sleep(0.25)
+    g.thaw("c")
+    time.sleep(5)
+    sent = {}
+    for n, p in producers.items():
+        p.stop()
+        acked, failed, _ = p.results()
+        sent[n] = acked
+        if n != "c":
+            assert failed == [], f"{n}: {len(failed)} failed: {p.fail_reasons()}"
+    dups = wait_all_delivered(cg, [m for v in sent.values() for m in v], timeout=60)
+    g.wait_linked()
+    assert not [m for m in dups if not m.startswith("zc-")], "duplicates of a live origin's messages"
+    assert len(dups) <= 2 * MAX_IN_FLIGHT, f"{len(dups)} duplicates"
+    if g.counter("takeovers", "ab"):
+        assert g.repl("c")["epoch"] > epoch_before, "c did not move to a new epoch after the takeover"
+    print(f"frozen host: {sum(map(len, sent.values()))} acknowledged, all delivered, "
+          f"{len(dups)} duplicates; taken over after {took if took is None else round(took, 1)} s")
+
+
+def test_stranger_is_not_a_member(group):
+    check(group, stranger_is_not_a_member)
+
+
+def stranger_is_not_a_member(g):
+    """A host that is in no nsqd's --replication-peer list opens a replication link to a and
+    sends HELLO and a PUB: it gets ERROR `not in group`, nothing is acknowledged, stored or
+    delivered, and nothing of it appears in /stats or under a's replica/ directory."""
+    g.create_channels("g")
+    cg = g.consumer("g")
+    for node_id in (0, 0x5EED5EED5EED):
+        lines = g.client("stranger", f"--nsqd={g.h['a'].ip}:4150", f"--topic={TOPIC}",
+                         f"--node-id={node_id}")
+        frames = [line.split() for line in lines if line.startswith("FRAME ")]
+        assert frames, lines
+        kind, payload = frames[0][1], bytes.fromhex(frames[0][2] if len(frames[0]) > 2 else "")
+        assert kind == "42", f"not an ERROR first: {lines}"
+        code, n = int.from_bytes(payload[:2], "big"), int.from_bytes(payload[2:4], "big")
+        assert (code, payload[4:4 + n].decode()) == (4, "not in group"), lines
+        assert [f for f in frames if f[1] in ("81", "82", "83")] == [], f"accepted: {lines}"
+    time.sleep(TAKEOVER_TIMEOUT + 5)  # a takeover of the stranger's "backlog" would be done
+    for n in NSQD_HOSTS:
+        origins = {b["origin"] for b in g.repl(n)["backlogs"]}
+        assert origins <= {g.node_ids[m] for m in NSQD_HOSTS}, f"{n} holds a stranger's backlog: {origins}"
+    replica = g.data_dir("a") / "replica"
+    names = sorted(p.name for p in replica.iterdir()) if replica.exists() else []
+    assert not [x for x in names if x.startswith(f"{0x5EED5EED5EED:016x}") or x.startswith("0000000000000000")], names
+    assert not [m for m in cg.messages() if m.startswith("stranger-")], "a stranger's message was delivered"
+    assert g.counter("takeovers") == 0
+
+
+def test_consumer_leaves_with_messages_in_flight(group):
+    check(group, consumer_leaves)
+
+
+def consumer_leaves(g):
+    """A consumer FINs 500 of a's 2,000 messages and leaves with the rest in flight (requeued):
+    the replicas' copies of a must shrink by exactly the 500, and after a's SIGKILL the taker
+    delivers the other 1,500 and none of the 500."""
+    g.create_channels("g")
+    p = g.producer("a", "fa-", count=2000, batch=100)
+    p.wait()
+    sent, failed, _ = p.results()
+    assert (len(sent), failed) == (2000, [])
+    wait_for("a's 2000 messages on both peers",
+             lambda: g.backlog_messages("a") == {"b": 2000, "c": 2000} or Pending(str(g.backlog_messages("a"))))
+    lines = g.client("finish_some", f"--nsqd={g.h['a'].ip}:4150", f"--topic={TOPIC}", "--channel=g",
+                     "--rdy=2500", "--fin=500")
+    finished = {line.split()[1] for line in lines if line.startswith("FINISHED ")}
+    assert len(finished) == 500, lines[-3:]
+    wait_for("a's copies trimmed by the 500 FINs",
+             lambda: g.backlog_messages("a") == {"b": 1500, "c": 1500} or Pending(str(g.backlog_messages("a"))),
+             timeout=15)
+    time.sleep(5)
+    g.kill("a", signal.SIGKILL)
+    cg = g.consumer("g")
+    wait_all_delivered(cg, set(sent) - finished, timeout=TAKEOVER_TIMEOUT + 40)
+    time.sleep(2)
+    again = finished & set(cg.messages())
+    assert not again, f"{len(again)} FINed messages delivered again, e.g. {sorted(again)[:5]}"
+    print("consumer leaves: 1500 delivered by the taker, none of the 500 FINed")

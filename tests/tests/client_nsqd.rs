@@ -320,6 +320,14 @@ async fn graceful_stop_loses_nothing() {
         .unwrap()
         .unwrap();
     let done = finished.load(Ordering::Relaxed);
+    // The daemon forgets the client when its connection ends, which our graceful stop
+    // starts (CLS, CLOSE_WAIT, close) but does not wait for: the count reaches 0 shortly
+    // after, not necessarily by the time `stop` returns.
+    wait_until("the client deregistered", Duration::from_secs(10), || {
+        nsqd.channel_stats("c_stop", "ch")
+            .is_some_and(|ch| int(&ch, "client_count") == 0)
+    })
+    .await;
     let ch = nsqd.channel_stats("c_stop", "ch").unwrap();
     assert_eq!(int(&ch, "in_flight_count"), 0, "{ch}");
     assert_eq!(
