@@ -21,8 +21,9 @@ dropped and a new one made (nsqd closes it after a fatal E_*PUB_FAILED anyway).
     finish_some --nsqd HOST:PORT --topic T --channel C --rdy R --fin F
 
 a consumer on the raw V2 protocol (no library: the point is its exact behaviour) that sends
-`RDY R`, FINs the first F messages it receives, then closes the connection with the rest in
-flight (nsqd requeues them). Prints `FINISHED <body>` per FIN and `CLOSED <in flight>`.
+`RDY R`, takes what comes, FINs the first F in one write and closes the connection at once with
+the rest in flight (nsqd requeues them). Prints `FINISHED <body>` per FIN and `CLOSED <in
+flight>`.
 
     stranger --nsqd HOST:PORT --topic T --node-id ID
 
@@ -136,32 +137,27 @@ def finish_some(args):
     data = read_exact(sock, size - 4)
     assert (kind, data) == (0, b"OK"), (kind, data)
     sock.sendall(f"RDY {args.rdy}\n".encode())
-    finished = received = 0
-    while finished < args.fin:
-        size, kind = struct.unpack(">II", read_exact(sock, 8))
-        data = read_exact(sock, size - 4)
-        if kind == 0 and data == b"_heartbeat_":
-            sock.sendall(b"NOP\n")
-            continue
-        assert kind == 2, (kind, data)
-        received += 1
-        msg_id, body = data[10:26], data[26:]
-        sock.sendall(b"FIN " + msg_id + b"\n")
-        finished += 1
-        out(f"FINISHED {body.decode()}")
-    # Read on until RDY's worth is in flight (or nothing more comes), so the close leaves
-    # messages in flight.
+    # Take everything RDY allows (until 1 s passes without a message), then FIN the first F in
+    # one write and close at once, the rest still in flight: nsqd handles the FINs and the
+    # close's requeue back to back.
+    received = []
     sock.settimeout(1.0)
     try:
-        while received < args.rdy:
+        while len(received) < args.rdy:
             size, kind = struct.unpack(">II", read_exact(sock, 8))
             data = read_exact(sock, size - 4)
-            if kind == 2:
-                received += 1
+            if kind == 0 and data == b"_heartbeat_":
+                sock.sendall(b"NOP\n")
+            elif kind == 2:
+                received.append((data[10:26], data[26:]))
     except (socket.timeout, EOFError):
         pass
+    fins = received[:args.fin]
+    sock.sendall(b"".join(b"FIN " + msg_id + b"\n" for msg_id, _ in fins))
     sock.close()
-    out(f"CLOSED {received - finished}")
+    for _, body in fins:
+        out(f"FINISHED {body.decode()}")
+    out(f"CLOSED {len(received) - len(fins)}")
 
 
 def frame(kind, payload):

@@ -10,6 +10,8 @@ hook `forward`), so the hosts' own stacks are untouched and a fault is plain pac
     cut_between(x, y, one_way=False)
                     drop what x sends to y (and, unless one_way, what y sends to x); both
                     still reach every other host
+    cut_lookupd(x, y)
+                    drop only the nsqlookupd traffic between x and the lookupd on y
     heal()          remove every rule
 
 Every rule has a counter, so a test can check that its fault did drop packets.
@@ -295,6 +297,15 @@ class Group:
         if not one_way:
             rules += f'add rule bridge nsqfault faults iifname "{py}" oifname "{px}" counter drop comment "cut-{y}-{x}"\n'
         self._nft(rules)
+
+    def cut_lookupd(self, x, y):
+        """Drop the nsqlookupd traffic (ports 4160, 4161) between host x and the lookupd on
+        host y, both ways; everything else between them passes."""
+        self._ensure_table()
+        px, py = self.h[x].port, self.h[y].port
+        self._nft(
+            f'add rule bridge nsqfault faults iifname "{px}" oifname "{py}" tcp dport {{ 4160, 4161 }} counter drop comment "cut-lookupd-{x}-{y}"\n'
+            f'add rule bridge nsqfault faults iifname "{py}" oifname "{px}" tcp sport {{ 4160, 4161 }} counter drop comment "cut-lookupd-{y}-{x}"\n')
 
     def slow(self, n, rate):
         """Limits host n's outgoing traffic to `rate` (tc tbf on its eth0; `unslow` undoes)."""

@@ -30,8 +30,9 @@ Phase 2b (takeover and return):
 Issue 28 (the paths outside those):
   i. a wiped-disk return within T: c killed, its data dir deleted, restarted at once with a
      new node ID: c's acknowledged messages are taken over and delivered once.
-  j. an asymmetric cut: a<->b cut both ways for 2 x T (each still reaches c, its own lookupd
-     and the clients), then a->b only: no takeover, nothing lost, duplicated or failed.
+  j. an asymmetric cut: a<->b cut (each still reaches c, its own lookupd and the clients)
+     for 20 s + 3 x T + 10 s, then a cut from the lookupd on b only: no takeover, nothing
+     lost, duplicated or failed.
   k. c frozen with SIGSTOP for 3 x T, then resumed: nothing lost, duplicates only of c's
      messages within the bound, a new epoch if it was taken over.
   l. a stranger's HELLO and PUB (a host in no peer list): ERROR `not in group`, nothing
@@ -51,7 +52,7 @@ import time
 import pytest
 
 from conftest import nsqd_binary
-from netns_cluster import channel_stats, nsqlookupd_binary, wait_exactly_once, wait_for, Pending
+from netns_cluster import TOPIC, channel_stats, nsqlookupd_binary, wait_exactly_once, wait_for, Pending
 from replication_group import (
     NSQD_HOSTS,
     Group,
@@ -430,24 +431,27 @@ def test_asymmetric_cut(group):
 
 
 def asymmetric_cut(g):
-    """a and b cannot reach each other (each still reaches c, its own nsqlookupd and the
-    clients) for 2 x T, then only a's packets to b are dropped for 2 x T. Neither is dead: no
-    takeover may happen, nothing is lost or duplicated, publishes slow down but never fail."""
+    """a and b cannot reach each other while each still reaches c, its own nsqlookupd and the
+    clients, for as long as a lookupd entry takes to go stale (20 s) plus three takeover
+    timeouts (the chooser's escalation included); then the reverse: a and b linked, a cut from
+    the lookupd on b. Neither is dead: no takeover may happen, nothing is lost or duplicated,
+    publishes slow down but never fail."""
     g.create_channels("g")
     cg = g.consumer("g")
-    secs = 4 * TAKEOVER_TIMEOUT + 12
+    phase1, phase2 = 20 + 3 * TAKEOVER_TIMEOUT + 10, 20
+    secs = phase1 + phase2 + 12
     producers = {n: g.producer(n, f"y{n}-", count=100 * secs, batch=10, rate=100) for n in NSQD_HOSTS}
     time.sleep(3)
     g.cut_between("a", "b")
-    time.sleep(2 * TAKEOVER_TIMEOUT)
+    time.sleep(phase1)
     both = g.dropped()
     g.heal()
     time.sleep(3)
-    g.cut_between("a", "b", one_way=True)
-    time.sleep(2 * TAKEOVER_TIMEOUT)
-    one = g.dropped()
+    g.cut_lookupd("a", "b")
+    time.sleep(phase2)
+    lookupd = g.dropped()
     g.heal()
-    assert both > 0 and one > 0, f"the cuts dropped nothing ({both}, {one})"
+    assert both > 0 and lookupd > 0, f"the cuts dropped nothing ({both}, {lookupd})"
     sent = acknowledged_without_failure(producers, "asymmetric cut")
     no_takeover_and_drained(g, cg, sent, "an a<->b cut")
     print(f"asymmetric cut: {len(sent)} acknowledged, all delivered once, no takeover")
@@ -523,6 +527,8 @@ def stranger_is_not_a_member(g):
     assert g.counter("takeovers") == 0
 
 
+# In memory (the default queue size; the group's hosts otherwise run with --mem-queue-size=0).
+@pytest.mark.parametrize("group", [["--mem-queue-size=10000"]], indirect=True)
 def test_consumer_leaves_with_messages_in_flight(group):
     check(group, consumer_leaves)
 
