@@ -10,6 +10,7 @@
 
 pub mod identity;
 pub mod log;
+pub mod membership;
 mod origin;
 mod replica;
 pub mod returning;
@@ -62,6 +63,8 @@ pub struct Settings {
     /// At least one `--lookupd-tcp-address` is configured (the takeover then also needs the
     /// origin's absence from nsqlookupd).
     pub lookupds: bool,
+    /// `--replication-secret-file` (empty: none).
+    pub secret_file: String,
 }
 
 impl Settings {
@@ -84,6 +87,7 @@ impl Settings {
             http_port: o.broadcast_http_port as u16,
             takeover_timeout: o.replication_takeover_timeout,
             lookupds: !o.lookupd_tcp_addresses.is_empty(),
+            secret_file: o.replication_secret_file.clone(),
         }
     }
 }
@@ -286,6 +290,8 @@ impl PeerInfo {
 pub struct Replication {
     pub identity: Identity,
     pub settings: Settings,
+    /// The group's shared secret (`membership`); `None`: membership is the peer list.
+    secret: Option<membership::Secret>,
     data_path: PathBuf,
     /// The origin's log; also the engine's replicator.
     pub log: Arc<OriginLog>,
@@ -334,12 +340,26 @@ pub enum ReplicationError {
         dir: PathBuf,
         source: std::io::Error,
     },
+    /// `--replication-secret-file` unreadable or empty.
+    #[error("{0}")]
+    Secret(String),
 }
 
 impl Replication {
     /// Reads `replication.dat` (starting this run's epoch) and opens every replica backlog
     /// under `<data-path>/replica/`. Blocking (startup).
     pub fn open(data_path: &Path, settings: Settings) -> Result<Arc<Self>, ReplicationError> {
+        let secret = if settings.secret_file.is_empty() {
+            tracing::warn!(
+                "REPLICATION: no --replication-secret-file: the link trusts the network (any host at a --replication-peer address may link)"
+            );
+            None
+        } else {
+            Some(
+                membership::Secret::read(Path::new(&settings.secret_file))
+                    .map_err(ReplicationError::Secret)?,
+            )
+        };
         let identity = identity::load_and_start(data_path)?;
         tracing::info!(
             "REPLICATION: node {:016x}, epoch {}, replicas {}, peers {:?}",
@@ -387,6 +407,7 @@ impl Replication {
             gossip: Mutex::new(HashMap::new()),
             status_changed: watch::channel(0).0,
             settings,
+            secret,
         });
         repl.open_backlogs()?;
         Ok(repl)
@@ -505,6 +526,82 @@ impl Replication {
                 tracing::error!("REPLICATION: failed to delete {} - {e}", dir.display());
             }
         }
+    }
+
+    /// The group's shared secret, if it has one.
+    pub(crate) fn secret(&self) -> Option<&membership::Secret> {
+        self.secret.as_ref()
+    }
+
+    /// The origins other than `except` whose backlogs here record `host:port` as their
+    /// broadcast address and TCP port (their HELLO, `origin.json`).
+    pub(crate) fn origins_at(&self, host: &str, port: u16, except: u64) -> Vec<u64> {
+        if host.is_empty() || port == 0 {
+            return Vec::new();
+        }
+        let mut v: Vec<u64> = self
+            .backlogs
+            .lock()
+            .values()
+            .filter(|b| b.origin != except)
+            .filter(|b| {
+                b.address
+                    .lock()
+                    .as_ref()
+                    .is_some_and(|(h, p)| h == host && *p == port)
+            })
+            .map(|b| b.origin)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Whether another origin than `origin` with a live link here announces `host:port`
+    /// (then nsqlookupd's entry at that address is that origin's, not `origin`'s).
+    pub(crate) fn replaced_at(&self, origin: u64, host: &str, port: u16) -> bool {
+        self.origins_at(host, port, origin).into_iter().any(|o| {
+            self.backlogs
+                .lock()
+                .values()
+                .any(|b| b.origin == o && b.link().live.is_some())
+        })
+    }
+
+    /// Node `new` answers (a proven HELLO, or a WELCOME to this node's dial) where member
+    /// `old` did: `old` is gone for good — its host came back without its data directory, so
+    /// its node ID with it. Its epochs end uncleanly now, exactly as if it had sent HELLO with
+    /// PREVIOUS_UNCLEAN (docs/replication.md, Node identity): taken over at once by the
+    /// chooser's member. Not while a session of `old` is live (two members announcing one
+    /// address is a misconfiguration, not a replacement).
+    pub(crate) fn identity_replaced(self: &Arc<Self>, old: u64, new: u64, at: &str) {
+        if old == 0 || old == new || old == self.identity.node_id {
+            return;
+        }
+        let held: Vec<Arc<Backlog>> = self
+            .backlogs
+            .lock()
+            .values()
+            .filter(|b| b.origin == old)
+            .cloned()
+            .collect();
+        if held.is_empty() {
+            return;
+        }
+        if held.iter().any(|b| b.link().live.is_some()) {
+            tracing::warn!(
+                "REPLICATION: {new:016x} answers at {at}, the address of {old:016x}, whose link is live: two members announce one address"
+            );
+            return;
+        }
+        tracing::warn!(
+            "REPLICATION: {new:016x} answers at {at}, the address of {old:016x}: {old:016x} is gone (new node ID), its epochs end now"
+        );
+        let r = self.clone();
+        let t = tokio::spawn(async move { r.epochs_ended(old, u64::MAX).await });
+        let mut tasks = self.tasks.lock();
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(t);
     }
 
     /// Hands the engine over (catch-ups read it).

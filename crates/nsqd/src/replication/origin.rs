@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::log::Take;
+use super::membership;
 use super::{Replication, HEARTBEAT, LINK_TIMEOUT};
 
 /// Reconnection backoff bounds.
@@ -146,7 +147,7 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     // An unclean epoch a peer already took over is not announced again: another holder of
     // it would take it over a second time (it is dropped below instead).
     let unclean = id.previous_unclean.filter(|&e| e > repl.taken_epoch());
-    let hello = Frame::Hello(Hello {
+    let hello = Hello {
         version: LINK_VERSION,
         node_id: id.node_id,
         epoch,
@@ -169,24 +170,34 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
         } else {
             info.http_port
         },
-    });
+        nonce: membership::nonce(),
+    };
     let mut out = BytesMut::with_capacity(256);
     out.put_slice(MAGIC_R1);
-    if let Err(e) = replication::try_encode(&hello, &mut out) {
+    if let Err(e) = replication::try_encode(&Frame::Hello(hello.clone()), &mut out) {
         return End::NotEstablished(format!("cannot encode HELLO - {e}"));
     }
     if let Err(e) = wr.write_all(&out).await {
         return End::NotEstablished(e.to_string());
     }
     let mut buf = BytesMut::with_capacity(8 << 10);
+    // The replica proves it is a member before anything is sent to it (membership.rs).
+    let replica = match handshake(repl, &mut rd, &mut wr, &mut buf, &hello).await {
+        Ok(node) => node,
+        Err(end) => return end,
+    };
+    // Another node ID than this peer's before: the member that answered here is gone.
+    let before = repl.group.lock().peers[i].node_id;
+    if before != 0 && before != replica {
+        repl.identity_replaced(before, replica, addr);
+    }
     let welcome = match read_frame(&mut rd, &mut buf, s.max_frame).await {
-        Ok(Frame::Welcome(w)) => w,
-        Ok(Frame::Error {
-            code: LinkErrorCode::NotInGroup,
-            ..
-        }) if buf.is_empty() => {
-            // A node refuses a link to itself with this code.
-            return End::SelfLink;
+        Ok(Frame::Welcome(w)) if w.node_id == replica => w,
+        Ok(Frame::Welcome(w)) => {
+            return End::NotEstablished(format!(
+                "WELCOME from {:016x} after CHALLENGE from {replica:016x}",
+                w.node_id
+            ))
         }
         Ok(Frame::Error { code, text }) => {
             return End::NotEstablished(format!("refused ({code:?}): {text}"))
@@ -218,9 +229,6 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
             return End::NotEstablished(e);
         }
     };
-    if welcome.node_id == id.node_id {
-        return End::SelfLink;
-    }
     let (front, last) = repl.log.bounds();
     let resume = welcome.answer == WelcomeAnswer::Resume
         && welcome.last_seq <= last
@@ -278,6 +286,85 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
             End::Lost(format!("epoch {epoch} ended (taken over), reconnecting in epoch {}", repl.epoch()))
         }
     }
+}
+
+/// The handshake after HELLO (docs/replication.md, Membership): reads the replica's
+/// CHALLENGE, checks its proof and answers with AUTH. The replica's node ID, or how the
+/// session ends.
+async fn handshake(
+    repl: &Replication,
+    rd: &mut OwnedReadHalf,
+    wr: &mut OwnedWriteHalf,
+    buf: &mut BytesMut,
+    hello: &Hello,
+) -> Result<u64, End> {
+    let c = match read_frame(rd, buf, repl.settings.max_frame).await {
+        Ok(Frame::Challenge(c)) => c,
+        Ok(Frame::Error {
+            code: LinkErrorCode::NotInGroup,
+            text,
+        }) if text == membership::SELF_LINK => {
+            // A node refuses a link to itself with this code and text.
+            return Err(End::SelfLink);
+        }
+        Ok(Frame::Error { code, text }) => {
+            return Err(End::NotEstablished(format!("refused ({code:?}): {text}")))
+        }
+        Ok(other) => return Err(End::NotEstablished(format!("unexpected {other:?}"))),
+        // E_BAD_PROTOCOL from a node with replication off is not a link frame.
+        Err(e) => return Err(End::NotEstablished(e)),
+    };
+    if c.node_id == repl.identity.node_id {
+        return Err(End::SelfLink);
+    }
+    let secret = repl.secret();
+    let proven = c.node_id != 0
+        && membership::verify(
+            secret,
+            membership::Side::Replica,
+            hello,
+            c.node_id,
+            &c.nonce,
+            &c.proof,
+        );
+    if !proven {
+        let mut b = BytesMut::new();
+        replication::encode(
+            &Frame::Error {
+                code: LinkErrorCode::NotInGroup,
+                text: membership::NOT_IN_GROUP.into(),
+            },
+            &mut b,
+        );
+        let _ = wr.write_all(&b).await;
+        let _ = wr.shutdown().await;
+        return Err(End::NotEstablished(format!(
+            "{:016x} is not in the group: {}",
+            c.node_id,
+            if c.node_id == 0 {
+                "node ID 0"
+            } else if secret.is_some() {
+                "wrong proof (another secret, or none)"
+            } else {
+                "it sent a proof: it has a secret, this node has none"
+            }
+        )));
+    }
+    let auth = Frame::Auth {
+        proof: membership::proof(
+            secret,
+            membership::Side::Origin,
+            hello,
+            c.node_id,
+            &c.nonce,
+        ),
+    };
+    let mut b = BytesMut::new();
+    replication::encode(&auth, &mut b);
+    if let Err(e) = wr.write_all(&b).await {
+        return Err(End::NotEstablished(e.to_string()));
+    }
+    Ok(c.node_id)
 }
 
 /// Sends the live frames from `next` on (and a catch-up, if any) until the link fails.

@@ -13,11 +13,14 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use nsq_core::replica::{manifest, Record, ReplicaStore, StoreError};
-use nsq_protocol::replication::{self, Frame, LinkErrorCode, Welcome, WelcomeAnswer, LINK_VERSION};
+use nsq_protocol::replication::{
+    self, Challenge, Frame, Hello, LinkErrorCode, Welcome, WelcomeAnswer, LINK_VERSION,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::membership::{self, Side};
 use super::origin::read_frame;
 use super::{Backlog, Replication, HEARTBEAT, LINK_TIMEOUT};
 
@@ -55,8 +58,21 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, pe
         return refuse(&mut stream, LinkErrorCode::UnsupportedVersion, text).await;
     }
     if hello.node_id == repl.identity.node_id {
-        let text = "a link to oneself".to_string();
+        let text = membership::SELF_LINK.to_string();
         return refuse(&mut stream, LinkErrorCode::NotInGroup, text).await;
+    }
+    // Only members link (docs/replication.md, Membership); nothing of a stranger is kept.
+    if let Err(why) = admit(&repl, &mut stream, &mut buf, &hello, peer).await {
+        tracing::warn!(
+            "REPLICATION: link from {peer} (node {:016x}) refused: {why}",
+            hello.node_id
+        );
+        return refuse(
+            &mut stream,
+            LinkErrorCode::NotInGroup,
+            membership::NOT_IN_GROUP.into(),
+        )
+        .await;
     }
     if hello.nsqd_node_id == repl.settings.nsqd_node_id {
         tracing::warn!(
@@ -64,6 +80,12 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, pe
             hello.node_id,
             hello.nsqd_node_id
         );
+    }
+    // A member that answers at the address of an origin this node holds, with another node
+    // ID, replaced it (Node identity): the old identity's epochs end now.
+    let at = format!("{}:{}", hello.broadcast_address, hello.tcp_port);
+    for old in repl.origins_at(&hello.broadcast_address, hello.tcp_port, hello.node_id) {
+        repl.identity_replaced(old, hello.node_id, &at);
     }
     let (origin, epoch) = (hello.node_id, hello.epoch);
     if hello.previous_unclean {
@@ -137,6 +159,53 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, pe
         Err((None, text)) => {
             tracing::info!("REPLICATION: link from {peer} ({origin:016x}) ended - {text}");
         }
+    }
+}
+
+/// The membership checks and the handshake's proofs (`membership`): `Err` says why the
+/// origin is not admitted. Without a secret, the origin must come from an address of the
+/// peer list; either way CHALLENGE carries this node's proof and the origin must answer with
+/// AUTH and its own.
+async fn admit(
+    repl: &Replication,
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    hello: &Hello,
+    peer: SocketAddr,
+) -> Result<(), String> {
+    if hello.node_id == 0 {
+        return Err("node ID 0".into());
+    }
+    let secret = repl.secret();
+    if secret.is_none() && !membership::listed_peer(&repl.settings.peers, peer.ip()).await {
+        return Err(format!("{} is no --replication-peer", peer.ip()));
+    }
+    let me = repl.identity.node_id;
+    let nonce = membership::nonce();
+    let challenge = Frame::Challenge(Challenge {
+        node_id: me,
+        nonce,
+        proof: membership::proof(secret, Side::Replica, hello, me, &nonce),
+    });
+    send(stream, &challenge)
+        .await
+        .map_err(|e| format!("cannot send CHALLENGE - {e}"))?;
+    match read_frame(stream, buf, repl.settings.max_frame).await {
+        Ok(Frame::Auth { proof }) => {
+            if membership::verify(secret, Side::Origin, hello, me, &nonce, &proof) {
+                Ok(())
+            } else if secret.is_some() {
+                Err("wrong proof (another secret, or none)".into())
+            } else {
+                Err("it sent a proof: it has a secret, this node has none".into())
+            }
+        }
+        Ok(Frame::Error { code, text }) => Err(format!("it refused ({code:?}): {text}")),
+        Ok(other) => Err(format!(
+            "expected AUTH, got type 0x{:02x}",
+            other.frame_type()
+        )),
+        Err(e) => Err(format!("no AUTH - {e}")),
     }
 }
 
