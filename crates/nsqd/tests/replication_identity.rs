@@ -32,7 +32,14 @@ async fn back_empty(a_extra: &str, b_again: &[&str]) {
     let mut sent = BTreeSet::new();
     for chunk in 0..MESSAGES / 50 {
         let bodies: Vec<String> = (0..50).map(|i| format!("m{}", chunk * 50 + i)).collect();
-        let r = request(b_http, "POST", "/mpub?topic=t", &[], bodies.join("\n").as_bytes()).await;
+        let r = request(
+            b_http,
+            "POST",
+            "/mpub?topic=t",
+            &[],
+            bodies.join("\n").as_bytes(),
+        )
+        .await;
         r.assert_text_ok("OK");
         sent.extend(bodies);
     }
@@ -47,7 +54,11 @@ async fn back_empty(a_extra: &str, b_again: &[&str]) {
             .find(|b| b.origin == b_node)
             .map_or(0, |b| b.messages)
     };
-    assert_eq!(a_holds(&p), MESSAGES as u64, "A holds every acknowledged message");
+    assert_eq!(
+        a_holds(&p),
+        MESSAGES as u64,
+        "A holds every acknowledged message"
+    );
 
     // B goes, and its data directory with it; it comes back at the same address.
     p.b.take().unwrap().shutdown().await;

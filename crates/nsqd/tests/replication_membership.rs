@@ -235,7 +235,10 @@ async fn with_a_secret_only_a_proof_of_it_links() {
 
     // No proof (a member of a group without a secret), from a listed address.
     let mut l = Link::open(to, "127.0.0.1", random_node()).await;
-    assert_eq!(l.auth(Some(&secret), Some(Bytes::new())).await, not_in_group());
+    assert_eq!(
+        l.auth(Some(&secret), Some(Bytes::new())).await,
+        not_in_group()
+    );
     l.pub_is_not_acknowledged().await;
     // A proof of another secret.
     let mut l = Link::open(to, "127.0.0.1", random_node()).await;
@@ -280,7 +283,8 @@ async fn a_hello_of_version_1_is_an_unsupported_version() {
     let mut c = FrameConn::connect(b.tcp_addr(), MAGIC_R1).await;
     // Version 1's HELLO: version, node ID, epoch, flags, ... (truncated: only the version
     // is read).
-    c.send(&[0, 0, 0, 11, 0x01, 0, 1, 0, 0, 0, 0, 0, 0, 0, 7]).await;
+    c.send(&[0, 0, 0, 11, 0x01, 0, 1, 0, 0, 0, 0, 0, 0, 0, 7])
+        .await;
     let mut rest = BytesMut::from(&c.rest().await[..]);
     assert_eq!(
         replication::decode(&mut rest, replication::MIN_MAX_FRAME).unwrap(),
@@ -314,8 +318,7 @@ async fn an_empty_or_missing_secret_file_is_fatal() {
         );
         let e = nsqd::start(o).await.err().expect("refused").to_string();
         assert!(
-            e.contains(&format!("--replication-secret-file {}", file.display()))
-                && e.contains(why),
+            e.contains(&format!("--replication-secret-file {}", file.display())) && e.contains(why),
             "{e}"
         );
     }
@@ -355,8 +358,10 @@ async fn members_with_the_same_secret_replicate_and_different_secrets_refuse_eac
         for h in [&p.a, p.b()] {
             let mut c = FrameConn::connect(h.tcp_addr(), b"  V2").await;
             c.send(&sized("PUB t\n", b"hello")).await;
-            c.expect_fatal("E_PUB_FAILED PUB failed not enough replicas: 0 of 1 stored it within 1s")
-                .await;
+            c.expect_fatal(
+                "E_PUB_FAILED PUB failed not enough replicas: 0 of 1 stored it within 1s",
+            )
+            .await;
             assert!(repl(h).backlogs().is_empty(), "{a:?} {b:?}");
             assert!(!repl(h).peers()[0].connected);
         }
@@ -392,7 +397,9 @@ async fn an_origin_does_not_stream_to_an_impostor_replica() {
             format!("--replication-peer={}", l.local_addr().unwrap()),
         ];
         args.extend(secret.cloned());
-        let a = nsqd::start(common::options(dir.path(), &args)).await.unwrap();
+        let a = nsqd::start(common::options(dir.path(), &args))
+            .await
+            .unwrap();
         let (mut s, _) = l.accept().await.unwrap();
         let mut magic = [0u8; 4];
         s.read_exact(&mut magic).await.unwrap();

@@ -62,7 +62,10 @@ fn a_hello_of_another_version_is_read_only_as_far_as_its_version() {
     // A version 1 HELLO (no nonce) and a future one with more fields: both decode to their
     // version alone, so the replica can answer "unsupported version".
     for (version, rest) in [
-        (1u16, "0102030405060708 0000000000000003 03 0000000000000009"),
+        (
+            1u16,
+            "0102030405060708 0000000000000003 03 0000000000000009",
+        ),
         (3, "ffff"),
     ] {
         let payload = hex(&format!("{version:04x} {rest}"));
@@ -101,7 +104,13 @@ fn handshake_bytes() {
         },
         "00000004 0f 02 7072",
     );
-    assert_eq!(Frame::Auth { proof: Bytes::new() }.direction(), Direction::OriginToReplica);
+    assert_eq!(
+        Frame::Auth {
+            proof: Bytes::new()
+        }
+        .direction(),
+        Direction::OriginToReplica
+    );
     // A proof above 64 bytes is refused both ways.
     let long = Frame::Auth {
         proof: Bytes::from(vec![0u8; 65]),

@@ -197,7 +197,13 @@ mod tests {
         let a = dir.path().join("a");
         std::fs::write(&a, b"s3cret \n\n").unwrap();
         let n = [2; NONCE_LEN];
-        let from_file = proof(Some(&Secret::read(&a).unwrap()), Side::Origin, &hello(), 1, &n);
+        let from_file = proof(
+            Some(&Secret::read(&a).unwrap()),
+            Side::Origin,
+            &hello(),
+            1,
+            &n,
+        );
         let direct = proof(Some(&Secret::new(b"s3cret")), Side::Origin, &hello(), 1, &n);
         assert_eq!(from_file, direct);
         let empty = dir.path().join("empty");

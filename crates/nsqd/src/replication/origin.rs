@@ -351,13 +351,7 @@ async fn handshake(
         )));
     }
     let auth = Frame::Auth {
-        proof: membership::proof(
-            secret,
-            membership::Side::Origin,
-            hello,
-            c.node_id,
-            &c.nonce,
-        ),
+        proof: membership::proof(secret, membership::Side::Origin, hello, c.node_id, &c.nonce),
     };
     let mut b = BytesMut::new();
     replication::encode(&auth, &mut b);
