@@ -129,12 +129,15 @@ impl Hello {
     }
 }
 
-/// The replica's answer to HELLO before anything else: who it is, its own challenge, and its
-/// proof of membership (empty when the group has no secret).
+/// The replica's answer to HELLO before anything else: who and where it is, its own
+/// challenge, and its proof of membership (empty when the group has no secret).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Challenge {
     pub node_id: u64,
     pub nonce: [u8; NONCE_LEN],
+    /// The replica's broadcast address and TCP port (as its own HELLO carries them).
+    pub broadcast_address: String,
+    pub tcp_port: u16,
     pub proof: Bytes,
 }
 
@@ -663,6 +666,8 @@ pub fn encode_payload(frame: &Frame, out: &mut impl BufMut) -> Result<(), FrameE
         Frame::Challenge(c) => {
             out.put_u64(c.node_id);
             out.put_slice(&c.nonce);
+            put_str8(out, &c.broadcast_address)?;
+            out.put_u16(c.tcp_port);
             put_proof(out, &c.proof)?;
         }
     }
@@ -978,6 +983,8 @@ pub fn decode_payload(frame_type: u8, payload: Bytes) -> Result<Frame, FrameErro
         ft::CHALLENGE => Frame::Challenge(Challenge {
             node_id: r.u64()?,
             nonce: r.nonce()?,
+            broadcast_address: r.str8()?,
+            tcp_port: r.u16()?,
             proof: r.proof()?,
         }),
         other => return Err(FrameError::UnknownType(other)),

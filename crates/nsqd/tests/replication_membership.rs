@@ -92,19 +92,11 @@ impl Link {
         };
         // The replica proves itself to the origin first.
         assert!(
-            membership::verify(
-                secret,
-                Side::Replica,
-                &self.hello,
-                c.node_id,
-                &c.nonce,
-                &c.proof
-            ),
+            membership::verify(secret, Side::Replica, &self.hello, &c, &c.proof),
             "the replica's proof"
         );
-        let proof = proof.unwrap_or_else(|| {
-            membership::proof(secret, Side::Origin, &self.hello, c.node_id, &c.nonce)
-        });
+        let proof =
+            proof.unwrap_or_else(|| membership::proof(secret, Side::Origin, &self.hello, &c));
         self.send(&Frame::Auth { proof }).await;
         self.recv().await
     }
@@ -246,7 +238,7 @@ async fn with_a_secret_only_a_proof_of_it_links() {
         Some(Frame::Challenge(c)) => c,
         other => panic!("{other:?}"),
     };
-    let wrong = membership::proof(Some(&other), Side::Origin, &l.hello, c.node_id, &c.nonce);
+    let wrong = membership::proof(Some(&other), Side::Origin, &l.hello, &c);
     l.send(&Frame::Auth { proof: wrong }).await;
     assert_eq!(l.recv().await, not_in_group());
     l.pub_is_not_acknowledged().await;
@@ -418,6 +410,8 @@ async fn an_origin_does_not_stream_to_an_impostor_replica() {
             &Frame::Challenge(replication::Challenge {
                 node_id,
                 nonce: [5; NONCE_LEN],
+                broadcast_address: "impostor".into(),
+                tcp_port: 1,
                 proof: Bytes::from(proof),
             }),
             &mut out,

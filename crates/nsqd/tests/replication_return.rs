@@ -151,6 +151,8 @@ async fn serve(
         &Frame::Challenge(Challenge {
             node_id: FAKE_NODE,
             nonce: [7; NONCE_LEN],
+            broadcast_address: "fake".into(),
+            tcp_port: 1,
             proof: Default::default(),
         }),
         &mut out,

@@ -86,17 +86,21 @@ fn handshake_bytes() {
         Frame::Challenge(Challenge {
             node_id: 10,
             nonce: *b"0123456789abcdef",
+            broadcast_address: "h1".into(),
+            tcp_port: 4150,
             proof: Bytes::from_static(b"pr"),
         }),
-        "0000001c 87 000000000000000a {id} 02 7072",
+        "00000021 87 000000000000000a {id} 02 6831 1036 02 7072",
     );
     check(
         Frame::Challenge(Challenge {
             node_id: 10,
             nonce: *b"0123456789abcdef",
+            broadcast_address: String::new(),
+            tcp_port: 0,
             proof: Bytes::new(),
         }),
-        "0000001a 87 000000000000000a {id} 00",
+        "0000001d 87 000000000000000a {id} 00 0000 00",
     );
     check(
         Frame::Auth {
@@ -812,14 +816,21 @@ fn frame() -> impl Strategy<Value = Frame> {
         any::<u64>().prop_map(|epoch| Frame::ManifestEnd { epoch }),
         any::<(u64, u64)>().prop_map(|(origin, epoch)| Frame::HandoffDone { origin, epoch }),
         (
-            any::<(u64, [u8; 16])>(),
+            any::<(u64, [u8; 16], u16)>(),
+            name(),
             proptest::collection::vec(any::<u8>(), 0..=MAX_PROOF_LEN)
         )
-            .prop_map(|((node_id, nonce), proof)| Frame::Challenge(Challenge {
-                node_id,
-                nonce,
-                proof: Bytes::from(proof),
-            })),
+            .prop_map(
+                |((node_id, nonce, tcp_port), broadcast_address, proof)| Frame::Challenge(
+                    Challenge {
+                        node_id,
+                        nonce,
+                        broadcast_address,
+                        tcp_port,
+                        proof: Bytes::from(proof),
+                    }
+                )
+            ),
         proptest::collection::vec(any::<u8>(), 0..=MAX_PROOF_LEN).prop_map(|p| Frame::Auth {
             proof: Bytes::from(p)
         }),

@@ -5,7 +5,8 @@
 //! it without sending it: HELLO carries the origin's random nonce, CHALLENGE the replica's
 //! nonce and its proof, AUTH the origin's proof. A proof is HMAC-SHA256 keyed with the secret
 //! over a label naming the side, the whole HELLO payload (so the origin's node ID, epoch,
-//! flags, address and nonce), the replica's node ID and nonce. Both nonces are fresh per
+//! flags, address and nonce) and the CHALLENGE payload without its proof (the replica's node
+//! ID, nonce and address). Both nonces are fresh per
 //! session, so a recorded proof is worth nothing in another one, and the two labels keep a
 //! proof of one side from being reflected as the other's. Verification is constant-time
 //! (`ring::hmac::verify`).
@@ -18,7 +19,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes};
-use nsq_protocol::replication::{encode_payload, Frame, Hello, NONCE_LEN};
+use nsq_protocol::replication::{encode_payload, Challenge, Frame, Hello, NONCE_LEN};
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
@@ -75,35 +76,35 @@ pub enum Side {
     Origin,
 }
 
-/// What a proof covers (see the module comment).
-fn transcript(side: Side, hello: &Hello, replica: u64, nonce: &[u8; NONCE_LEN]) -> Vec<u8> {
-    let mut payload = Vec::with_capacity(128);
-    // A HELLO this node decoded or built always encodes (its names were ≤ 255 bytes).
-    let _ = encode_payload(&Frame::Hello(hello.clone()), &mut payload);
-    let mut t = Vec::with_capacity(payload.len() + 64);
+/// What a proof covers (see the module comment); `challenge`'s own proof is left out.
+fn transcript(side: Side, hello: &Hello, challenge: &Challenge) -> Vec<u8> {
+    // Frames this node decoded or built always encode (their names were ≤ 255 bytes).
+    let mut h = Vec::with_capacity(128);
+    let _ = encode_payload(&Frame::Hello(hello.clone()), &mut h);
+    let mut c = Vec::with_capacity(64);
+    let unproven = Challenge {
+        proof: Bytes::new(),
+        ..challenge.clone()
+    };
+    let _ = encode_payload(&Frame::Challenge(unproven), &mut c);
+    let mut t = Vec::with_capacity(h.len() + c.len() + 48);
     t.put_slice(match side {
         Side::Replica => b"nsq replication link v2: replica\0",
         Side::Origin => b"nsq replication link v2: origin\0\0",
     });
-    t.put_u32(payload.len() as u32);
-    t.put_slice(&payload);
-    t.put_u64(replica);
-    t.put_slice(nonce);
+    t.put_u32(h.len() as u32);
+    t.put_slice(&h);
+    t.put_u32(c.len() as u32);
+    t.put_slice(&c);
     t
 }
 
 /// The proof `side` sends for this session: empty without a secret.
-pub fn proof(
-    secret: Option<&Secret>,
-    side: Side,
-    hello: &Hello,
-    replica: u64,
-    nonce: &[u8; NONCE_LEN],
-) -> Bytes {
+pub fn proof(secret: Option<&Secret>, side: Side, hello: &Hello, challenge: &Challenge) -> Bytes {
     match secret {
         None => Bytes::new(),
         Some(Secret(key)) => {
-            let tag = hmac::sign(key, &transcript(side, hello, replica, nonce));
+            let tag = hmac::sign(key, &transcript(side, hello, challenge));
             Bytes::copy_from_slice(tag.as_ref())
         }
     }
@@ -115,15 +116,12 @@ pub fn verify(
     secret: Option<&Secret>,
     side: Side,
     hello: &Hello,
-    replica: u64,
-    nonce: &[u8; NONCE_LEN],
+    challenge: &Challenge,
     got: &[u8],
 ) -> bool {
     match secret {
         None => got.is_empty(),
-        Some(Secret(key)) => {
-            hmac::verify(key, &transcript(side, hello, replica, nonce), got).is_ok()
-        }
+        Some(Secret(key)) => hmac::verify(key, &transcript(side, hello, challenge), got).is_ok(),
     }
 }
 
@@ -168,27 +166,57 @@ mod tests {
         h
     }
 
+    fn challenge() -> Challenge {
+        Challenge {
+            node_id: 9,
+            nonce: [2; NONCE_LEN],
+            broadcast_address: "r".into(),
+            tcp_port: 4150,
+            proof: Bytes::new(),
+        }
+    }
+
     #[test]
     fn proofs_need_the_same_secret_side_and_session() {
         let (s, other) = (Secret::new(b"s3cret"), Secret::new(b"other"));
-        let h = hello();
-        let n = [2; NONCE_LEN];
-        let p = proof(Some(&s), Side::Replica, &h, 9, &n);
+        let (h, c) = (hello(), challenge());
+        let p = proof(Some(&s), Side::Replica, &h, &c);
         assert_eq!(p.len(), 32);
-        assert!(verify(Some(&s), Side::Replica, &h, 9, &n, &p));
-        // Another secret, the other side's label, another nonce, replica or HELLO: refused.
-        assert!(!verify(Some(&other), Side::Replica, &h, 9, &n, &p));
-        assert!(!verify(Some(&s), Side::Origin, &h, 9, &n, &p));
-        assert!(!verify(Some(&s), Side::Replica, &h, 9, &[3; NONCE_LEN], &p));
-        assert!(!verify(Some(&s), Side::Replica, &h, 8, &n, &p));
+        assert!(verify(Some(&s), Side::Replica, &h, &c, &p));
+        // The CHALLENGE's own proof field is not covered (it carries the proof).
+        let carried = Challenge {
+            proof: p.clone(),
+            ..c.clone()
+        };
+        assert!(verify(Some(&s), Side::Replica, &h, &carried, &p));
+        // Another secret, the other side's label, another nonce, replica, address or HELLO:
+        // refused.
+        assert!(!verify(Some(&other), Side::Replica, &h, &c, &p));
+        assert!(!verify(Some(&s), Side::Origin, &h, &c, &p));
+        for changed in [
+            Challenge {
+                nonce: [3; NONCE_LEN],
+                ..c.clone()
+            },
+            Challenge {
+                node_id: 8,
+                ..c.clone()
+            },
+            Challenge {
+                tcp_port: 4151,
+                ..c.clone()
+            },
+        ] {
+            assert!(!verify(Some(&s), Side::Replica, &h, &changed, &p));
+        }
         let mut h2 = h.clone();
         h2.epoch = 4;
-        assert!(!verify(Some(&s), Side::Replica, &h2, 9, &n, &p));
+        assert!(!verify(Some(&s), Side::Replica, &h2, &c, &p));
         // No proof, or a proof where the group has no secret.
-        assert!(!verify(Some(&s), Side::Replica, &h, 9, &n, b""));
-        assert!(!verify(None, Side::Replica, &h, 9, &n, &p));
-        assert!(verify(None, Side::Replica, &h, 9, &n, b""));
-        assert!(proof(None, Side::Origin, &h, 9, &n).is_empty());
+        assert!(!verify(Some(&s), Side::Replica, &h, &c, b""));
+        assert!(!verify(None, Side::Replica, &h, &c, &p));
+        assert!(verify(None, Side::Replica, &h, &c, b""));
+        assert!(proof(None, Side::Origin, &h, &c).is_empty());
     }
 
     #[test]
@@ -196,15 +224,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a");
         std::fs::write(&a, b"s3cret \n\n").unwrap();
-        let n = [2; NONCE_LEN];
-        let from_file = proof(
-            Some(&Secret::read(&a).unwrap()),
-            Side::Origin,
-            &hello(),
-            1,
-            &n,
-        );
-        let direct = proof(Some(&Secret::new(b"s3cret")), Side::Origin, &hello(), 1, &n);
+        let c = challenge();
+        let from_file = proof(Some(&Secret::read(&a).unwrap()), Side::Origin, &hello(), &c);
+        let direct = proof(Some(&Secret::new(b"s3cret")), Side::Origin, &hello(), &c);
         assert_eq!(from_file, direct);
         let empty = dir.path().join("empty");
         std::fs::write(&empty, b" \n\t").unwrap();

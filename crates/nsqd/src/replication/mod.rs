@@ -568,37 +568,46 @@ impl Replication {
         })
     }
 
-    /// Node `new` answers (a proven HELLO, or a WELCOME to this node's dial) where member
+    /// Node `new` answers (a proven HELLO, or a CHALLENGE to this node's dial) where member
     /// `old` did: `old` is gone for good — its host came back without its data directory, so
-    /// its node ID with it. Its epochs end uncleanly now, exactly as if it had sent HELLO with
+    /// without its node ID. Its epochs end uncleanly, exactly as if it had sent HELLO with
     /// PREVIOUS_UNCLEAN (docs/replication.md, Node identity): taken over at once by the
-    /// chooser's member. Not while a session of `old` is live (two members announcing one
-    /// address is a misconfiguration, not a replacement).
+    /// chooser's member. A session of `old` that still looks live (its host died without
+    /// closing it) is waited for: the dead-link rule ends it within 5 s. One still live after
+    /// twice that is another member announcing the same address, a misconfiguration: logged,
+    /// nothing ends.
     pub(crate) fn identity_replaced(self: &Arc<Self>, old: u64, new: u64, at: &str) {
         if old == 0 || old == new || old == self.identity.node_id {
             return;
         }
-        let held: Vec<Arc<Backlog>> = self
-            .backlogs
-            .lock()
-            .values()
-            .filter(|b| b.origin == old)
-            .cloned()
-            .collect();
-        if held.is_empty() {
+        let held = |r: &Replication| r.backlogs.lock().values().any(|b| b.origin == old);
+        let live = move |r: &Replication| {
+            r.backlogs
+                .lock()
+                .values()
+                .any(|b| b.origin == old && b.link().live.is_some())
+        };
+        if !held(self) {
             return;
         }
-        if held.iter().any(|b| b.link().live.is_some()) {
+        let (r, at) = (self.clone(), at.to_string());
+        let t = tokio::spawn(async move {
+            let deadline = Instant::now() + 2 * LINK_TIMEOUT;
+            let stop = r.stopping();
+            while live(&r) {
+                if Instant::now() >= deadline || *stop.borrow() {
+                    tracing::warn!(
+                        "REPLICATION: {new:016x} answers at {at}, the address of {old:016x}, whose link is live: two members announce one address"
+                    );
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
             tracing::warn!(
-                "REPLICATION: {new:016x} answers at {at}, the address of {old:016x}, whose link is live: two members announce one address"
+                "REPLICATION: {new:016x} answers at {at}, the address of {old:016x}: {old:016x} is gone (a new node ID), its epochs end now"
             );
-            return;
-        }
-        tracing::warn!(
-            "REPLICATION: {new:016x} answers at {at}, the address of {old:016x}: {old:016x} is gone (new node ID), its epochs end now"
-        );
-        let r = self.clone();
-        let t = tokio::spawn(async move { r.epochs_ended(old, u64::MAX).await });
+            r.epochs_ended(old, u64::MAX).await
+        });
         let mut tasks = self.tasks.lock();
         tasks.retain(|t| !t.is_finished());
         tasks.push(t);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
 use nsq_protocol::replication::{
-    self, Frame, Hello, Item, LinkErrorCode, WelcomeAnswer, LINK_VERSION, MAGIC_R1,
+    self, Challenge, Frame, Hello, Item, LinkErrorCode, WelcomeAnswer, LINK_VERSION, MAGIC_R1,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -182,14 +182,20 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     }
     let mut buf = BytesMut::with_capacity(8 << 10);
     // The replica proves it is a member before anything is sent to it (membership.rs).
-    let replica = match handshake(repl, &mut rd, &mut wr, &mut buf, &hello).await {
-        Ok(node) => node,
+    let c = match handshake(repl, &mut rd, &mut wr, &mut buf, &hello).await {
+        Ok(c) => c,
         Err(end) => return end,
     };
-    // Another node ID than this peer's before: the member that answered here is gone.
+    let replica = c.node_id;
+    // Another node ID than the one that answered at this peer address before, or at the
+    // broadcast address of an origin this node holds: that member is gone (Node identity).
     let before = repl.group.lock().peers[i].node_id;
     if before != 0 && before != replica {
         repl.identity_replaced(before, replica, addr);
+    }
+    let at = format!("{}:{}", c.broadcast_address, c.tcp_port);
+    for old in repl.origins_at(&c.broadcast_address, c.tcp_port, replica) {
+        repl.identity_replaced(old, replica, &at);
     }
     let welcome = match read_frame(&mut rd, &mut buf, s.max_frame).await {
         Ok(Frame::Welcome(w)) if w.node_id == replica => w,
@@ -289,7 +295,7 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
 }
 
 /// The handshake after HELLO (docs/replication.md, Membership): reads the replica's
-/// CHALLENGE, checks its proof and answers with AUTH. The replica's node ID, or how the
+/// CHALLENGE, checks its proof and answers with AUTH. The replica's CHALLENGE, or how the
 /// session ends.
 async fn handshake(
     repl: &Replication,
@@ -297,7 +303,7 @@ async fn handshake(
     wr: &mut OwnedWriteHalf,
     buf: &mut BytesMut,
     hello: &Hello,
-) -> Result<u64, End> {
+) -> Result<Challenge, End> {
     let c = match read_frame(rd, buf, repl.settings.max_frame).await {
         Ok(Frame::Challenge(c)) => c,
         Ok(Frame::Error {
@@ -319,14 +325,7 @@ async fn handshake(
     }
     let secret = repl.secret();
     let proven = c.node_id != 0
-        && membership::verify(
-            secret,
-            membership::Side::Replica,
-            hello,
-            c.node_id,
-            &c.nonce,
-            &c.proof,
-        );
+        && membership::verify(secret, membership::Side::Replica, hello, &c, &c.proof);
     if !proven {
         let mut b = BytesMut::new();
         replication::encode(
@@ -351,14 +350,14 @@ async fn handshake(
         )));
     }
     let auth = Frame::Auth {
-        proof: membership::proof(secret, membership::Side::Origin, hello, c.node_id, &c.nonce),
+        proof: membership::proof(secret, membership::Side::Origin, hello, &c),
     };
     let mut b = BytesMut::new();
     replication::encode(&auth, &mut b);
     if let Err(e) = wr.write_all(&b).await {
         return Err(End::NotEstablished(e.to_string()));
     }
-    Ok(c.node_id)
+    Ok(c)
 }
 
 /// Sends the live frames from `next` on (and a catch-up, if any) until the link fails.

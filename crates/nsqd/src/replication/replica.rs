@@ -180,19 +180,20 @@ async fn admit(
     if secret.is_none() && !membership::listed_peer(&repl.settings.peers, peer.ip()).await {
         return Err(format!("{} is no --replication-peer", peer.ip()));
     }
-    let me = repl.identity.node_id;
-    let nonce = membership::nonce();
-    let challenge = Frame::Challenge(Challenge {
-        node_id: me,
-        nonce,
-        proof: membership::proof(secret, Side::Replica, hello, me, &nonce),
-    });
-    send(stream, &challenge)
+    let mut challenge = Challenge {
+        node_id: repl.identity.node_id,
+        nonce: membership::nonce(),
+        broadcast_address: repl.settings.broadcast_address.clone(),
+        tcp_port: repl.settings.tcp_port,
+        proof: Default::default(),
+    };
+    challenge.proof = membership::proof(secret, Side::Replica, hello, &challenge);
+    send(stream, &Frame::Challenge(challenge.clone()))
         .await
         .map_err(|e| format!("cannot send CHALLENGE - {e}"))?;
     match read_frame(stream, buf, repl.settings.max_frame).await {
         Ok(Frame::Auth { proof }) => {
-            if membership::verify(secret, Side::Origin, hello, me, &nonce, &proof) {
+            if membership::verify(secret, Side::Origin, hello, &challenge, &proof) {
                 Ok(())
             } else if secret.is_some() {
                 Err("wrong proof (another secret, or none)".into())
