@@ -26,7 +26,8 @@ use crate::message::MessageId;
 pub const MAGIC_R1: &[u8; 4] = b"  R1";
 /// The link protocol version carried in HELLO and WELCOME. Version 2 added the membership
 /// proof (HELLO's nonce, CHALLENGE, AUTH); a HELLO of another version is decoded only as far
-/// as its version, so that it can be refused as unsupported.
+/// as its version and node ID (the first two fields of every version), so that it can be
+/// refused as unsupported or as not in the group.
 pub const LINK_VERSION: u16 = 2;
 /// The bytes of a handshake nonce (HELLO, CHALLENGE).
 pub const NONCE_LEN: usize = 16;
@@ -107,7 +108,8 @@ pub struct Hello {
 }
 
 impl Hello {
-    /// A HELLO of a version this codec does not know: only `version` is meaningful.
+    /// A HELLO of a version this codec does not know: only `version` (and `node_id`, when the
+    /// decoder found it) is meaningful.
     pub fn other_version(version: u16) -> Hello {
         Hello {
             version,
@@ -786,9 +788,12 @@ pub fn decode_payload(frame_type: u8, payload: Bytes) -> Result<Frame, FrameErro
         ft::HELLO => {
             let version = r.u16()?;
             if version != LINK_VERSION {
-                // Another version's layout: only its version is read (the answer is
-                // "unsupported version").
-                return Ok(Frame::Hello(Hello::other_version(version)));
+                // Another version's layout: only its version and node ID are read.
+                let mut h = Hello::other_version(version);
+                if r.buf.len() >= 8 {
+                    h.node_id = r.u64()?;
+                }
+                return Ok(Frame::Hello(h));
             }
             let node_id = r.u64()?;
             let epoch = r.u64()?;

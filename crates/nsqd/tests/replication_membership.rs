@@ -124,6 +124,49 @@ fn publish(seq: u64) -> Frame {
     })
 }
 
+/// A whole HELLO frame of link version 1 (no nonce), as an older member or a stranger's
+/// script (tests/python/replication_client.py, `stranger`) sends it.
+fn v1_hello(node_id: u64) -> Vec<u8> {
+    use bytes::BufMut;
+    let mut p = Vec::new();
+    p.put_u16(1);
+    p.put_u64(node_id);
+    p.put_u64(1);
+    p.put_u8(0);
+    p.put_u64(0);
+    p.put_u64(0);
+    p.put_u16(2);
+    p.put_u32(16 << 20);
+    p.put_u16(999);
+    p.put_u8(12);
+    p.put_slice(b"10.231.0.250");
+    p.put_u16(4150);
+    p.put_u16(4151);
+    let mut f = Vec::new();
+    f.put_u32(1 + p.len() as u32);
+    f.put_u8(0x01);
+    f.extend_from_slice(&p);
+    f
+}
+
+/// Sends a version 1 HELLO from `from` and returns the first frame of the answer.
+async fn v1_answer(to: SocketAddr, from: &str, node_id: u64) -> Option<Frame> {
+    let sock = TcpSocket::new_v4().unwrap();
+    sock.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let mut s = sock.connect(to).await.unwrap();
+    s.write_all(MAGIC_R1).await.unwrap();
+    s.write_all(&v1_hello(node_id)).await.unwrap();
+    let mut buf = BytesMut::new();
+    loop {
+        if let Some(f) = replication::decode(&mut buf, replication::MIN_MAX_FRAME).unwrap() {
+            return Some(f);
+        }
+        if s.read_buf(&mut buf).await.unwrap() == 0 {
+            return None;
+        }
+    }
+}
+
 fn not_in_group() -> Option<Frame> {
     Some(Frame::Error {
         code: LinkErrorCode::NotInGroup,
@@ -176,7 +219,11 @@ async fn without_a_secret_only_the_peer_list_links() {
     let b = replica(dir.path(), &["--replication-peer=127.0.0.2:1".to_string()]).await;
     let to = b.tcp_addr();
 
-    // Not a peer's address: refused before any handshake.
+    // Not a peer's address: refused before any handshake, whatever the HELLO's version.
+    for node in [0, 0x5EED_5EED_5EED] {
+        assert_eq!(v1_answer(to, "127.0.0.1", node).await, not_in_group());
+    }
+    assert_eq!(v1_answer(to, "127.0.0.2", 0).await, not_in_group());
     let mut l = Link::open(to, "127.0.0.1", random_node()).await;
     assert_eq!(l.recv().await, not_in_group());
     l.pub_is_not_acknowledged().await;
@@ -267,23 +314,25 @@ async fn with_a_secret_only_a_proof_of_it_links() {
     b.shutdown().await;
 }
 
-/// A HELLO of link version 1 (no nonce) gets ERROR 6, `unsupported version 1`.
+/// A HELLO of link version 1 (no nonce) from a peer's address gets ERROR 6, `unsupported
+/// version 1`.
 #[tokio::test]
 async fn a_hello_of_version_1_is_an_unsupported_version() {
     let dir = TempDir::new().unwrap();
     let b = replica(dir.path(), &["--replication-peer=127.0.0.1:1".to_string()]).await;
+    let unsupported = Some(Frame::Error {
+        code: LinkErrorCode::UnsupportedVersion,
+        text: "unsupported version 1".into(),
+    });
+    assert_eq!(v1_answer(b.tcp_addr(), "127.0.0.1", 7).await, unsupported);
+    // Truncated after its node ID: only the version and node ID are read.
     let mut c = FrameConn::connect(b.tcp_addr(), MAGIC_R1).await;
-    // Version 1's HELLO: version, node ID, epoch, flags, ... (truncated: only the version
-    // is read).
     c.send(&[0, 0, 0, 11, 0x01, 0, 1, 0, 0, 0, 0, 0, 0, 0, 7])
         .await;
     let mut rest = BytesMut::from(&c.rest().await[..]);
     assert_eq!(
         replication::decode(&mut rest, replication::MIN_MAX_FRAME).unwrap(),
-        Some(Frame::Error {
-            code: LinkErrorCode::UnsupportedVersion,
-            text: "unsupported version 1".into()
-        })
+        unsupported
     );
     nothing_kept(&b, dir.path()).await;
     b.shutdown().await;

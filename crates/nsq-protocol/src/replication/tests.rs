@@ -58,23 +58,27 @@ fn hello_bytes() {
 }
 
 #[test]
-fn a_hello_of_another_version_is_read_only_as_far_as_its_version() {
-    // A version 1 HELLO (no nonce) and a future one with more fields: both decode to their
-    // version alone, so the replica can answer "unsupported version".
-    for (version, rest) in [
+fn a_hello_of_another_version_is_read_only_as_far_as_its_version_and_node_id() {
+    // A version 1 HELLO (no nonce) and future ones: they decode to their version and node
+    // ID alone, so the replica can answer "unsupported version" (or "not in group").
+    for (version, rest, node_id) in [
         (
             1u16,
             "0102030405060708 0000000000000003 03 0000000000000009",
+            0x0102030405060708,
         ),
-        (3, "ffff"),
+        (3, "0000000000000009", 9),
+        (3, "ffff", 0),
     ] {
         let payload = hex(&format!("{version:04x} {rest}"));
         let mut bytes = hex(&format!("{:08x} 01", payload.len() + 1));
         bytes.extend_from_slice(&payload);
         let mut buf = BytesMut::from(&bytes[..]);
+        let mut want = Hello::other_version(version);
+        want.node_id = node_id;
         assert_eq!(
             decode(&mut buf, MIN_MAX_FRAME).unwrap(),
-            Some(Frame::Hello(Hello::other_version(version)))
+            Some(Frame::Hello(want))
         );
         assert!(buf.is_empty());
     }
@@ -886,7 +890,9 @@ proptest! {
         let decoded = decode_payload(ty, Bytes::from(payload.clone()));
         if let Ok(Frame::Hello(h)) = &decoded {
             if h.version != LINK_VERSION {
-                prop_assert_eq!(h, &Hello::other_version(h.version));
+                let mut want = Hello::other_version(h.version);
+                want.node_id = h.node_id;
+                prop_assert_eq!(h, &want);
                 return Ok(());
             }
         }

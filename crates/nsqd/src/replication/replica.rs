@@ -53,16 +53,22 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, pe
             return refuse(&mut stream, LinkErrorCode::BadFrame, e).await;
         }
     };
-    if hello.version != LINK_VERSION {
-        let text = format!("unsupported version {}", hello.version);
-        return refuse(&mut stream, LinkErrorCode::UnsupportedVersion, text).await;
-    }
-    if hello.node_id == repl.identity.node_id {
-        let text = membership::SELF_LINK.to_string();
-        return refuse(&mut stream, LinkErrorCode::NotInGroup, text).await;
-    }
     // Only members link (docs/replication.md, Membership); nothing of a stranger is kept.
-    if let Err(why) = admit(&repl, &mut stream, &mut buf, &hello, peer).await {
+    // A stranger is refused whatever the version of its HELLO (node ID 0, or without a
+    // secret an address no peer has); a member's HELLO of another version is unsupported.
+    let mut admitted = stranger(&repl, &hello, peer).await;
+    if admitted.is_ok() {
+        if hello.version != LINK_VERSION {
+            let text = format!("unsupported version {}", hello.version);
+            return refuse(&mut stream, LinkErrorCode::UnsupportedVersion, text).await;
+        }
+        if hello.node_id == repl.identity.node_id {
+            let text = membership::SELF_LINK.to_string();
+            return refuse(&mut stream, LinkErrorCode::NotInGroup, text).await;
+        }
+        admitted = prove(&repl, &mut stream, &mut buf, &hello).await;
+    }
+    if let Err(why) = admitted {
         tracing::warn!(
             "REPLICATION: link from {peer} (node {:016x}) refused: {why}",
             hello.node_id
@@ -162,24 +168,27 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, pe
     }
 }
 
-/// The membership checks and the handshake's proofs (`membership`): `Err` says why the
-/// origin is not admitted. Without a secret, the origin must come from an address of the
-/// peer list; either way CHALLENGE carries this node's proof and the origin must answer with
-/// AUTH and its own.
-async fn admit(
+/// The checks of a HELLO that need no handshake (`membership`): node ID 0 is no member;
+/// without a secret, the origin must come from an address of the peer list. `Err` says why.
+async fn stranger(repl: &Replication, hello: &Hello, peer: SocketAddr) -> Result<(), String> {
+    if hello.node_id == 0 {
+        return Err("node ID 0".into());
+    }
+    if repl.secret().is_none() && !membership::listed_peer(&repl.settings.peers, peer.ip()).await {
+        return Err(format!("{} is no --replication-peer", peer.ip()));
+    }
+    Ok(())
+}
+
+/// The handshake's proofs (`membership`): CHALLENGE carries this node's proof, and the
+/// origin must answer with AUTH and its own. `Err` says why the origin is not admitted.
+async fn prove(
     repl: &Replication,
     stream: &mut TcpStream,
     buf: &mut BytesMut,
     hello: &Hello,
-    peer: SocketAddr,
 ) -> Result<(), String> {
-    if hello.node_id == 0 {
-        return Err("node ID 0".into());
-    }
     let secret = repl.secret();
-    if secret.is_none() && !membership::listed_peer(&repl.settings.peers, peer.ip()).await {
-        return Err(format!("{} is no --replication-peer", peer.ip()));
-    }
     let mut challenge = Challenge {
         node_id: repl.identity.node_id,
         nonce: membership::nonce(),
