@@ -824,17 +824,15 @@ fn frame() -> impl Strategy<Value = Frame> {
             name(),
             proptest::collection::vec(any::<u8>(), 0..=MAX_PROOF_LEN)
         )
-            .prop_map(
-                |((node_id, nonce, tcp_port), broadcast_address, proof)| Frame::Challenge(
-                    Challenge {
-                        node_id,
-                        nonce,
-                        broadcast_address,
-                        tcp_port,
-                        proof: Bytes::from(proof),
-                    }
-                )
-            ),
+            .prop_map(|((node_id, nonce, tcp_port), broadcast_address, proof)| {
+                Frame::Challenge(Challenge {
+                    node_id,
+                    nonce,
+                    broadcast_address,
+                    tcp_port,
+                    proof: Bytes::from(proof),
+                })
+            }),
         proptest::collection::vec(any::<u8>(), 0..=MAX_PROOF_LEN).prop_map(|p| Frame::Auth {
             proof: Bytes::from(p)
         }),
