@@ -26,6 +26,19 @@ use tokio::net::TcpStream;
 
 const MESSAGES: usize = 200;
 
+/// The entries under `<data>/replica/` of `origin` (backlog directories, manifests).
+fn kept_of(data: &std::path::Path, origin: u64) -> Vec<String> {
+    let prefix = format!("{origin:016x}.");
+    std::fs::read_dir(data.join("replica"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// B (with `--replicas=2`, so A holds its backlog) is sent `MESSAGES`, stopped, its data
 /// directory emptied, and started again with `b_again`; every message B acknowledged is
 /// delivered by A within a few seconds. A runs with `a_extra`, and is restarted while B is
@@ -111,7 +124,11 @@ async fn back_empty(a_extra: &str, b_again: &[&str], restart_a: bool) {
     assert_ne!(new_node, b_node);
 
     // A takes B's old identity over now (not after 60 s) and delivers its messages.
-    eventually(async || p.a.nsqd.replication.as_ref().unwrap().takeovers() == 1).await;
+    let a_repl = p.a.nsqd.replication.as_ref().unwrap();
+    eventually(async || a_repl.takeovers() == 1).await;
+    // Nothing of the old identity is kept: no backlog, no manifest (it never applies one).
+    eventually(async || a_repl.backlogs().iter().all(|b| b.origin != b_node)).await;
+    assert_eq!(kept_of(p.a_dir.path(), b_node), Vec::<String>::new());
     let mut sub = FrameConn::connect(p.a.tcp_addr(), b"  V2").await;
     sub.send_ok(b"SUB t c\n").await;
     sub.send(format!("RDY {MESSAGES}\n").as_bytes()).await;
@@ -232,14 +249,9 @@ async fn a_replaced_identity_whose_link_still_looks_live_ends_once_the_link_dies
         .iter()
         .any(|b| b.origin == old && b.state == "replicating"));
     eventually(async || repl.takeovers() == 1).await;
-    // The backlog is gone; its manifest is kept ("taken over").
-    let states: Vec<_> = repl
-        .backlogs()
-        .into_iter()
-        .filter(|b| b.origin == old)
-        .map(|b| b.state)
-        .collect();
-    assert_eq!(states, ["taken over"]);
+    // The backlog is gone, and so is its manifest: the old identity never applies it.
+    eventually(async || repl.backlogs().iter().all(|b| b.origin != old)).await;
+    assert_eq!(kept_of(dir.path(), old), Vec::<String>::new());
     let mut sub = FrameConn::connect(a.tcp_addr(), b"  V2").await;
     sub.send_ok(b"SUB t c\n").await;
     sub.send(b"RDY 1\n").await;

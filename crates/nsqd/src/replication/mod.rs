@@ -606,11 +606,40 @@ impl Replication {
             tracing::warn!(
                 "REPLICATION: {new:016x} answers at {at}, the address of {old:016x}: {old:016x} is gone (a new node ID), its epochs end now"
             );
-            r.epochs_ended(old, u64::MAX).await
+            r.epochs_ended(old, u64::MAX).await;
+            r.retire_manifests(old).await;
         });
         let mut tasks = self.tasks.lock();
         tasks.retain(|t| !t.is_finished());
         tasks.push(t);
+    }
+
+    /// The manifests of `origin`'s epochs taken over here are never applied when `origin`
+    /// is gone for good (a replaced identity): they are deleted and their epochs announced as
+    /// taken over for a while longer, as after MANIFEST_APPLIED (Return).
+    async fn retire_manifests(&self, origin: u64) {
+        let _g = self.takeover_lock.lock().await;
+        let epochs: Vec<u64> = self
+            .taken
+            .lock()
+            .keys()
+            .filter(|(o, _)| *o == origin)
+            .map(|&(_, e)| e)
+            .collect();
+        for epoch in epochs {
+            let path = nsq_core::replica::manifest::manifest_path(&self.data_path, origin, epoch);
+            let removed = tokio::task::spawn_blocking(move || std::fs::remove_file(&path)).await;
+            if let Ok(Err(e)) = removed {
+                tracing::error!("REPLICATION: failed to delete a manifest - {e}");
+                continue;
+            }
+            self.taken.lock().remove(&(origin, epoch));
+            self.retired.lock().insert((origin, epoch), Instant::now());
+            tracing::info!(
+                "REPLICATION: the manifest of {origin:016x} epoch {epoch} is deleted: {origin:016x} is gone for good"
+            );
+        }
+        self.status_change();
     }
 
     /// Hands the engine over (catch-ups read it).
