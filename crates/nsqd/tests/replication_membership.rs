@@ -92,11 +92,11 @@ impl Link {
         };
         // The replica proves itself to the origin first.
         assert!(
-            membership::verify(secret, Side::Replica, &self.hello, &c, &c.proof),
+            membership::verify(secret, Side::Replica, &self.hello, &c, b"", &c.proof),
             "the replica's proof"
         );
         let proof =
-            proof.unwrap_or_else(|| membership::proof(secret, Side::Origin, &self.hello, &c));
+            proof.unwrap_or_else(|| membership::proof(secret, Side::Origin, &self.hello, &c, b""));
         self.send(&Frame::Auth { proof }).await;
         self.recv().await
     }
@@ -285,7 +285,7 @@ async fn with_a_secret_only_a_proof_of_it_links() {
         Some(Frame::Challenge(c)) => c,
         other => panic!("{other:?}"),
     };
-    let wrong = membership::proof(Some(&other), Side::Origin, &l.hello, &c);
+    let wrong = membership::proof(Some(&other), Side::Origin, &l.hello, &c, b"");
     l.send(&Frame::Auth { proof: wrong }).await;
     assert_eq!(l.recv().await, not_in_group());
     l.pub_is_not_acknowledged().await;
@@ -471,5 +471,64 @@ async fn an_origin_does_not_stream_to_an_impostor_replica() {
         assert!(!repl(&a).peers()[0].connected);
         drop(l);
         a.shutdown().await;
+    }
+}
+
+/// With `--tls-cert`, links are TLS: two members with certificates (and a secret, whose
+/// proofs are then bound to the TLS session) replicate both ways; a HELLO in the clear gets
+/// ERROR 4 `TLS required`; a member without a certificate, or one whose certificate the
+/// origin's `--tls-root-ca-file` does not vouch for, does not link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_certificate_links_are_tls() {
+    let pki = nsq_testkit::certs::Pki::new();
+    let secrets = TempDir::new().unwrap();
+    let s1 = secret_file(&secrets, "s1", "one");
+    let cert = format!("--tls-cert={}", pki.server.cert_path());
+    let key = format!("--tls-key={}", pki.server.key_path());
+    let ca = format!("--tls-root-ca-file={}", pki.ca.cert_path());
+    let tls = [cert.as_str(), key.as_str(), ca.as_str(), s1.as_str()];
+
+    let mut b_args = tls.to_vec();
+    b_args.push("--replicas=2");
+    let p = Pair::start_with(&tls, &b_args).await;
+    let mut c = FrameConn::connect(p.a.tcp_addr(), b"  V2").await;
+    c.send_ok(&sized("PUB t\n", b"hello")).await;
+    assert_eq!(p.replicated(), 1);
+    let mut c = FrameConn::connect(p.b().tcp_addr(), b"  V2").await;
+    c.send_ok(&sized("PUB t\n", b"hello")).await;
+    // A HELLO in the clear, from a peer's address.
+    let mut l = Link::open(p.b().tcp_addr(), "127.0.0.1", random_node()).await;
+    assert_eq!(
+        l.recv().await,
+        Some(Frame::Error {
+            code: LinkErrorCode::NotInGroup,
+            text: "TLS required".into()
+        })
+    );
+    p.shutdown().await;
+
+    // Only one side has a certificate (either way round), or B's is one no CA signed.
+    let stranger_cert = format!("--tls-cert={}", pki.stranger.cert_path());
+    let stranger_key = format!("--tls-key={}", pki.stranger.key_path());
+    let cases: [(Vec<&str>, Vec<&str>); 3] = [
+        (tls.to_vec(), vec![s1.as_str()]),
+        (vec![s1.as_str()], tls.to_vec()),
+        (
+            tls.to_vec(),
+            vec![stranger_cert.as_str(), stranger_key.as_str(), s1.as_str()],
+        ),
+    ];
+    for (a, b) in cases {
+        let mut a_args = vec!["--replication-ack-timeout=1s"];
+        a_args.extend(&a);
+        let mut b_args = vec!["--replication-ack-timeout=1s"];
+        b_args.extend(&b);
+        let p = Pair::start_with(&a_args, &b_args).await;
+        let mut c = FrameConn::connect(p.a.tcp_addr(), b"  V2").await;
+        c.send(&sized("PUB t\n", b"hello")).await;
+        c.expect_fatal("E_PUB_FAILED PUB failed not enough replicas: 0 of 1 stored it within 1s")
+            .await;
+        assert!(repl(p.b()).backlogs().is_empty(), "{a:?} {b:?}");
+        p.shutdown().await;
     }
 }

@@ -77,7 +77,8 @@ pub enum Side {
 }
 
 /// What a proof covers (see the module comment); `challenge`'s own proof is left out.
-fn transcript(side: Side, hello: &Hello, challenge: &Challenge) -> Vec<u8> {
+/// `binding` is the TLS session's exported keying material (empty on plain TCP).
+fn transcript(side: Side, hello: &Hello, challenge: &Challenge, binding: &[u8]) -> Vec<u8> {
     // Frames this node decoded or built always encode (their names were ≤ 255 bytes).
     let mut h = Vec::with_capacity(128);
     let _ = encode_payload(&Frame::Hello(hello.clone()), &mut h);
@@ -96,15 +97,23 @@ fn transcript(side: Side, hello: &Hello, challenge: &Challenge) -> Vec<u8> {
     t.put_slice(&h);
     t.put_u32(c.len() as u32);
     t.put_slice(&c);
+    t.put_u32(binding.len() as u32);
+    t.put_slice(binding);
     t
 }
 
 /// The proof `side` sends for this session: empty without a secret.
-pub fn proof(secret: Option<&Secret>, side: Side, hello: &Hello, challenge: &Challenge) -> Bytes {
+pub fn proof(
+    secret: Option<&Secret>,
+    side: Side,
+    hello: &Hello,
+    challenge: &Challenge,
+    binding: &[u8],
+) -> Bytes {
     match secret {
         None => Bytes::new(),
         Some(Secret(key)) => {
-            let tag = hmac::sign(key, &transcript(side, hello, challenge));
+            let tag = hmac::sign(key, &transcript(side, hello, challenge, binding));
             Bytes::copy_from_slice(tag.as_ref())
         }
     }
@@ -117,11 +126,14 @@ pub fn verify(
     side: Side,
     hello: &Hello,
     challenge: &Challenge,
+    binding: &[u8],
     got: &[u8],
 ) -> bool {
     match secret {
         None => got.is_empty(),
-        Some(Secret(key)) => hmac::verify(key, &transcript(side, hello, challenge), got).is_ok(),
+        Some(Secret(key)) => {
+            hmac::verify(key, &transcript(side, hello, challenge, binding), got).is_ok()
+        }
     }
 }
 
@@ -180,19 +192,19 @@ mod tests {
     fn proofs_need_the_same_secret_side_and_session() {
         let (s, other) = (Secret::new(b"s3cret"), Secret::new(b"other"));
         let (h, c) = (hello(), challenge());
-        let p = proof(Some(&s), Side::Replica, &h, &c);
+        let p = proof(Some(&s), Side::Replica, &h, &c, b"");
         assert_eq!(p.len(), 32);
-        assert!(verify(Some(&s), Side::Replica, &h, &c, &p));
+        assert!(verify(Some(&s), Side::Replica, &h, &c, b"", &p));
         // The CHALLENGE's own proof field is not covered (it carries the proof).
         let carried = Challenge {
             proof: p.clone(),
             ..c.clone()
         };
-        assert!(verify(Some(&s), Side::Replica, &h, &carried, &p));
+        assert!(verify(Some(&s), Side::Replica, &h, &carried, b"", &p));
         // Another secret, the other side's label, another nonce, replica, address or HELLO:
         // refused.
-        assert!(!verify(Some(&other), Side::Replica, &h, &c, &p));
-        assert!(!verify(Some(&s), Side::Origin, &h, &c, &p));
+        assert!(!verify(Some(&other), Side::Replica, &h, &c, b"", &p));
+        assert!(!verify(Some(&s), Side::Origin, &h, &c, b"", &p));
         for changed in [
             Challenge {
                 nonce: [3; NONCE_LEN],
@@ -207,16 +219,35 @@ mod tests {
                 ..c.clone()
             },
         ] {
-            assert!(!verify(Some(&s), Side::Replica, &h, &changed, &p));
+            assert!(!verify(Some(&s), Side::Replica, &h, &changed, b"", &p));
         }
         let mut h2 = h.clone();
         h2.epoch = 4;
-        assert!(!verify(Some(&s), Side::Replica, &h2, &c, &p));
+        assert!(!verify(Some(&s), Side::Replica, &h2, &c, b"", &p));
+        // Another TLS session (its exported keying material).
+        let bound = proof(Some(&s), Side::Replica, &h, &c, b"session one");
+        assert!(verify(
+            Some(&s),
+            Side::Replica,
+            &h,
+            &c,
+            b"session one",
+            &bound
+        ));
+        assert!(!verify(
+            Some(&s),
+            Side::Replica,
+            &h,
+            &c,
+            b"session two",
+            &bound
+        ));
+        assert!(!verify(Some(&s), Side::Replica, &h, &c, b"", &bound));
         // No proof, or a proof where the group has no secret.
-        assert!(!verify(Some(&s), Side::Replica, &h, &c, b""));
-        assert!(!verify(None, Side::Replica, &h, &c, &p));
-        assert!(verify(None, Side::Replica, &h, &c, b""));
-        assert!(proof(None, Side::Origin, &h, &c).is_empty());
+        assert!(!verify(Some(&s), Side::Replica, &h, &c, b"", b""));
+        assert!(!verify(None, Side::Replica, &h, &c, b"", &p));
+        assert!(verify(None, Side::Replica, &h, &c, b"", b""));
+        assert!(proof(None, Side::Origin, &h, &c, b"").is_empty());
     }
 
     #[test]
@@ -225,8 +256,20 @@ mod tests {
         let a = dir.path().join("a");
         std::fs::write(&a, b"s3cret \n\n").unwrap();
         let c = challenge();
-        let from_file = proof(Some(&Secret::read(&a).unwrap()), Side::Origin, &hello(), &c);
-        let direct = proof(Some(&Secret::new(b"s3cret")), Side::Origin, &hello(), &c);
+        let from_file = proof(
+            Some(&Secret::read(&a).unwrap()),
+            Side::Origin,
+            &hello(),
+            &c,
+            b"",
+        );
+        let direct = proof(
+            Some(&Secret::new(b"s3cret")),
+            Side::Origin,
+            &hello(),
+            &c,
+            b"",
+        );
         assert_eq!(from_file, direct);
         let empty = dir.path().join("empty");
         std::fs::write(&empty, b" \n\t").unwrap();

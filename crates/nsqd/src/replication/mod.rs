@@ -9,6 +9,7 @@
 //! replication off none of this exists and the daemon behaves as NSQ does.
 
 pub mod identity;
+mod link;
 pub mod log;
 pub mod membership;
 mod origin;
@@ -65,6 +66,10 @@ pub struct Settings {
     pub lookupds: bool,
     /// `--replication-secret-file` (empty: none).
     pub secret_file: String,
+    /// `--tls-cert`, `--tls-key`, `--tls-root-ca-file`: links are TLS with a certificate.
+    pub tls_cert: String,
+    pub tls_key: String,
+    pub tls_root_ca_file: String,
 }
 
 impl Settings {
@@ -88,6 +93,9 @@ impl Settings {
             takeover_timeout: o.replication_takeover_timeout,
             lookupds: !o.lookupd_tcp_addresses.is_empty(),
             secret_file: o.replication_secret_file.clone(),
+            tls_cert: o.tls_cert.clone(),
+            tls_key: o.tls_key.clone(),
+            tls_root_ca_file: o.tls_root_ca_file.clone(),
         }
     }
 }
@@ -292,6 +300,8 @@ pub struct Replication {
     pub settings: Settings,
     /// The group's shared secret (`membership`); `None`: membership is the peer list.
     secret: Option<membership::Secret>,
+    /// TLS on links (`link`), with `--tls-cert`.
+    link_tls: Option<link::LinkTls>,
     data_path: PathBuf,
     /// The origin's log; also the engine's replicator.
     pub log: Arc<OriginLog>,
@@ -340,7 +350,7 @@ pub enum ReplicationError {
         dir: PathBuf,
         source: std::io::Error,
     },
-    /// `--replication-secret-file` unreadable or empty.
+    /// `--replication-secret-file` unreadable or empty, or the link's TLS configuration.
     #[error("{0}")]
     Secret(String),
 }
@@ -360,6 +370,12 @@ impl Replication {
                     .map_err(ReplicationError::Secret)?,
             )
         };
+        let link_tls = link::LinkTls::build(
+            &settings.tls_cert,
+            &settings.tls_key,
+            &settings.tls_root_ca_file,
+        )
+        .map_err(ReplicationError::Secret)?;
         let identity = identity::load_and_start(data_path)?;
         tracing::info!(
             "REPLICATION: node {:016x}, epoch {}, replicas {}, peers {:?}",
@@ -408,6 +424,7 @@ impl Replication {
             status_changed: watch::channel(0).0,
             settings,
             secret,
+            link_tls,
         });
         repl.open_backlogs()?;
         Ok(repl)
@@ -531,6 +548,11 @@ impl Replication {
     /// The group's shared secret, if it has one.
     pub(crate) fn secret(&self) -> Option<&membership::Secret> {
         self.secret.as_ref()
+    }
+
+    /// TLS on links, when this node has a certificate.
+    pub(crate) fn link_tls(&self) -> Option<&link::LinkTls> {
+        self.link_tls.as_ref()
     }
 
     /// The origins other than `except` whose backlogs here record `host:port` as their

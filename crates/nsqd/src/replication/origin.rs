@@ -15,11 +15,11 @@ use nsq_protocol::replication::{
     self, Challenge, Frame, Hello, Item, LinkErrorCode, WelcomeAnswer, LINK_VERSION, MAGIC_R1,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::link::{LinkRead, LinkStream, LinkWrite};
 use super::log::Take;
 use super::membership;
 use super::{Replication, HEARTBEAT, LINK_TIMEOUT};
@@ -138,7 +138,20 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
         Err(_) => return End::NotEstablished("connect timed out".into()),
     };
     let _ = stream.set_nodelay(true);
-    let (mut rd, mut wr) = stream.into_split();
+    // With a certificate the link is TLS from after the magic (link.rs).
+    let mut stream = match repl.link_tls() {
+        None => LinkStream::Plain(stream),
+        Some(tls) => {
+            let mut tcp = stream;
+            if let Err(e) = tcp.write_all(MAGIC_R1).await {
+                return End::NotEstablished(e.to_string());
+            }
+            match tls.connect(tcp, addr).await {
+                Ok(s) => s,
+                Err(e) => return End::NotEstablished(format!("TLS handshake failed - {e}")),
+            }
+        }
+    };
     let id = repl.identity;
     let s = &repl.settings;
     // The epoch now: a session of an older one ends (see the select below).
@@ -173,16 +186,20 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
         nonce: membership::nonce(),
     };
     let mut out = BytesMut::with_capacity(256);
-    out.put_slice(MAGIC_R1);
+    if !stream.is_tls() {
+        out.put_slice(MAGIC_R1);
+    }
     if let Err(e) = replication::try_encode(&Frame::Hello(hello.clone()), &mut out) {
         return End::NotEstablished(format!("cannot encode HELLO - {e}"));
     }
-    if let Err(e) = wr.write_all(&out).await {
+    if let Err(e) = stream.write_all(&out).await {
         return End::NotEstablished(e.to_string());
     }
+    let binding = stream.binding();
+    let (mut rd, mut wr) = stream.split();
     let mut buf = BytesMut::with_capacity(8 << 10);
     // The replica proves it is a member before anything is sent to it (membership.rs).
-    let c = match handshake(repl, &mut rd, &mut wr, &mut buf, &hello).await {
+    let c = match handshake(repl, &mut rd, &mut wr, &mut buf, &hello, &binding).await {
         Ok(c) => c,
         Err(end) => return end,
     };
@@ -299,10 +316,11 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
 /// session ends.
 async fn handshake(
     repl: &Replication,
-    rd: &mut OwnedReadHalf,
-    wr: &mut OwnedWriteHalf,
+    rd: &mut LinkRead,
+    wr: &mut LinkWrite,
     buf: &mut BytesMut,
     hello: &Hello,
+    binding: &[u8],
 ) -> Result<Challenge, End> {
     let c = match read_frame(rd, buf, repl.settings.max_frame).await {
         Ok(Frame::Challenge(c)) => c,
@@ -325,7 +343,14 @@ async fn handshake(
     }
     let secret = repl.secret();
     let proven = c.node_id != 0
-        && membership::verify(secret, membership::Side::Replica, hello, &c, &c.proof);
+        && membership::verify(
+            secret,
+            membership::Side::Replica,
+            hello,
+            &c,
+            binding,
+            &c.proof,
+        );
     if !proven {
         let mut b = BytesMut::new();
         replication::encode(
@@ -350,7 +375,7 @@ async fn handshake(
         )));
     }
     let auth = Frame::Auth {
-        proof: membership::proof(secret, membership::Side::Origin, hello, &c),
+        proof: membership::proof(secret, membership::Side::Origin, hello, &c, binding),
     };
     let mut b = BytesMut::new();
     replication::encode(&auth, &mut b);
@@ -363,7 +388,7 @@ async fn handshake(
 /// Sends the live frames from `next` on (and a catch-up, if any) until the link fails.
 async fn writer(
     repl: &Replication,
-    wr: &mut OwnedWriteHalf,
+    wr: &mut LinkWrite,
     mut next: u64,
     mut snapshot: Option<mpsc::Receiver<Vec<Item>>>,
     _max_frame: u32,
@@ -444,7 +469,7 @@ async fn writer(
 }
 
 /// Takes ACKs (and heartbeats) until the link fails.
-async fn reader(repl: &Replication, i: usize, rd: &mut OwnedReadHalf, mut buf: BytesMut) -> String {
+async fn reader(repl: &Replication, i: usize, rd: &mut LinkRead, mut buf: BytesMut) -> String {
     loop {
         match read_frame(rd, &mut buf, repl.settings.max_frame).await {
             Ok(Frame::Ack { seq }) => repl.on_ack(i, seq),

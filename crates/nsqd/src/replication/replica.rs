@@ -20,11 +20,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::link::LinkStream;
 use super::membership::{self, Side};
 use super::origin::read_frame;
 use super::{Backlog, Replication, HEARTBEAT, LINK_TIMEOUT};
 
-async fn send(stream: &mut TcpStream, f: &Frame) -> std::io::Result<()> {
+async fn send(stream: &mut LinkStream, f: &Frame) -> std::io::Result<()> {
     let mut b = BytesMut::with_capacity(64);
     if let Err(e) = replication::try_encode(f, &mut b) {
         return Err(std::io::Error::other(e));
@@ -32,14 +33,34 @@ async fn send(stream: &mut TcpStream, f: &Frame) -> std::io::Result<()> {
     stream.write_all(&b).await
 }
 
-async fn refuse(stream: &mut TcpStream, code: LinkErrorCode, text: String) {
+async fn refuse(stream: &mut LinkStream, code: LinkErrorCode, text: String) {
     let _ = send(stream, &Frame::Error { code, text }).await;
     let _ = stream.shutdown().await;
 }
 
 /// Serves one replication link (the magic has been read).
-pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, peer: SocketAddr) {
-    let _ = stream.set_nodelay(true);
+pub(crate) async fn serve_link(repl: Arc<Replication>, tcp: TcpStream, peer: SocketAddr) {
+    let _ = tcp.set_nodelay(true);
+    // With a certificate, links are TLS: a HELLO in the clear is refused readably.
+    let mut stream = match repl.link_tls() {
+        None => LinkStream::Plain(tcp),
+        Some(tls) => {
+            let mut first = [0u8; 1];
+            let peeked = tokio::time::timeout(LINK_TIMEOUT, tcp.peek(&mut first)).await;
+            if !matches!(peeked, Ok(Ok(1)) if first[0] == 0x16) {
+                tracing::warn!("REPLICATION: link from {peer} refused: not TLS");
+                let text = "TLS required".to_string();
+                return refuse(&mut LinkStream::Plain(tcp), LinkErrorCode::NotInGroup, text).await;
+            }
+            match tls.accept(tcp).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("REPLICATION: link from {peer}: TLS handshake failed - {e}");
+                    return;
+                }
+            }
+        }
+    };
     let max_frame = repl.settings.max_frame;
     let mut buf = BytesMut::with_capacity(64 << 10);
     let hello = match read_frame(&mut stream, &mut buf, max_frame).await {
@@ -184,7 +205,7 @@ async fn stranger(repl: &Replication, hello: &Hello, peer: SocketAddr) -> Result
 /// origin must answer with AUTH and its own. `Err` says why the origin is not admitted.
 async fn prove(
     repl: &Replication,
-    stream: &mut TcpStream,
+    stream: &mut LinkStream,
     buf: &mut BytesMut,
     hello: &Hello,
 ) -> Result<(), String> {
@@ -196,13 +217,14 @@ async fn prove(
         tcp_port: repl.settings.tcp_port,
         proof: Default::default(),
     };
-    challenge.proof = membership::proof(secret, Side::Replica, hello, &challenge);
+    let binding = stream.binding();
+    challenge.proof = membership::proof(secret, Side::Replica, hello, &challenge, &binding);
     send(stream, &Frame::Challenge(challenge.clone()))
         .await
         .map_err(|e| format!("cannot send CHALLENGE - {e}"))?;
     match read_frame(stream, buf, repl.settings.max_frame).await {
         Ok(Frame::Auth { proof }) => {
-            if membership::verify(secret, Side::Origin, hello, &challenge, &proof) {
+            if membership::verify(secret, Side::Origin, hello, &challenge, &binding, &proof) {
                 Ok(())
             } else if secret.is_some() {
                 Err("wrong proof (another secret, or none)".into())
@@ -224,7 +246,7 @@ async fn prove(
 /// of that epoch, deletes the manifest and closes.
 async fn answer_taken_over(
     repl: &Arc<Replication>,
-    stream: &mut TcpStream,
+    stream: &mut LinkStream,
     mut buf: BytesMut,
     peer: SocketAddr,
     origin: u64,
@@ -354,7 +376,7 @@ async fn session_loop(
     backlog: &Arc<Backlog>,
     session: u64,
     sync: bool,
-    stream: &mut TcpStream,
+    stream: &mut LinkStream,
     mut buf: BytesMut,
 ) -> LinkEnd {
     let max_frame = repl.settings.max_frame;
