@@ -45,6 +45,13 @@ fn node_id(n: &Nsqd) -> String {
 fn bad_replication_flags_are_fatal() {
     let dir = tempfile::tempdir().unwrap();
     let data = format!("--data-path={}", dir.path().display());
+    let empty = dir.path().join("empty-secret");
+    std::fs::write(&empty, "\n").unwrap();
+    let empty_secret = format!("--replication-secret-file={}", empty.display());
+    let empty_fatal = format!(
+        "FATAL: failed to start replication - --replication-secret-file {}: the file is empty",
+        empty.display()
+    );
     for (args, msg) in [
         (
             vec!["--replicas=2"],
@@ -61,6 +68,10 @@ fn bad_replication_flags_are_fatal() {
         (
             vec!["--replication-peer=a:1", "--replication-ack-timeout=0"],
             "FATAL: --replication-ack-timeout must be > 0",
+        ),
+        (
+            vec!["--replication-peer=127.0.0.1:1", empty_secret.as_str()],
+            empty_fatal.as_str(),
         ),
     ] {
         let mut all = vec![
