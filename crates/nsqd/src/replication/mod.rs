@@ -350,9 +350,9 @@ pub enum ReplicationError {
         dir: PathBuf,
         source: std::io::Error,
     },
-    /// `--replication-secret-file` unreadable or empty, or the link's TLS configuration.
+    /// `--replication-secret-file` unreadable or empty, or the links' TLS configuration.
     #[error("{0}")]
-    Secret(String),
+    Link(String),
 }
 
 impl Replication {
@@ -367,7 +367,7 @@ impl Replication {
         } else {
             Some(
                 membership::Secret::read(Path::new(&settings.secret_file))
-                    .map_err(ReplicationError::Secret)?,
+                    .map_err(ReplicationError::Link)?,
             )
         };
         let link_tls = link::LinkTls::build(
@@ -375,7 +375,7 @@ impl Replication {
             &settings.tls_key,
             &settings.tls_root_ca_file,
         )
-        .map_err(ReplicationError::Secret)?;
+        .map_err(ReplicationError::Link)?;
         let identity = identity::load_and_start(data_path)?;
         tracing::info!(
             "REPLICATION: node {:016x}, epoch {}, replicas {}, peers {:?}",
