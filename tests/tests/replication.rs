@@ -45,6 +45,13 @@ fn node_id(n: &Nsqd) -> String {
 fn bad_replication_flags_are_fatal() {
     let dir = tempfile::tempdir().unwrap();
     let data = format!("--data-path={}", dir.path().display());
+    let empty = dir.path().join("empty-secret");
+    std::fs::write(&empty, "\n").unwrap();
+    let empty_secret = format!("--replication-secret-file={}", empty.display());
+    let empty_fatal = format!(
+        "FATAL: failed to start replication - --replication-secret-file {}: the file is empty",
+        empty.display()
+    );
     for (args, msg) in [
         (
             vec!["--replicas=2"],
@@ -61,6 +68,10 @@ fn bad_replication_flags_are_fatal() {
         (
             vec!["--replication-peer=a:1", "--replication-ack-timeout=0"],
             "FATAL: --replication-ack-timeout must be > 0",
+        ),
+        (
+            vec!["--replication-peer=127.0.0.1:1", empty_secret.as_str()],
+            empty_fatal.as_str(),
         ),
     ] {
         let mut all = vec![
@@ -352,4 +363,79 @@ fn a_killed_origin_is_taken_over_and_found_through_nsqlookupd() {
     want.sort();
     assert_eq!(got, want);
     drop(b);
+}
+
+/// Issue 28, defect 1, as a user met it: A and B (`--replicas=2` both, one nsqlookupd,
+/// takeover timeout 3 s); 2,000 messages published to B and acknowledged; B is SIGKILLed,
+/// its data directory deleted, and B is started again with the same flags at once. B comes
+/// back with a new node ID at its old address, which nsqlookupd lists again — so B's old
+/// identity never looks gone to a watch that asks nsqlookupd. A recognises the new node ID at
+/// B's address, ends the old identity at once and delivers every acknowledged message.
+#[test]
+fn a_host_back_with_an_empty_data_dir_has_its_messages_delivered() {
+    let l = Nsqlookupd::start(&[]);
+    let lookupd = format!("--lookupd-tcp-address={}", l.tcp_addr);
+    let b_port = free_port();
+    let a = Nsqd::start(&[
+        "--replicas=2",
+        &format!("--replication-peer=127.0.0.1:{b_port}"),
+        &lookupd,
+        "--broadcast-address=127.0.0.1",
+        "--replication-takeover-timeout=3s",
+    ]);
+    let b_args = [
+        format!("--tcp-address=127.0.0.1:{b_port}"),
+        "--replicas=2".to_string(),
+        format!("--replication-peer={}", a.tcp_addr),
+        lookupd.clone(),
+        "--broadcast-address=127.0.0.1".to_string(),
+        "--replication-takeover-timeout=3s".to_string(),
+    ];
+    let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
+    let b = Nsqd::start(&b_args);
+    let old = node_id(&b);
+    http_post(b.http_addr, "/topic/create?topic=t", b"");
+    http_post(b.http_addr, "/channel/create?topic=t&channel=c", b"");
+    let mut p = b.connect();
+    for chunk in 0..20 {
+        p.mpublish(
+            "t",
+            (0..100)
+                .map(|i| Bytes::from(format!("m{}", chunk * 100 + i)))
+                .collect(),
+        );
+    }
+    drop(p);
+    a.wait_stats("A's backlog of B", Duration::from_secs(10), |s| {
+        backlogs_of(s, &old)
+            .first()
+            .is_some_and(|b| int(b, "messages") == 2000)
+    });
+
+    let b_dir = b.kill9();
+    for e in std::fs::read_dir(b_dir.path()).unwrap().flatten() {
+        if e.path().is_dir() {
+            std::fs::remove_dir_all(e.path()).unwrap();
+        } else {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    let b = Nsqd::start_in(b_dir, &b_args);
+    assert_ne!(node_id(&b), old);
+
+    let mut got: Vec<Bytes> = consume_all(a.tcp_addr, "t", "c", 500, 2000, Duration::from_secs(20))
+        .into_iter()
+        .map(|(body, _)| body)
+        .collect();
+    got.sort();
+    got.dedup();
+    let mut want: Vec<Bytes> = (0..2000).map(|i| Bytes::from(format!("m{i}"))).collect();
+    want.sort();
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "delivered of B's acknowledged messages"
+    );
+    assert_eq!(got, want);
+    drop((a, b));
 }

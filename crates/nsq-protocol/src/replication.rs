@@ -24,8 +24,15 @@ use crate::message::MessageId;
 
 /// The 4-byte magic an origin sends first on a replication link.
 pub const MAGIC_R1: &[u8; 4] = b"  R1";
-/// The link protocol version carried in HELLO and WELCOME.
-pub const LINK_VERSION: u16 = 1;
+/// The link protocol version carried in HELLO and WELCOME. Version 2 added the membership
+/// proof (HELLO's nonce, CHALLENGE, AUTH); a HELLO of another version is decoded only as far
+/// as its version and node ID (the first two fields of every version), so that it can be
+/// refused as unsupported or as not in the group.
+pub const LINK_VERSION: u16 = 2;
+/// The bytes of a handshake nonce (HELLO, CHALLENGE).
+pub const NONCE_LEN: usize = 16;
+/// The most bytes of a membership proof (CHALLENGE, AUTH).
+pub const MAX_PROOF_LEN: usize = 64;
 /// The smallest frame limit a side announces (docs/replication.md: the larger of this and
 /// twice `--max-body-size`).
 pub const MIN_MAX_FRAME: u32 = 16 << 20;
@@ -46,6 +53,7 @@ pub mod frame_type {
     pub const MANIFEST_APPLIED: u8 = 0x0c;
     pub const HANDOFF: u8 = 0x0d;
     pub const HANDOFF_END: u8 = 0x0e;
+    pub const AUTH: u8 = 0x0f;
     pub const HEARTBEAT: u8 = 0x40;
     pub const STATUS: u8 = 0x41;
     pub const ERROR: u8 = 0x42;
@@ -55,6 +63,7 @@ pub mod frame_type {
     pub const MANIFEST: u8 = 0x84;
     pub const MANIFEST_END: u8 = 0x85;
     pub const HANDOFF_DONE: u8 = 0x86;
+    pub const CHALLENGE: u8 = 0x87;
 }
 
 use frame_type as ft;
@@ -94,6 +103,44 @@ pub struct Hello {
     pub broadcast_address: String,
     pub tcp_port: u16,
     pub http_port: u16,
+    /// The origin's random challenge for this session (the replica's proof covers it).
+    pub nonce: [u8; NONCE_LEN],
+}
+
+impl Hello {
+    /// A HELLO of a version this codec does not know: only `version` (and `node_id`, when the
+    /// decoder found it) is meaningful.
+    pub fn other_version(version: u16) -> Hello {
+        Hello {
+            version,
+            node_id: 0,
+            epoch: 0,
+            resume: false,
+            sync: false,
+            previous_unclean: false,
+            resume_seq: 0,
+            previous_epoch: 0,
+            replicas: 0,
+            max_frame: 0,
+            nsqd_node_id: 0,
+            broadcast_address: String::new(),
+            tcp_port: 0,
+            http_port: 0,
+            nonce: [0; NONCE_LEN],
+        }
+    }
+}
+
+/// The replica's answer to HELLO before anything else: who and where it is, its own
+/// challenge, and its proof of membership (empty when the group has no secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Challenge {
+    pub node_id: u64,
+    pub nonce: [u8; NONCE_LEN],
+    /// The replica's broadcast address and TCP port (as its own HELLO carries them).
+    pub broadcast_address: String,
+    pub tcp_port: u16,
+    pub proof: Bytes,
 }
 
 const HELLO_RESUME: u8 = 1;
@@ -323,6 +370,10 @@ pub enum Frame {
         epoch: u64,
         items: u64,
     },
+    /// The origin's proof of membership (empty when the group has no secret).
+    Auth {
+        proof: Bytes,
+    },
     Heartbeat,
     Status(Vec<StatusEntry>),
     Error {
@@ -346,6 +397,7 @@ pub enum Frame {
         origin: u64,
         epoch: u64,
     },
+    Challenge(Challenge),
 }
 
 impl Frame {
@@ -366,6 +418,7 @@ impl Frame {
             Frame::ManifestApplied { .. } => ft::MANIFEST_APPLIED,
             Frame::Handoff { .. } => ft::HANDOFF,
             Frame::HandoffEnd { .. } => ft::HANDOFF_END,
+            Frame::Auth { .. } => ft::AUTH,
             Frame::Heartbeat => ft::HEARTBEAT,
             Frame::Status(_) => ft::STATUS,
             Frame::Error { .. } => ft::ERROR,
@@ -375,6 +428,7 @@ impl Frame {
             Frame::Manifest(_) => ft::MANIFEST,
             Frame::ManifestEnd { .. } => ft::MANIFEST_END,
             Frame::HandoffDone { .. } => ft::HANDOFF_DONE,
+            Frame::Challenge(_) => ft::CHALLENGE,
         }
     }
 
@@ -437,6 +491,12 @@ pub enum FrameError {
     /// A string too long for its length field (encoding only).
     #[error("a string of {0} bytes is too long for its field")]
     StringTooLong(usize),
+    /// A list longer than its `u16` count field (encoding only).
+    #[error("a list of {0} items is too long for its count field")]
+    ListTooLong(usize),
+    /// A membership proof above [`MAX_PROOF_LEN`] bytes (encoding only).
+    #[error("a proof of {0} bytes is too long")]
+    ProofTooLong(usize),
 }
 
 // ---------------------------------------------------------------------------------------
@@ -488,6 +548,7 @@ pub fn encode_payload(frame: &Frame, out: &mut impl BufMut) -> Result<(), FrameE
             put_str8(out, &h.broadcast_address)?;
             out.put_u16(h.tcp_port);
             out.put_u16(h.http_port);
+            out.put_slice(&h.nonce);
         }
         Frame::Pub(p) => {
             out.put_u64(p.seq);
@@ -557,9 +618,10 @@ pub fn encode_payload(frame: &Frame, out: &mut impl BufMut) -> Result<(), FrameE
             out.put_u64(*epoch);
             out.put_u64(*items);
         }
+        Frame::Auth { proof } => put_proof(out, proof)?,
         Frame::Heartbeat => {}
         Frame::Status(entries) => {
-            out.put_u16(entries.len() as u16);
+            put_count16(out, entries.len())?;
             for e in entries {
                 out.put_u64(e.origin);
                 out.put_u64(e.epoch);
@@ -603,7 +665,30 @@ pub fn encode_payload(frame: &Frame, out: &mut impl BufMut) -> Result<(), FrameE
             out.put_u64(*origin);
             out.put_u64(*epoch);
         }
+        Frame::Challenge(c) => {
+            out.put_u64(c.node_id);
+            out.put_slice(&c.nonce);
+            put_str8(out, &c.broadcast_address)?;
+            out.put_u16(c.tcp_port);
+            put_proof(out, &c.proof)?;
+        }
     }
+    Ok(())
+}
+
+/// A `u16` list count; a longer list is an error, not a wrapped count.
+fn put_count16(out: &mut impl BufMut, n: usize) -> Result<(), FrameError> {
+    let n = u16::try_from(n).map_err(|_| FrameError::ListTooLong(n))?;
+    out.put_u16(n);
+    Ok(())
+}
+
+fn put_proof(out: &mut impl BufMut, proof: &[u8]) -> Result<(), FrameError> {
+    if proof.len() > MAX_PROOF_LEN {
+        return Err(FrameError::ProofTooLong(proof.len()));
+    }
+    out.put_u8(proof.len() as u8);
+    out.put_slice(proof);
     Ok(())
 }
 
@@ -617,7 +702,7 @@ fn put_str8(out: &mut impl BufMut, s: &str) -> Result<(), FrameError> {
 }
 
 fn put_names(out: &mut impl BufMut, names: &[String]) -> Result<(), FrameError> {
-    out.put_u16(names.len() as u16);
+    put_count16(out, names.len())?;
     names.iter().try_for_each(|n| put_str8(out, n))
 }
 
@@ -639,7 +724,7 @@ fn put_item(out: &mut impl BufMut, item: &Item) -> Result<(), FrameError> {
             out.put_u8(ITEM_TOPIC);
             put_str8(out, &t.topic)?;
             out.put_u8(u8::from(t.paused));
-            out.put_u16(t.channels.len() as u16);
+            put_count16(out, t.channels.len())?;
             for c in &t.channels {
                 put_str8(out, &c.name)?;
                 out.put_u8(u8::from(c.paused));
@@ -652,7 +737,7 @@ fn put_item(out: &mut impl BufMut, item: &Item) -> Result<(), FrameError> {
             out.put_i64(m.timestamp);
             out.put_u8(u8::from(m.topic_pending));
             out.put_i64(m.topic_due);
-            out.put_u16(m.channels.len() as u16);
+            put_count16(out, m.channels.len())?;
             for c in &m.channels {
                 put_str8(out, &c.name)?;
                 out.put_i64(c.due);
@@ -702,6 +787,14 @@ pub fn decode_payload(frame_type: u8, payload: Bytes) -> Result<Frame, FrameErro
     let frame = match frame_type {
         ft::HELLO => {
             let version = r.u16()?;
+            if version != LINK_VERSION {
+                // Another version's layout: only its version and node ID are read.
+                let mut h = Hello::other_version(version);
+                if r.buf.len() >= 8 {
+                    h.node_id = r.u64()?;
+                }
+                return Ok(Frame::Hello(h));
+            }
             let node_id = r.u64()?;
             let epoch = r.u64()?;
             let flags = r.u8()?;
@@ -723,6 +816,7 @@ pub fn decode_payload(frame_type: u8, payload: Bytes) -> Result<Frame, FrameErro
                 broadcast_address: r.str8()?,
                 tcp_port: r.u16()?,
                 http_port: r.u16()?,
+                nonce: r.nonce()?,
             })
         }
         ft::PUB => {
@@ -818,6 +912,7 @@ pub fn decode_payload(frame_type: u8, payload: Bytes) -> Result<Frame, FrameErro
             epoch: r.u64()?,
             items: r.u64()?,
         },
+        ft::AUTH => Frame::Auth { proof: r.proof()? },
         ft::HEARTBEAT => Frame::Heartbeat,
         ft::STATUS => {
             let n = r.count16(8 + 8 + 1 + 8 + 8 + 8)?;
@@ -890,6 +985,13 @@ pub fn decode_payload(frame_type: u8, payload: Bytes) -> Result<Frame, FrameErro
             origin: r.u64()?,
             epoch: r.u64()?,
         },
+        ft::CHALLENGE => Frame::Challenge(Challenge {
+            node_id: r.u64()?,
+            nonce: r.nonce()?,
+            broadcast_address: r.str8()?,
+            tcp_port: r.u16()?,
+            proof: r.proof()?,
+        }),
         other => return Err(FrameError::UnknownType(other)),
     };
     if !r.buf.is_empty() {
@@ -977,6 +1079,23 @@ impl Reader {
     fn str8(&mut self) -> Result<String, FrameError> {
         let len = self.u8()? as usize;
         self.utf8(len)
+    }
+
+    fn nonce(&mut self) -> Result<[u8; NONCE_LEN], FrameError> {
+        self.need(NONCE_LEN)?;
+        let mut n = [0u8; NONCE_LEN];
+        self.buf.copy_to_slice(&mut n);
+        Ok(n)
+    }
+
+    /// `u8` length + bytes, at most [`MAX_PROOF_LEN`].
+    fn proof(&mut self) -> Result<Bytes, FrameError> {
+        let len = self.u8()? as usize;
+        if len > MAX_PROOF_LEN {
+            return Err(self.bad("proof length", len as u64));
+        }
+        self.need(len)?;
+        Ok(self.buf.split_to(len))
     }
 
     fn bytes(&mut self) -> Result<Bytes, FrameError> {

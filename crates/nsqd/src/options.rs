@@ -331,6 +331,9 @@ pub struct NsqdOptions {
     pub replication_takeover_timeout: Duration,
     pub replication_ack_timeout: Duration,
     pub replication_max_backlog_bytes: i64,
+    /// `--replication-secret-file`: the group's shared secret (empty: none; membership is
+    /// then the peer list). Read when replication starts.
+    pub replication_secret_file: String,
     /// The replica store's segment size (not a flag: 64 MiB; tests make it small).
     pub replication_segment_bytes: u64,
 }
@@ -415,6 +418,7 @@ impl NsqdOptions {
             replication_takeover_timeout: Duration::from_secs(30),
             replication_ack_timeout: Duration::from_secs(10),
             replication_max_backlog_bytes: 10 << 30,
+            replication_secret_file: String::new(),
             replication_segment_bytes: 64 << 20,
         }
     }
@@ -707,6 +711,8 @@ pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
         "how long a publish waits for its replicas' acknowledgements before it fails";
     "replication-max-backlog-bytes" => replication_max_backlog_bytes: Int, Some("replication_max_backlog_bytes"),
         "the most this node keeps on disk of one peer's replicated backlog";
+    "replication-secret-file" => replication_secret_file: Str, Some("replication_secret_file"),
+        "path to a file holding the replication group's shared secret (members prove it on every link; without it any host at a --replication-peer address may link)";
     ],
     // nsqd's `cfg.Validate()` (apps/nsqd/main.go) checks these three before resolving.
     config_checks: &["tls_required", "tls_min_version", "log_level"],
@@ -835,6 +841,8 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
     	the most this node keeps on disk of one peer's replicated backlog (default 10737418240)
   -replication-peer value
     	<addr>:<port> (TCP) of a peer nsqd that replicates with this one (may be given multiple times; replication is on when one is given)
+  -replication-secret-file string
+    	path to a file holding the replication group's shared secret (members prove it on every link; without it any host at a --replication-peer address may link)
   -replication-takeover-timeout duration
     	how long a peer must be gone before this node delivers its replicated backlog (default 30s)
   -sigterm value

@@ -172,7 +172,7 @@ fn build(opts: &NsqdOptions) -> Result<ServerConfig, TlsError> {
 /// for TLS 1.3) gets `TLS_AES_128_GCM_SHA256` as from the reference. Go's extra rule of
 /// preferring ChaCha20 when the client puts it first is not reproduced. Key exchange groups
 /// (X25519, P-256, P-384) and signature algorithms are the provider's defaults.
-fn provider() -> CryptoProvider {
+pub(crate) fn provider() -> CryptoProvider {
     use rustls::crypto::ring::cipher_suite as cs;
     CryptoProvider {
         cipher_suites: vec![
@@ -224,7 +224,7 @@ fn go_errno_text(e: &io::Error) -> String {
 
 /// The certificate chain of `--tls-cert`: every `CERTIFICATE` block, leaf first. Parsing
 /// stops at the first malformed PEM block.
-fn load_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+pub(crate) fn load_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let pem = read_file(path)?;
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
         .map_while(Result::ok)
@@ -236,7 +236,7 @@ fn load_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
 }
 
 /// The first private key (PKCS#1, PKCS#8 or SEC1) of `--tls-key`.
-fn load_key(path: &str) -> Result<PrivateKeyDer<'static>, TlsError> {
+pub(crate) fn load_key(path: &str) -> Result<PrivateKeyDer<'static>, TlsError> {
     let pem = read_file(path)?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
         rustls_pki_types::pem::Error::NoItemsFound => {
@@ -253,7 +253,9 @@ fn load_key(path: &str) -> Result<PrivateKeyDer<'static>, TlsError> {
 /// `--tls-root-ca-file` as a trust store, and its certificates (for [`nsq_tls::VerifyClientCert`]):
 /// like Go's `AppendCertsFromPEM`, certificates that do not parse are skipped, and a file
 /// without a single usable one is an error.
-fn load_roots(path: &str) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), TlsError> {
+pub(crate) fn load_roots(
+    path: &str,
+) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), TlsError> {
     let pem = read_file(path)?;
     let ders: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
         .map_while(Result::ok)

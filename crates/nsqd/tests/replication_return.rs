@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use nsq_protocol::replication::{
-    self, Frame, Hello, Manifest, Welcome, WelcomeAnswer, MIN_MAX_FRAME,
+    self, Challenge, Frame, Hello, Manifest, Welcome, WelcomeAnswer, LINK_VERSION, MIN_MAX_FRAME,
+    NONCE_LEN,
 };
 use nsq_protocol::MessageId;
 use nsq_testkit::frames::{sized, FrameConn};
@@ -144,12 +145,29 @@ async fn serve(
         panic!("HELLO expected first");
     };
     let _ = hellos.send(h);
+    // The membership handshake of a group without a secret: empty proofs both ways.
+    let mut out = BytesMut::new();
+    replication::encode(
+        &Frame::Challenge(Challenge {
+            node_id: FAKE_NODE,
+            nonce: [7; NONCE_LEN],
+            broadcast_address: "fake".into(),
+            tcp_port: 1,
+            proof: Default::default(),
+        }),
+        &mut out,
+    );
+    s.write_all(&out).await.ok()?;
+    match read(&mut s, &mut buf).await? {
+        Frame::Auth { proof } => assert!(proof.is_empty()),
+        other => panic!("AUTH expected, got {other:?}"),
+    }
     let answer = plan.lock().pop_front().unwrap_or(Answer::Welcome);
     let mut out = BytesMut::new();
     match answer {
         Answer::Welcome => replication::encode(
             &Frame::Welcome(Welcome {
-                version: 1,
+                version: LINK_VERSION,
                 node_id: FAKE_NODE,
                 answer: WelcomeAnswer::Catchup,
                 last_seq: 0,

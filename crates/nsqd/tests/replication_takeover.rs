@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 use nsq_protocol::message::MessageId;
 use nsq_protocol::replication::{
     self, Admin, AdminOp, Fin, Frame, Hello, Pub, PubMessage, Req, ReqEntry, WelcomeAnswer,
-    LINK_VERSION, MAGIC_R1,
+    LINK_VERSION, MAGIC_R1, NONCE_LEN,
 };
 use nsq_testkit::http::request;
 use nsq_testkit::wait::eventually;
@@ -68,7 +68,18 @@ impl Origin {
             broadcast_address: "127.0.0.1".into(),
             tcp_port: 1,
             http_port: 2,
+            nonce: [1; NONCE_LEN],
         }))
+        .await;
+        // The membership handshake of a group without a secret (B lists 127.0.0.1 as a
+        // peer): empty proofs both ways.
+        match o.recv().await {
+            Frame::Challenge(c) => assert!(c.proof.is_empty()),
+            other => return (o, other),
+        }
+        o.send(&Frame::Auth {
+            proof: Default::default(),
+        })
         .await;
         let answer = o.recv().await;
         (o, answer)

@@ -9,7 +9,9 @@
 //! replication off none of this exists and the daemon behaves as NSQ does.
 
 pub mod identity;
+mod link;
 pub mod log;
+pub mod membership;
 mod origin;
 mod replica;
 pub mod returning;
@@ -62,6 +64,12 @@ pub struct Settings {
     /// At least one `--lookupd-tcp-address` is configured (the takeover then also needs the
     /// origin's absence from nsqlookupd).
     pub lookupds: bool,
+    /// `--replication-secret-file` (empty: none).
+    pub secret_file: String,
+    /// `--tls-cert`, `--tls-key`, `--tls-root-ca-file`: links are TLS with a certificate.
+    pub tls_cert: String,
+    pub tls_key: String,
+    pub tls_root_ca_file: String,
 }
 
 impl Settings {
@@ -84,6 +92,10 @@ impl Settings {
             http_port: o.broadcast_http_port as u16,
             takeover_timeout: o.replication_takeover_timeout,
             lookupds: !o.lookupd_tcp_addresses.is_empty(),
+            secret_file: o.replication_secret_file.clone(),
+            tls_cert: o.tls_cert.clone(),
+            tls_key: o.tls_key.clone(),
+            tls_root_ca_file: o.tls_root_ca_file.clone(),
         }
     }
 }
@@ -286,6 +298,10 @@ impl PeerInfo {
 pub struct Replication {
     pub identity: Identity,
     pub settings: Settings,
+    /// The group's shared secret (`membership`); `None`: membership is the peer list.
+    secret: Option<membership::Secret>,
+    /// TLS on links (`link`), with `--tls-cert`.
+    link_tls: Option<link::LinkTls>,
     data_path: PathBuf,
     /// The origin's log; also the engine's replicator.
     pub log: Arc<OriginLog>,
@@ -334,12 +350,32 @@ pub enum ReplicationError {
         dir: PathBuf,
         source: std::io::Error,
     },
+    /// `--replication-secret-file` unreadable or empty, or the links' TLS configuration.
+    #[error("{0}")]
+    Link(String),
 }
 
 impl Replication {
     /// Reads `replication.dat` (starting this run's epoch) and opens every replica backlog
     /// under `<data-path>/replica/`. Blocking (startup).
     pub fn open(data_path: &Path, settings: Settings) -> Result<Arc<Self>, ReplicationError> {
+        let secret = if settings.secret_file.is_empty() {
+            tracing::warn!(
+                "REPLICATION: no --replication-secret-file: the link trusts the network (any host at a --replication-peer address may link)"
+            );
+            None
+        } else {
+            Some(
+                membership::Secret::read(Path::new(&settings.secret_file))
+                    .map_err(ReplicationError::Link)?,
+            )
+        };
+        let link_tls = link::LinkTls::build(
+            &settings.tls_cert,
+            &settings.tls_key,
+            &settings.tls_root_ca_file,
+        )
+        .map_err(ReplicationError::Link)?;
         let identity = identity::load_and_start(data_path)?;
         tracing::info!(
             "REPLICATION: node {:016x}, epoch {}, replicas {}, peers {:?}",
@@ -387,6 +423,8 @@ impl Replication {
             gossip: Mutex::new(HashMap::new()),
             status_changed: watch::channel(0).0,
             settings,
+            secret,
+            link_tls,
         });
         repl.open_backlogs()?;
         Ok(repl)
@@ -505,6 +543,125 @@ impl Replication {
                 tracing::error!("REPLICATION: failed to delete {} - {e}", dir.display());
             }
         }
+    }
+
+    /// The group's shared secret, if it has one.
+    pub(crate) fn secret(&self) -> Option<&membership::Secret> {
+        self.secret.as_ref()
+    }
+
+    /// TLS on links, when this node has a certificate.
+    pub(crate) fn link_tls(&self) -> Option<&link::LinkTls> {
+        self.link_tls.as_ref()
+    }
+
+    /// The origins other than `except` whose backlogs here record `host:port` as their
+    /// broadcast address and TCP port (their HELLO, `origin.json`).
+    pub(crate) fn origins_at(&self, host: &str, port: u16, except: u64) -> Vec<u64> {
+        if host.is_empty() || port == 0 {
+            return Vec::new();
+        }
+        let mut v: Vec<u64> = self
+            .backlogs
+            .lock()
+            .values()
+            .filter(|b| b.origin != except)
+            .filter(|b| {
+                b.address
+                    .lock()
+                    .as_ref()
+                    .is_some_and(|(h, p)| h == host && *p == port)
+            })
+            .map(|b| b.origin)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Whether another origin than `origin` with a live link here announces `host:port`
+    /// (then nsqlookupd's entry at that address is that origin's, not `origin`'s).
+    pub(crate) fn replaced_at(&self, origin: u64, host: &str, port: u16) -> bool {
+        self.origins_at(host, port, origin).into_iter().any(|o| {
+            self.backlogs
+                .lock()
+                .values()
+                .any(|b| b.origin == o && b.link().live.is_some())
+        })
+    }
+
+    /// Node `new` answers (a proven HELLO, or a CHALLENGE to this node's dial) where member
+    /// `old` did: `old` is gone for good — its host came back without its data directory, so
+    /// without its node ID. Its epochs end uncleanly, exactly as if it had sent HELLO with
+    /// PREVIOUS_UNCLEAN (docs/replication.md, Node identity): taken over at once by the
+    /// chooser's member. A session of `old` that still looks live (its host died without
+    /// closing it) is waited for: the dead-link rule ends it within 5 s. One still live after
+    /// twice that is another member announcing the same address, a misconfiguration: logged,
+    /// nothing ends.
+    pub(crate) fn identity_replaced(self: &Arc<Self>, old: u64, new: u64, at: &str) {
+        if old == 0 || old == new || old == self.identity.node_id {
+            return;
+        }
+        let held = |r: &Replication| r.backlogs.lock().values().any(|b| b.origin == old);
+        let live = move |r: &Replication| {
+            r.backlogs
+                .lock()
+                .values()
+                .any(|b| b.origin == old && b.link().live.is_some())
+        };
+        if !held(self) {
+            return;
+        }
+        let (r, at) = (self.clone(), at.to_string());
+        let t = tokio::spawn(async move {
+            let deadline = Instant::now() + 2 * LINK_TIMEOUT;
+            let stop = r.stopping();
+            while live(&r) {
+                if Instant::now() >= deadline || *stop.borrow() {
+                    tracing::warn!(
+                        "REPLICATION: {new:016x} answers at {at}, the address of {old:016x}, whose link is live: two members announce one address"
+                    );
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            tracing::warn!(
+                "REPLICATION: {new:016x} answers at {at}, the address of {old:016x}: {old:016x} is gone (a new node ID), its epochs end now"
+            );
+            r.epochs_ended(old, u64::MAX).await;
+            r.retire_manifests(old).await;
+        });
+        let mut tasks = self.tasks.lock();
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(t);
+    }
+
+    /// The manifests of `origin`'s epochs taken over here are never applied when `origin`
+    /// is gone for good (a replaced identity): they are deleted and their epochs announced as
+    /// taken over for a while longer, as after MANIFEST_APPLIED (Return).
+    async fn retire_manifests(&self, origin: u64) {
+        let _g = self.takeover_lock.lock().await;
+        let epochs: Vec<u64> = self
+            .taken
+            .lock()
+            .keys()
+            .filter(|(o, _)| *o == origin)
+            .map(|&(_, e)| e)
+            .collect();
+        for epoch in epochs {
+            let path = nsq_core::replica::manifest::manifest_path(&self.data_path, origin, epoch);
+            let removed = tokio::task::spawn_blocking(move || std::fs::remove_file(&path)).await;
+            if let Ok(Err(e)) = removed {
+                tracing::error!("REPLICATION: failed to delete a manifest - {e}");
+                continue;
+            }
+            self.taken.lock().remove(&(origin, epoch));
+            self.retired.lock().insert((origin, epoch), Instant::now());
+            tracing::info!(
+                "REPLICATION: the manifest of {origin:016x} epoch {epoch} is deleted: {origin:016x} is gone for good"
+            );
+        }
+        self.status_change();
     }
 
     /// Hands the engine over (catch-ups read it).

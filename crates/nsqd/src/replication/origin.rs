@@ -12,15 +12,16 @@ use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
 use nsq_protocol::replication::{
-    self, Frame, Hello, Item, LinkErrorCode, WelcomeAnswer, LINK_VERSION, MAGIC_R1,
+    self, Challenge, Frame, Hello, Item, LinkErrorCode, WelcomeAnswer, LINK_VERSION, MAGIC_R1,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::link::{LinkRead, LinkStream, LinkWrite};
 use super::log::Take;
+use super::membership;
 use super::{Replication, HEARTBEAT, LINK_TIMEOUT};
 
 /// Reconnection backoff bounds.
@@ -137,7 +138,20 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
         Err(_) => return End::NotEstablished("connect timed out".into()),
     };
     let _ = stream.set_nodelay(true);
-    let (mut rd, mut wr) = stream.into_split();
+    // With a certificate the link is TLS from after the magic (link.rs).
+    let mut stream = match repl.link_tls() {
+        None => LinkStream::Plain(stream),
+        Some(tls) => {
+            let mut tcp = stream;
+            if let Err(e) = tcp.write_all(MAGIC_R1).await {
+                return End::NotEstablished(e.to_string());
+            }
+            match tls.connect(tcp, addr).await {
+                Ok(s) => s,
+                Err(e) => return End::NotEstablished(format!("TLS handshake failed - {e}")),
+            }
+        }
+    };
     let id = repl.identity;
     let s = &repl.settings;
     // The epoch now: a session of an older one ends (see the select below).
@@ -146,7 +160,7 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     // An unclean epoch a peer already took over is not announced again: another holder of
     // it would take it over a second time (it is dropped below instead).
     let unclean = id.previous_unclean.filter(|&e| e > repl.taken_epoch());
-    let hello = Frame::Hello(Hello {
+    let hello = Hello {
         version: LINK_VERSION,
         node_id: id.node_id,
         epoch,
@@ -169,24 +183,44 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
         } else {
             info.http_port
         },
-    });
+        nonce: membership::nonce(),
+    };
     let mut out = BytesMut::with_capacity(256);
-    out.put_slice(MAGIC_R1);
-    if let Err(e) = replication::try_encode(&hello, &mut out) {
+    if !stream.is_tls() {
+        out.put_slice(MAGIC_R1);
+    }
+    if let Err(e) = replication::try_encode(&Frame::Hello(hello.clone()), &mut out) {
         return End::NotEstablished(format!("cannot encode HELLO - {e}"));
     }
-    if let Err(e) = wr.write_all(&out).await {
+    if let Err(e) = stream.write_all(&out).await {
         return End::NotEstablished(e.to_string());
     }
+    let binding = stream.binding();
+    let (mut rd, mut wr) = stream.split();
     let mut buf = BytesMut::with_capacity(8 << 10);
+    // The replica proves it is a member before anything is sent to it (membership.rs).
+    let c = match handshake(repl, &mut rd, &mut wr, &mut buf, &hello, &binding).await {
+        Ok(c) => c,
+        Err(end) => return end,
+    };
+    let replica = c.node_id;
+    // Another node ID than the one that answered at this peer address before, or at the
+    // broadcast address of an origin this node holds: that member is gone (Node identity).
+    let before = repl.group.lock().peers[i].node_id;
+    if before != 0 && before != replica {
+        repl.identity_replaced(before, replica, addr);
+    }
+    let at = format!("{}:{}", c.broadcast_address, c.tcp_port);
+    for old in repl.origins_at(&c.broadcast_address, c.tcp_port, replica) {
+        repl.identity_replaced(old, replica, &at);
+    }
     let welcome = match read_frame(&mut rd, &mut buf, s.max_frame).await {
-        Ok(Frame::Welcome(w)) => w,
-        Ok(Frame::Error {
-            code: LinkErrorCode::NotInGroup,
-            ..
-        }) if buf.is_empty() => {
-            // A node refuses a link to itself with this code.
-            return End::SelfLink;
+        Ok(Frame::Welcome(w)) if w.node_id == replica => w,
+        Ok(Frame::Welcome(w)) => {
+            return End::NotEstablished(format!(
+                "WELCOME from {:016x} after CHALLENGE from {replica:016x}",
+                w.node_id
+            ))
         }
         Ok(Frame::Error { code, text }) => {
             return End::NotEstablished(format!("refused ({code:?}): {text}"))
@@ -218,9 +252,6 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
             return End::NotEstablished(e);
         }
     };
-    if welcome.node_id == id.node_id {
-        return End::SelfLink;
-    }
     let (front, last) = repl.log.bounds();
     let resume = welcome.answer == WelcomeAnswer::Resume
         && welcome.last_seq <= last
@@ -280,10 +311,84 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     }
 }
 
+/// The handshake after HELLO (docs/replication.md, Membership): reads the replica's
+/// CHALLENGE, checks its proof and answers with AUTH. The replica's CHALLENGE, or how the
+/// session ends.
+async fn handshake(
+    repl: &Replication,
+    rd: &mut LinkRead,
+    wr: &mut LinkWrite,
+    buf: &mut BytesMut,
+    hello: &Hello,
+    binding: &[u8],
+) -> Result<Challenge, End> {
+    let c = match read_frame(rd, buf, repl.settings.max_frame).await {
+        Ok(Frame::Challenge(c)) => c,
+        Ok(Frame::Error {
+            code: LinkErrorCode::NotInGroup,
+            text,
+        }) if text == membership::SELF_LINK => {
+            // A node refuses a link to itself with this code and text.
+            return Err(End::SelfLink);
+        }
+        Ok(Frame::Error { code, text }) => {
+            return Err(End::NotEstablished(format!("refused ({code:?}): {text}")))
+        }
+        Ok(other) => return Err(End::NotEstablished(format!("unexpected {other:?}"))),
+        // E_BAD_PROTOCOL from a node with replication off is not a link frame.
+        Err(e) => return Err(End::NotEstablished(e)),
+    };
+    if c.node_id == repl.identity.node_id {
+        return Err(End::SelfLink);
+    }
+    let secret = repl.secret();
+    let proven = c.node_id != 0
+        && membership::verify(
+            secret,
+            membership::Side::Replica,
+            hello,
+            &c,
+            binding,
+            &c.proof,
+        );
+    if !proven {
+        let mut b = BytesMut::new();
+        replication::encode(
+            &Frame::Error {
+                code: LinkErrorCode::NotInGroup,
+                text: membership::NOT_IN_GROUP.into(),
+            },
+            &mut b,
+        );
+        let _ = wr.write_all(&b).await;
+        let _ = wr.shutdown().await;
+        return Err(End::NotEstablished(format!(
+            "{:016x} is not in the group: {}",
+            c.node_id,
+            if c.node_id == 0 {
+                "node ID 0"
+            } else if secret.is_some() {
+                "wrong proof (another secret, or none)"
+            } else {
+                "it sent a proof: it has a secret, this node has none"
+            }
+        )));
+    }
+    let auth = Frame::Auth {
+        proof: membership::proof(secret, membership::Side::Origin, hello, &c, binding),
+    };
+    let mut b = BytesMut::new();
+    replication::encode(&auth, &mut b);
+    if let Err(e) = wr.write_all(&b).await {
+        return Err(End::NotEstablished(e.to_string()));
+    }
+    Ok(c)
+}
+
 /// Sends the live frames from `next` on (and a catch-up, if any) until the link fails.
 async fn writer(
     repl: &Replication,
-    wr: &mut OwnedWriteHalf,
+    wr: &mut LinkWrite,
     mut next: u64,
     mut snapshot: Option<mpsc::Receiver<Vec<Item>>>,
     _max_frame: u32,
@@ -364,7 +469,7 @@ async fn writer(
 }
 
 /// Takes ACKs (and heartbeats) until the link fails.
-async fn reader(repl: &Replication, i: usize, rd: &mut OwnedReadHalf, mut buf: BytesMut) -> String {
+async fn reader(repl: &Replication, i: usize, rd: &mut LinkRead, mut buf: BytesMut) -> String {
     loop {
         match read_frame(rd, &mut buf, repl.settings.max_frame).await {
             Ok(Frame::Ack { seq }) => repl.on_ack(i, seq),

@@ -13,15 +13,19 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use nsq_core::replica::{manifest, Record, ReplicaStore, StoreError};
-use nsq_protocol::replication::{self, Frame, LinkErrorCode, Welcome, WelcomeAnswer, LINK_VERSION};
+use nsq_protocol::replication::{
+    self, Challenge, Frame, Hello, LinkErrorCode, Welcome, WelcomeAnswer, LINK_VERSION,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::link::LinkStream;
+use super::membership::{self, Side};
 use super::origin::read_frame;
 use super::{Backlog, Replication, HEARTBEAT, LINK_TIMEOUT};
 
-async fn send(stream: &mut TcpStream, f: &Frame) -> std::io::Result<()> {
+async fn send(stream: &mut LinkStream, f: &Frame) -> std::io::Result<()> {
     let mut b = BytesMut::with_capacity(64);
     if let Err(e) = replication::try_encode(f, &mut b) {
         return Err(std::io::Error::other(e));
@@ -29,14 +33,34 @@ async fn send(stream: &mut TcpStream, f: &Frame) -> std::io::Result<()> {
     stream.write_all(&b).await
 }
 
-async fn refuse(stream: &mut TcpStream, code: LinkErrorCode, text: String) {
+async fn refuse(stream: &mut LinkStream, code: LinkErrorCode, text: String) {
     let _ = send(stream, &Frame::Error { code, text }).await;
     let _ = stream.shutdown().await;
 }
 
 /// Serves one replication link (the magic has been read).
-pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, peer: SocketAddr) {
-    let _ = stream.set_nodelay(true);
+pub(crate) async fn serve_link(repl: Arc<Replication>, tcp: TcpStream, peer: SocketAddr) {
+    let _ = tcp.set_nodelay(true);
+    // With a certificate, links are TLS: a HELLO in the clear is refused readably.
+    let mut stream = match repl.link_tls() {
+        None => LinkStream::Plain(tcp),
+        Some(tls) => {
+            let mut first = [0u8; 1];
+            let peeked = tokio::time::timeout(LINK_TIMEOUT, tcp.peek(&mut first)).await;
+            if !matches!(peeked, Ok(Ok(1)) if first[0] == 0x16) {
+                tracing::warn!("REPLICATION: link from {peer} refused: not TLS");
+                let text = "TLS required".to_string();
+                return refuse(&mut LinkStream::Plain(tcp), LinkErrorCode::NotInGroup, text).await;
+            }
+            match tls.accept(tcp).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("REPLICATION: link from {peer}: TLS handshake failed - {e}");
+                    return;
+                }
+            }
+        }
+    };
     let max_frame = repl.settings.max_frame;
     let mut buf = BytesMut::with_capacity(64 << 10);
     let hello = match read_frame(&mut stream, &mut buf, max_frame).await {
@@ -50,13 +74,32 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, pe
             return refuse(&mut stream, LinkErrorCode::BadFrame, e).await;
         }
     };
-    if hello.version != LINK_VERSION {
-        let text = format!("unsupported version {}", hello.version);
-        return refuse(&mut stream, LinkErrorCode::UnsupportedVersion, text).await;
+    // Only members link (docs/replication.md, Membership); nothing of a stranger is kept.
+    // A stranger is refused whatever the version of its HELLO (node ID 0, or without a
+    // secret an address no peer has); a member's HELLO of another version is unsupported.
+    let mut admitted = stranger(&repl, &hello, peer).await;
+    if admitted.is_ok() {
+        if hello.version != LINK_VERSION {
+            let text = format!("unsupported version {}", hello.version);
+            return refuse(&mut stream, LinkErrorCode::UnsupportedVersion, text).await;
+        }
+        if hello.node_id == repl.identity.node_id {
+            let text = membership::SELF_LINK.to_string();
+            return refuse(&mut stream, LinkErrorCode::NotInGroup, text).await;
+        }
+        admitted = prove(&repl, &mut stream, &mut buf, &hello).await;
     }
-    if hello.node_id == repl.identity.node_id {
-        let text = "a link to oneself".to_string();
-        return refuse(&mut stream, LinkErrorCode::NotInGroup, text).await;
+    if let Err(why) = admitted {
+        tracing::warn!(
+            "REPLICATION: link from {peer} (node {:016x}) refused: {why}",
+            hello.node_id
+        );
+        return refuse(
+            &mut stream,
+            LinkErrorCode::NotInGroup,
+            membership::NOT_IN_GROUP.into(),
+        )
+        .await;
     }
     if hello.nsqd_node_id == repl.settings.nsqd_node_id {
         tracing::warn!(
@@ -64,6 +107,12 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, pe
             hello.node_id,
             hello.nsqd_node_id
         );
+    }
+    // A member that answers at the address of an origin this node holds, with another node
+    // ID, replaced it (Node identity): the old identity's epochs end now.
+    let at = format!("{}:{}", hello.broadcast_address, hello.tcp_port);
+    for old in repl.origins_at(&hello.broadcast_address, hello.tcp_port, hello.node_id) {
+        repl.identity_replaced(old, hello.node_id, &at);
     }
     let (origin, epoch) = (hello.node_id, hello.epoch);
     if hello.previous_unclean {
@@ -140,12 +189,64 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, mut stream: TcpStream, pe
     }
 }
 
+/// The checks of a HELLO that need no handshake (`membership`): node ID 0 is no member;
+/// without a secret, the origin must come from an address of the peer list. `Err` says why.
+async fn stranger(repl: &Replication, hello: &Hello, peer: SocketAddr) -> Result<(), String> {
+    if hello.node_id == 0 {
+        return Err("node ID 0".into());
+    }
+    if repl.secret().is_none() && !membership::listed_peer(&repl.settings.peers, peer.ip()).await {
+        return Err(format!("{} is no --replication-peer", peer.ip()));
+    }
+    Ok(())
+}
+
+/// The handshake's proofs (`membership`): CHALLENGE carries this node's proof, and the
+/// origin must answer with AUTH and its own. `Err` says why the origin is not admitted.
+async fn prove(
+    repl: &Replication,
+    stream: &mut LinkStream,
+    buf: &mut BytesMut,
+    hello: &Hello,
+) -> Result<(), String> {
+    let secret = repl.secret();
+    let mut challenge = Challenge {
+        node_id: repl.identity.node_id,
+        nonce: membership::nonce(),
+        broadcast_address: repl.settings.broadcast_address.clone(),
+        tcp_port: repl.settings.tcp_port,
+        proof: Default::default(),
+    };
+    let binding = stream.binding();
+    challenge.proof = membership::proof(secret, Side::Replica, hello, &challenge, &binding);
+    send(stream, &Frame::Challenge(challenge.clone()))
+        .await
+        .map_err(|e| format!("cannot send CHALLENGE - {e}"))?;
+    match read_frame(stream, buf, repl.settings.max_frame).await {
+        Ok(Frame::Auth { proof }) => {
+            if membership::verify(secret, Side::Origin, hello, &challenge, &binding, &proof) {
+                Ok(())
+            } else if secret.is_some() {
+                Err("wrong proof (another secret, or none)".into())
+            } else {
+                Err("it sent a proof: it has a secret, this node has none".into())
+            }
+        }
+        Ok(Frame::Error { code, text }) => Err(format!("it refused ({code:?}): {text}")),
+        Ok(other) => Err(format!(
+            "expected AUTH, got type 0x{:02x}",
+            other.frame_type()
+        )),
+        Err(e) => Err(format!("no AUTH - {e}")),
+    }
+}
+
 /// Answers a returning origin whose epoch `epoch` this node took over (docs/replication.md,
 /// Return): TAKEN_OVER, the manifest as stored, MANIFEST_END; then waits for MANIFEST_APPLIED
 /// of that epoch, deletes the manifest and closes.
 async fn answer_taken_over(
     repl: &Arc<Replication>,
-    stream: &mut TcpStream,
+    stream: &mut LinkStream,
     mut buf: BytesMut,
     peer: SocketAddr,
     origin: u64,
@@ -275,7 +376,7 @@ async fn session_loop(
     backlog: &Arc<Backlog>,
     session: u64,
     sync: bool,
-    stream: &mut TcpStream,
+    stream: &mut LinkStream,
     mut buf: BytesMut,
 ) -> LinkEnd {
     let max_frame = repl.settings.max_frame;

@@ -107,7 +107,10 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
                 };
                 let at = Instant::now();
                 for (b, _) in &down {
+                    // An entry at its address is another member's once a member with
+                    // another node ID answers there (Node identity): not this origin's.
                     let address = b.address.lock().clone();
+                    let address = address.filter(|(h, p)| !repl.replaced_at(b.origin, h, *p));
                     let entry = address.and_then(|(host, port)| {
                         producers
                             .iter()
