@@ -24,6 +24,15 @@ pub struct WriteTicket(pub u64);
 pub type DurableWait =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), BackendError>> + Send>>;
 
+/// Where a [`BackendQueue::scan_step`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanStep {
+    /// Where the next step starts (the `from` to pass).
+    pub next: RecordPos,
+    /// The write position was reached: everything written was handed over.
+    pub done: bool,
+}
+
 /// Errors a backend reports. `Exiting` renders as the reference's `exiting`.
 #[derive(Debug)]
 pub enum BackendError {
@@ -120,6 +129,26 @@ pub trait BackendQueue: Send + Sync + 'static {
     /// out meanwhile. A backend that keeps nothing has nothing to show (the default).
     fn scan_unread(&self, _f: &mut dyn FnMut(Bytes)) -> Result<(), BackendError> {
         Ok(())
+    }
+
+    /// One step of a chunked, non-consuming read of what is written and not yet taken (a
+    /// replication catch-up, crate::replicate): hands the records from `from` on — from the
+    /// read position when `from` is `None` or before it — to `f`, in order, without taking
+    /// them, until about `max_bytes` of payload (at least one record) or the write position.
+    /// The caller keeps other readers out during the call (not between calls). A record the
+    /// reader would skip as corrupt ends the scan of its file, as it ends the reader's; a
+    /// data file that cannot be read is an error. A backend that keeps nothing has nothing
+    /// to show (the default).
+    fn scan_step(
+        &self,
+        _from: Option<RecordPos>,
+        _max_bytes: usize,
+        _f: &mut dyn FnMut(Bytes),
+    ) -> Result<ScanStep, BackendError> {
+        Ok(ScanStep {
+            next: RecordPos::default(),
+            done: true,
+        })
     }
 
     /// Discards everything (files removed, file number bumped).

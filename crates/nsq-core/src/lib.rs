@@ -27,5 +27,5 @@ pub use engine::{Engine, Hooks, NoHooks};
 pub use message::Message;
 pub use options::{Health, Options, ScanOptions};
 pub use receipt::PutReceipt;
-pub use replicate::Replicator;
+pub use replicate::{CatchupError, CatchupScan, Replicator};
 pub use topic::{Topic, TopicStats};

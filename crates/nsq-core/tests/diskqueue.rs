@@ -871,3 +871,58 @@ fn scan_unread_shows_what_is_left_without_taking_it() {
     q.scan_unread(&mut |b| seen.push(b.to_vec())).unwrap();
     assert!(seen.is_empty());
 }
+
+/// `scan_step` hands over what is written and not taken in bounded steps, across files, from
+/// where the last step stopped (or the read position, when a read passed it), without taking
+/// anything; a data file that cannot be read is an error, not an end.
+#[test]
+fn scan_step_reads_the_unread_part_in_bounded_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = DiskQueue::open("dq", opts(dir.path(), 200)).unwrap();
+    let recs: Vec<Vec<u8>> = (0..12)
+        .map(|i| message(i, 0, &format!("{i:016}"), &[b'x'; 40]))
+        .collect();
+    for r in &recs {
+        q.put(r).unwrap();
+    }
+    let mut out = Vec::new();
+    assert_eq!(q.read_batch(2, &mut out), 2);
+    // Steps of about two records' payload.
+    let budget = 2 * recs[0].len();
+    let (mut seen, mut from, mut steps) = (Vec::new(), None, 0);
+    loop {
+        let mut got = Vec::new();
+        let s = q.scan_step(from, budget, &mut |b| got.push(b.to_vec())).unwrap();
+        assert!(got.len() <= 2, "{}", got.len());
+        seen.extend(got);
+        steps += 1;
+        from = Some(s.next);
+        if s.done {
+            break;
+        }
+        if steps == 2 {
+            // A read between steps passes the cursor: the next step starts where it stopped.
+            assert_eq!(q.read_batch(5, &mut out), 5);
+        }
+    }
+    let mut expect = recs[2..6].to_vec();
+    expect.extend_from_slice(&recs[7..]);
+    assert_eq!(seen, expect);
+    // Nothing was taken by the scan; a step at the end is done at once.
+    out.clear();
+    assert_eq!(q.read_batch(100, &mut out), 5);
+    let s = q.scan_step(from, budget, &mut |_| panic!("nothing left")).unwrap();
+    assert!(s.done);
+
+    // A data file that cannot be read (here: a directory in its place) is an error.
+    for r in &recs {
+        q.put(r).unwrap();
+    }
+    let unread = (0..20)
+        .map(|n| data_file(dir.path(), "dq", n))
+        .find(|p| p.exists())
+        .unwrap();
+    fs::remove_file(&unread).unwrap();
+    fs::create_dir(&unread).unwrap();
+    assert!(q.scan_step(None, budget, &mut |_| {}).is_err());
+}

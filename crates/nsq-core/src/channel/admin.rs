@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use nsq_protocol::replication::{AdminOp, Item, MessageItem, PendingChannel};
+use nsq_protocol::replication::AdminOp;
 use nsq_protocol::MessageId;
 
 use super::{Channel, ChannelStats, Consumer, SubscribeError};
@@ -212,50 +212,6 @@ impl Channel {
     /// The channel's e2e processing-latency window.
     pub fn e2e(&self) -> &E2eLatency {
         &self.e2e
-    }
-
-    /// What this channel holds, for a replication catch-up: each message queued in memory,
-    /// in flight, deferred (with its due time as Unix ns) or not read from the channel's
-    /// diskqueue yet, pending on this channel. Taken under the channel lock, once no backend
-    /// write of the channel is outstanding (a message being written is in no queue
-    /// meanwhile; waits at most about a second for that), so that every message is seen in
-    /// exactly one place. Blocking: reads the diskqueue's unread files.
-    pub fn replication_items(&self, out: &mut Vec<Item>) {
-        let now = super::now();
-        let g = self.lock_settled();
-        let item = |m: &Message, due: i64| {
-            Item::Message(MessageItem {
-                topic: self.topic_name.clone(),
-                id: m.id,
-                timestamp: m.timestamp,
-                topic_pending: false,
-                topic_due: 0,
-                channels: vec![PendingChannel {
-                    name: self.name.clone(),
-                    due,
-                    attempts: m.attempts,
-                }],
-                body: m.body.clone(),
-            })
-        };
-        for m in g.state.queued().chain(g.state.in_flight_messages()) {
-            out.push(item(m, 0));
-        }
-        for (due, m) in g.state.deferred_messages() {
-            let wait = due.saturating_duration_since(now.mono).as_nanos() as i64;
-            out.push(item(m, now.wall.saturating_add(wait).max(1)));
-        }
-        // Under the lock: no consumer reads the backend meanwhile.
-        let r = self.backend.scan_unread(&mut |payload| match Message::decode(payload) {
-            Ok(m) => out.push(item(&m, 0)),
-            Err(e) => {
-                tracing::error!(channel = %self.name, topic = %self.topic_name, "catch-up: failed to decode a message of the backend - {e}")
-            }
-        });
-        drop(g);
-        if let Err(e) = r {
-            tracing::error!(channel = %self.name, topic = %self.topic_name, "catch-up: failed to read the backend, its unread part is not sent - {e}");
-        }
     }
 
     /// IDs currently in flight (test helper and debugging aid).

@@ -147,6 +147,7 @@ impl Channel {
                     let empty = written.is_err() && self.backend.depth() <= 0;
                     g.state.put_done(mem, written.is_ok(), empty);
                 }
+                self.write_completed();
                 let t = written?;
                 if let (Some(receipt), true) = (receipt, self.opts.durable) {
                     receipt.backend(&self.backend, t);
@@ -179,6 +180,7 @@ impl Channel {
                 .lock()
                 .state
                 .restore_done(r.write, written, r.journal_del, now);
+            self.write_completed();
             self.journal_del(del);
         }
         self.notify.notify_waiters();

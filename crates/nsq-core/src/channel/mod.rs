@@ -17,6 +17,7 @@
 //! and the durable deferred journal. The reference's counterpart is nsqd/channel.go.
 
 mod admin;
+mod catchup;
 mod deliver;
 mod enter;
 mod journal;
@@ -34,7 +35,7 @@ mod tests;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -103,6 +104,14 @@ pub enum SubscribeError {
     /// The channel is being deleted or closed.
     Exiting,
 }
+
+/// How long [`Channel::lock_settled`] waits for the channel's outstanding backend writes
+/// (a write is one `write` syscall of a batch: far longer means a stuck disk).
+const SETTLE_WAIT: std::time::Duration = if cfg!(test) {
+    std::time::Duration::from_millis(300)
+} else {
+    std::time::Duration::from_secs(10)
+};
 
 /// Everything the channel lock protects.
 struct Inner {
@@ -183,6 +192,8 @@ pub struct Channel {
     deleting: AtomicBool,
     /// Wakes consumer delivery loops: new messages, unpause.
     notify: Notify,
+    /// Signalled when a backend write completes (see [`Channel::lock_settled`]).
+    writes_done: Condvar,
     e2e: E2eLatency,
     /// Replication (crate::replicate); `None` when off and for an ephemeral channel.
     repl: Option<Arc<dyn Replicator>>,
@@ -269,6 +280,7 @@ impl Channel {
             exiting: AtomicBool::new(false),
             deleting: AtomicBool::new(false),
             notify: Notify::new(),
+            writes_done: Condvar::new(),
             e2e,
             repl,
             returning: OnceLock::new(),
@@ -284,20 +296,26 @@ impl Channel {
     }
 
     /// The channel lock once no backend write of the channel is outstanding (a message being
-    /// written is in no queue meanwhile), waiting at most about a second for that: readers
-    /// that must see every message in exactly one place (a replication catch-up, a
-    /// returning origin's skip set) take it. Blocking.
-    fn lock_settled(&self) -> Locked<'_> {
+    /// written is in no queue meanwhile): readers that must see every message in exactly
+    /// one place (a replication catch-up, a returning origin's skip set) take it. Waits on
+    /// [`Channel::writes_done`], signalled as each write completes, for at most
+    /// [`SETTLE_WAIT`]; `None` if writes were still outstanding then (a stuck disk): the
+    /// caller fails rather than read a view that misses messages. Blocking.
+    fn lock_settled(&self) -> Option<Locked<'_>> {
+        let deadline = std::time::Instant::now() + SETTLE_WAIT;
         let mut g = self.lock();
-        for _ in 0..1000 {
-            if !g.state.writes_outstanding() {
-                break;
+        while g.state.writes_outstanding() {
+            if self.writes_done.wait_until(&mut g.guard, deadline).timed_out() {
+                return (!g.state.writes_outstanding()).then_some(g);
             }
-            drop(g);
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            g = self.lock();
         }
-        g
+        Some(g)
+    }
+
+    /// A backend write of the channel completed (its state was told, under the lock just
+    /// released): wakes [`Channel::lock_settled`].
+    fn write_completed(&self) {
+        self.writes_done.notify_all();
     }
 
     pub fn name(&self) -> &str {

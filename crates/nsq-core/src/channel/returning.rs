@@ -232,7 +232,12 @@ impl Channel {
     /// take meets them. Returns how many messages were settled at once. Blocking: reads the
     /// diskqueue's unread files (as a replication catch-up does), under the channel lock.
     pub(crate) fn apply_skips(&self, ret: &Returning) -> usize {
-        let mut g = self.lock_settled();
+        // Writes still outstanding after the wait: the view may miss a message being
+        // written, so the entries are kept whole (as when the scan fails below).
+        let (mut g, settled_view) = match self.lock_settled() {
+            Some(g) => (g, true),
+            None => (self.lock(), false),
+        };
         // What the channel holds that a take may still meet.
         let mut held: FxHashSet<MessageId> = g.state.queued().map(|m| m.id).collect();
         let r = self.backend.scan_unread(&mut |payload| {
@@ -244,7 +249,7 @@ impl Channel {
             // Its entries are kept whole: nothing is delivered that might be listed.
             tracing::error!(channel = %self.name, topic = %self.topic_name, "failed to read the backend to apply a manifest - {e}");
         }
-        let scanned = r.is_ok();
+        let scanned = r.is_ok() && settled_view;
         let mut settled = Vec::new();
         let mut owners = Vec::new();
         let mut journal_del = Vec::new();

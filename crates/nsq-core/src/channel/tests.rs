@@ -22,6 +22,9 @@ use crate::receipt::PutReceipt;
 #[derive(Default)]
 struct MockBackend {
     inner: Mutex<MockState>,
+    /// While true, `put_batch` waits (a write outstanding for as long as a test wants).
+    hold: Mutex<bool>,
+    released: parking_lot::Condvar,
 }
 
 #[derive(Default)]
@@ -30,6 +33,8 @@ struct MockState {
     next: i64,
     fail: bool,
     watermark: Option<RecordPos>,
+    /// `scan_step` fails.
+    scan_fail: bool,
 }
 
 impl MockBackend {
@@ -38,6 +43,10 @@ impl MockBackend {
     }
     fn set_fail(&self, fail: bool) {
         self.inner.lock().fail = fail;
+    }
+    fn set_hold(&self, hold: bool) {
+        *self.hold.lock() = hold;
+        self.released.notify_all();
     }
 }
 
@@ -54,6 +63,12 @@ impl BackendQueue for MockBackend {
         count: usize,
         encode: &mut dyn FnMut(usize, &mut Vec<u8>),
     ) -> Result<WriteTicket, BackendError> {
+        {
+            let mut held = self.hold.lock();
+            while *held {
+                self.released.wait(&mut held);
+            }
+        }
         let mut st = self.inner.lock();
         if st.fail {
             return Err(BackendError::Io(std::io::Error::from_raw_os_error(28)));
@@ -88,6 +103,26 @@ impl BackendQueue for MockBackend {
     }
     fn set_read_watermark(&self, pos: Option<RecordPos>) {
         self.inner.lock().watermark = pos;
+    }
+    fn scan_step(
+        &self,
+        from: Option<RecordPos>,
+        _max_bytes: usize,
+        f: &mut dyn FnMut(Bytes),
+    ) -> Result<crate::backend::ScanStep, BackendError> {
+        let st = self.inner.lock();
+        if st.scan_fail {
+            return Err(BackendError::Io(std::io::Error::from_raw_os_error(5)));
+        }
+        for (b, p) in &st.records {
+            if from.is_none_or(|f| *p >= f) {
+                f(b.clone());
+            }
+        }
+        Ok(crate::backend::ScanStep {
+            next: pos(st.next),
+            done: true,
+        })
     }
     fn depth(&self) -> i64 {
         self.inner.lock().records.len() as i64
@@ -259,4 +294,88 @@ async fn a_due_deferred_message_is_removed_from_the_journal() {
     }
     let (ch, _) = channel(dir.path(), 0);
     assert_eq!(ch.stats().deferred_count, 0);
+}
+
+/// The IDs of a catch-up step's items.
+fn item_ids(items: &[nsq_protocol::replication::Item]) -> Vec<MessageId> {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            nsq_protocol::replication::Item::Message(m) => Some(m.id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A catch-up step waits for a backend write in progress (the message being written is in
+/// no queue meanwhile) and then sees the message; one still outstanding after
+/// `SETTLE_WAIT` fails the step — the snapshot would miss the message — instead of
+/// snapshotting anyway (issue 28, defect 4).
+#[test]
+fn a_catchup_step_waits_for_outstanding_writes_or_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ch, backend) = channel(dir.path(), 0);
+    let wait_outstanding = |ch: &Channel| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !ch.lock().state.writes_outstanding() {
+            assert!(std::time::Instant::now() < deadline, "no write started");
+            std::thread::yield_now();
+        }
+    };
+
+    // Released while the step waits: the step sees the message on disk.
+    backend.set_hold(true);
+    let writer = {
+        let ch = ch.clone();
+        std::thread::spawn(move || ch.put([msg(1)]).unwrap())
+    };
+    wait_outstanding(&ch);
+    let releaser = {
+        let backend = backend.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            backend.set_hold(false);
+        })
+    };
+    let mut items = Vec::new();
+    assert!(ch.catchup_step(None, 1 << 20, &mut items).unwrap().is_none());
+    assert_eq!(item_ids(&items), vec![msg(1).id]);
+    writer.join().unwrap();
+    releaser.join().unwrap();
+
+    // Still outstanding after the wait: an error, not a snapshot without the message.
+    backend.set_hold(true);
+    let writer = {
+        let ch = ch.clone();
+        std::thread::spawn(move || ch.put([msg(2)]).unwrap())
+    };
+    wait_outstanding(&ch);
+    let mut items = Vec::new();
+    let r = ch.catchup_step(None, 1 << 20, &mut items);
+    assert!(
+        matches!(r, Err(crate::replicate::CatchupError::Unsettled { .. })),
+        "{r:?} {items:?}"
+    );
+    backend.set_hold(false);
+    writer.join().unwrap();
+}
+
+/// A catch-up step that cannot read the channel's diskqueue fails (the session ends
+/// without CATCHUP_END) instead of leaving the unread part out (issue 28, defect 4).
+#[test]
+fn a_catchup_step_fails_when_the_backend_cannot_be_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ch, backend) = channel(dir.path(), 0);
+    ch.put([msg(1), msg(2)]).unwrap();
+    backend.inner.lock().scan_fail = true;
+    let mut items = Vec::new();
+    let r = ch.catchup_step(None, 1 << 20, &mut items);
+    assert!(
+        matches!(r, Err(crate::replicate::CatchupError::Backend { .. })),
+        "{r:?}"
+    );
+    backend.inner.lock().scan_fail = false;
+    let mut items = Vec::new();
+    assert!(ch.catchup_step(None, 1 << 20, &mut items).unwrap().is_none());
+    assert_eq!(item_ids(&items), vec![msg(1).id, msg(2).id]);
 }

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::backend::{BackendError, BackendQueue, DurableWait, RecordPos, WriteTicket};
+use crate::backend::{BackendError, BackendQueue, DurableWait, RecordPos, ScanStep, WriteTicket};
 use meta::Meta;
 use read::{ReadSide, Watermark};
 use syncer::{SyncDone, SyncJob};
@@ -290,6 +290,15 @@ impl BackendQueue for DiskQueue {
 
     fn scan_unread(&self, f: &mut dyn FnMut(Bytes)) -> Result<(), BackendError> {
         self.scan_unread_impl(f)
+    }
+
+    fn scan_step(
+        &self,
+        from: Option<RecordPos>,
+        max_bytes: usize,
+        f: &mut dyn FnMut(Bytes),
+    ) -> Result<ScanStep, BackendError> {
+        self.scan_step_impl(from, max_bytes, f)
     }
 
     fn empty(&self) -> Result<(), BackendError> {

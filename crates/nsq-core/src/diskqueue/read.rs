@@ -194,6 +194,22 @@ impl Watermark {
     }
 }
 
+/// Up to `len` bytes of `file` from `offset` (fewer only at its end).
+fn read_block(file: &File, offset: i64, len: usize) -> io::Result<Bytes> {
+    let mut buf = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        match file.read_at(&mut buf[got..], offset as u64 + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(got);
+    Ok(Bytes::from(buf))
+}
+
 /// The result of reading records from one file without the state lock.
 struct ReadStep {
     file_num: i64,
@@ -263,6 +279,125 @@ impl DiskQueue {
             }
         }
         Ok(())
+    }
+
+    /// [`BackendQueue::scan_step`](crate::backend::BackendQueue::scan_step): reads from
+    /// `max(from, read position)` with a file handle of its own, under the reader lock (no
+    /// read moves meanwhile), in blocks of about `max_bytes` (a record larger than the block
+    /// is read on its own), so memory is what is handed over. Records are slices of the
+    /// block. A damaged record ends the scan of its file and a missing data file is passed
+    /// over, as the reader does (`commit_read`: the origin skips them too); any other I/O
+    /// error is returned.
+    pub(super) fn scan_step_impl(
+        &self,
+        from: Option<RecordPos>,
+        max_bytes: usize,
+        f: &mut dyn FnMut(Bytes),
+    ) -> Result<crate::backend::ScanStep, crate::backend::BackendError> {
+        let _rs = self.reader.lock();
+        let (read, wfn, wpos) = {
+            let st = self.state.lock();
+            if st.exiting {
+                return Err(crate::backend::BackendError::Exiting);
+            }
+            let read = RecordPos {
+                file_num: st.read_file_num,
+                offset: st.read_pos,
+            };
+            (read, st.write_file_num, st.write_pos)
+        };
+        let (min, max) = (
+            i64::from(self.opts.min_msg_size),
+            i64::from(self.opts.max_msg_size),
+        );
+        let mut at = from.map_or(read, |p| p.max(read));
+        let mut handed = 0usize;
+        let budget = max_bytes.max(1);
+        let step = |at: RecordPos, done: bool| crate::backend::ScanStep { next: at, done };
+        loop {
+            if at.file_num > wfn || (at.file_num == wfn && at.offset >= wpos) {
+                return Ok(step(at, true));
+            }
+            if handed >= budget {
+                return Ok(step(at, false));
+            }
+            let file = match File::open(self.data_file(at.file_num)) {
+                Ok(file) => file,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    at = RecordPos {
+                        file_num: at.file_num + 1,
+                        offset: 0,
+                    };
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let limit = if at.file_num < wfn {
+                file.metadata()?.len() as i64
+            } else {
+                wpos
+            };
+            let next_file = RecordPos {
+                file_num: at.file_num + 1,
+                offset: 0,
+            };
+            if at.offset + 4 > limit {
+                // The rest of a completed file (or a torn tail) holds no record.
+                at = next_file;
+                continue;
+            }
+            // One block: what is left of the budget (at least one header), within the file.
+            let want = (max_bytes.saturating_sub(handed) + 4)
+                .max(4096)
+                .min((limit - at.offset) as usize);
+            let block = read_block(&file, at.offset, want)?;
+            // Shorter than asked: the file ends before its limit, where the reader fails.
+            let short = block.len() < want;
+            let mut off = 0usize;
+            let mut damaged = false;
+            while handed < budget && at.offset + (off as i64) < limit {
+                if off + 4 > block.len() {
+                    damaged = short;
+                    break;
+                }
+                let size = i64::from(i32::from_be_bytes([
+                    block[off],
+                    block[off + 1],
+                    block[off + 2],
+                    block[off + 3],
+                ]));
+                if size < min || size > max || at.offset + off as i64 + 4 + size > limit {
+                    damaged = true;
+                    break;
+                }
+                let size = size as usize;
+                if off + 4 + size > block.len() {
+                    if short {
+                        damaged = true;
+                    } else if off == 0 {
+                        // Larger than the block: read it on its own.
+                        let rec = read_block(&file, at.offset + 4, size)?;
+                        if rec.len() < size {
+                            damaged = true;
+                            break;
+                        }
+                        handed += size;
+                        f(rec);
+                        off = 4 + size;
+                    }
+                    break;
+                }
+                handed += size;
+                f(block.slice(off + 4..off + 4 + size));
+                off += 4 + size;
+            }
+            at.offset += off as i64;
+            if damaged || (at.offset >= limit && at.file_num < wfn) {
+                // Done with this file, or what the reader would skip of it (diskqueue.go,
+                // handleReadError: the rest of the file).
+                at = next_file;
+            }
+        }
     }
 
     /// Takes up to `max` records, handing each with its position to `sink`. `track`: the

@@ -10,6 +10,7 @@
 //! applies them under its lock and carries out the effects. A topic must be used inside a
 //! Tokio runtime: its pump is a task.
 
+mod catchup;
 mod state;
 
 use std::collections::BTreeMap;
@@ -28,9 +29,7 @@ use crate::options::{Health, Options};
 use crate::receipt::PutReceipt;
 use crate::replicate::Replicator;
 use crate::reserve::Reserve;
-use nsq_protocol::replication::{
-    AdminOp, ChannelItem, Item, MessageItem, PendingChannel, TopicItem,
-};
+use nsq_protocol::replication::AdminOp;
 use state::{Batch, Gate, Publish, Pump, TopicState};
 
 /// How long the pump waits before retrying a channel that refused a batch.
@@ -680,112 +679,6 @@ impl Topic {
             (st.queue.held_bytes(), st.fanout.clone())
         };
         mine + channels.iter().map(|c| c.held_bytes()).sum::<u64>()
-    }
-
-    // ---- replication ------------------------------------------------------------------
-
-    /// What this topic holds, for a replication catch-up (docs/replication.md, "Who holds
-    /// which origin's messages"): its STATE TOPIC item, then one item per message queued in
-    /// the topic's memory (pending on the topic) and per message a channel holds in memory,
-    /// in flight, deferred or unread in their diskqueues (the topic's own unread records
-    /// pending on the topic). Taken with no batch between the topic and its channels and no
-    /// write to the topic's backend (the pump lock), so a publish is either wholly in it or
-    /// sequenced after it. `None` for an ephemeral topic. Blocking: reads diskqueue files.
-    pub fn replication_items(&self, out: &mut Vec<Item>) -> Option<()> {
-        self.repl.as_ref()?;
-        let _guard = self.pump_lock.write();
-        let (channels, stalled_to) = {
-            let st = self.state.lock();
-            let channels: Vec<Arc<Channel>> = st
-                .channels
-                .values()
-                .filter(|c| !c.is_ephemeral())
-                .cloned()
-                .collect();
-            out.push(Item::Topic(TopicItem {
-                topic: self.name.clone(),
-                paused: self.is_paused(),
-                channels: channels
-                    .iter()
-                    .map(|c| ChannelItem {
-                        name: c.name().to_string(),
-                        paused: c.is_paused(),
-                    })
-                    .collect(),
-            }));
-            let (mem, stalled) = st.queue.queued();
-            for m in mem {
-                out.push(Item::Message(MessageItem {
-                    topic: self.name.clone(),
-                    id: m.id,
-                    timestamp: m.timestamp,
-                    topic_pending: true,
-                    topic_due: if m.defer_ms == 0 {
-                        0
-                    } else {
-                        m.timestamp
-                            .saturating_add(i64::from(m.defer_ms) * 1_000_000)
-                    },
-                    channels: Vec::new(),
-                    body: m.body.clone(),
-                }));
-            }
-            // A stalled batch was streamed as fanned out to the channels still to get it.
-            let stalled_to = stalled.map(|b| {
-                let names: Vec<String> = b
-                    .todo
-                    .iter()
-                    .filter(|c| !c.is_ephemeral())
-                    .map(|c| c.name().to_string())
-                    .collect();
-                (names, b.msgs.clone())
-            });
-            (channels, stalled_to)
-        };
-        // The topic's unread records: its backend moves only under the pump lock.
-        let r = self
-            .backend
-            .scan_unread(&mut |payload| match Message::decode(payload) {
-                Ok(m) => out.push(Item::Message(MessageItem {
-                    topic: self.name.clone(),
-                    id: m.id,
-                    timestamp: m.timestamp,
-                    topic_pending: true,
-                    topic_due: 0,
-                    channels: Vec::new(),
-                    body: m.body,
-                })),
-                Err(e) => {
-                    tracing::error!(topic = %self.name, "catch-up: failed to decode a message of the backend - {e}")
-                }
-            });
-        if let Err(e) = r {
-            tracing::error!(topic = %self.name, "catch-up: failed to read the backend, its unread part is not sent - {e}");
-        }
-        if let Some((names, msgs)) = stalled_to {
-            for m in msgs {
-                out.push(Item::Message(MessageItem {
-                    topic: self.name.clone(),
-                    id: m.id,
-                    timestamp: m.timestamp,
-                    topic_pending: false,
-                    topic_due: 0,
-                    channels: names
-                        .iter()
-                        .map(|n| PendingChannel {
-                            name: n.clone(),
-                            due: 0,
-                            attempts: 0,
-                        })
-                        .collect(),
-                    body: m.body.clone(),
-                }));
-            }
-        }
-        for c in channels {
-            c.replication_items(out);
-        }
-        Some(())
     }
 
     // ---- stats --------------------------------------------------------------------------

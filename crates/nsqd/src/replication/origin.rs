@@ -30,6 +30,9 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Bytes of live frames per write, and of STATE items added to one write.
 const WRITE_LIVE: usize = 1 << 20;
 const WRITE_STATE: usize = 256 << 10;
+/// Bytes of bodies read from disk per catch-up chunk (`nsq_core::CatchupScan`); with the
+/// chunk being sent and the one queued, a catch-up holds at most three of them.
+const CHUNK_BYTES: usize = 1 << 20;
 
 /// The ports HELLO announces.
 #[derive(Debug, Clone, Copy)]
@@ -285,22 +288,7 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
             format!("catching up at seq {last} (it holds {})", welcome.last_seq)
         }
     );
-    // The catch-up snapshot, one topic at a time (bounded memory: the writer takes a topic's
-    // items before the next is collected).
-    let catchup = (!resume).then(|| {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Vec<Item>>(1);
-        let engine = repl.engine().cloned();
-        tokio::task::spawn_blocking(move || {
-            let Some(e) = engine else { return };
-            for t in e.topics() {
-                let mut items = Vec::new();
-                if t.replication_items(&mut items).is_some() && tx.blocking_send(items).is_err() {
-                    return;
-                }
-            }
-        });
-        rx
-    });
+    let catchup = (!resume).then(|| start_catchup(repl));
     let max_frame = welcome.max_frame.max(replication::MIN_MAX_FRAME);
     tokio::select! {
         e = writer(repl, &mut wr, next, catchup, max_frame) => End::Lost(e),
@@ -385,61 +373,135 @@ async fn handshake(
     Ok(c)
 }
 
-/// Sends the live frames from `next` on (and a catch-up, if any) until the link fails.
+/// One chunk of a catch-up snapshot, with the log's last seq read before it was taken.
+struct Chunk {
+    /// The items must go out before any live frame above this seq (see
+    /// `nsq_core::CatchupScan`: a frame above it may settle what they say is pending).
+    seq: u64,
+    items: Vec<Item>,
+    /// The snapshot is complete after these items.
+    last: bool,
+}
+
+/// Reads the catch-up snapshot in chunks of [`CHUNK_BYTES`] on a blocking thread, each
+/// chunk after the link took the one before (the channel holds one: at most three chunks
+/// exist at once — being sent, queued, being read). An error is the last message.
+fn start_catchup(repl: &Arc<Replication>) -> mpsc::Receiver<Result<Chunk, String>> {
+    let (tx, rx) = mpsc::channel::<Result<Chunk, String>>(1);
+    let engine = repl.engine().cloned();
+    let log = repl.log.clone();
+    tokio::task::spawn_blocking(move || {
+        let Some(e) = engine else {
+            let _ = tx.blocking_send(Err("the engine is gone".into()));
+            return;
+        };
+        let mut scan = nsq_core::CatchupScan::new(&e);
+        drop(e);
+        loop {
+            let seq = log.last_seq();
+            let mut items = Vec::new();
+            let chunk = scan
+                .next_chunk(CHUNK_BYTES, &mut items)
+                .map(|last| Chunk { seq, items, last })
+                .map_err(|e| e.to_string());
+            let end = !matches!(chunk, Ok(Chunk { last: false, .. }));
+            if tx.blocking_send(chunk).is_err() || end {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// A catch-up in progress on the writer's side.
+struct Catchup {
+    chunks: mpsc::Receiver<Result<Chunk, String>>,
+    /// Items of the last chunk received, not sent yet.
+    items: VecDeque<Item>,
+    /// Live frames above this seq wait (the last chunk's `seq`; CATCHUP_BEGIN's at first).
+    limit: u64,
+    /// The last chunk was received.
+    complete: bool,
+}
+
+/// Sends the live frames from `next` on (and a catch-up, if any) until the link fails. A
+/// catch-up whose snapshot fails ends the session without CATCHUP_END: the replica's copy
+/// stays incomplete and the next session catches up again.
 async fn writer(
     repl: &Replication,
     wr: &mut LinkWrite,
     mut next: u64,
-    mut snapshot: Option<mpsc::Receiver<Vec<Item>>>,
+    chunks: Option<mpsc::Receiver<Result<Chunk, String>>>,
     _max_frame: u32,
 ) -> String {
     let mut rx = repl.log.subscribe();
     let mut out = BytesMut::with_capacity(64 << 10);
-    // The catch-up's items received from the snapshot and not sent yet.
-    let mut items: VecDeque<Item> = VecDeque::new();
-    let mut catching_up = snapshot.is_some();
-    if catching_up {
+    let mut catchup = chunks.map(|chunks| Catchup {
+        chunks,
+        items: VecDeque::new(),
+        limit: next - 1,
+        complete: false,
+    });
+    if catchup.is_some() {
         replication::encode(&Frame::CatchupBegin { seq: next - 1 }, &mut out);
     }
     let mut last_write = Instant::now();
     loop {
         rx.borrow_and_update();
-        match repl.log.take(next, WRITE_LIVE) {
-            Take::Gone => return format!("fell behind the outbox (seq {next}): catch-up needed"),
-            Take::Frames(frames) => {
-                for f in frames {
-                    out.put_slice(&f.head);
-                    out.put_slice(&f.tail);
-                    next += 1;
-                }
-            }
-        }
-        if catching_up {
-            // Live frames first; STATE items fill the rest of the write.
-            if items.is_empty() {
-                if let Some(s) = snapshot.as_mut() {
-                    match s.try_recv() {
-                        Ok(v) => items.extend(v),
-                        Err(mpsc::error::TryRecvError::Empty) => {}
-                        Err(mpsc::error::TryRecvError::Disconnected) => snapshot = None,
+        if let Some(c) = catchup.as_mut() {
+            if c.items.is_empty() && !c.complete {
+                match c.chunks.try_recv() {
+                    Ok(chunk) => {
+                        if let Err(e) = c.take(chunk) {
+                            return e;
+                        }
+                    }
+                    Err(mpsc::error::TryRecvError::Empty) => {}
+                    Err(mpsc::error::TryRecvError::Disconnected) => {
+                        return "catch-up snapshot ended without completing".into();
                     }
                 }
             }
-            let start = out.len();
-            while out.len() - start < WRITE_STATE {
-                let Some(item) = items.pop_front() else { break };
-                if let Err(e) = replication::try_encode(&Frame::State(item), &mut out) {
-                    tracing::error!("REPLICATION: catch-up item not sent - {e}");
+        }
+        // Live frames first (during a catch-up, only up to the last chunk's seq).
+        let limit = catchup.as_ref().map_or(u64::MAX, |c| c.limit);
+        if next <= limit {
+            match repl.log.take(next, WRITE_LIVE) {
+                Take::Gone => {
+                    return format!("fell behind the outbox (seq {next}): catch-up needed")
+                }
+                Take::Frames(frames) => {
+                    let room = usize::try_from(limit - next + 1).unwrap_or(usize::MAX);
+                    for f in frames.into_iter().take(room) {
+                        out.put_slice(&f.head);
+                        out.put_slice(&f.tail);
+                        next += 1;
+                    }
                 }
             }
-            if items.is_empty() && snapshot.is_none() {
+        }
+        if let Some(c) = catchup.as_mut() {
+            // STATE items fill the rest of the write.
+            let start = out.len();
+            while out.len() - start < WRITE_STATE {
+                let Some(item) = c.items.pop_front() else {
+                    break;
+                };
+                if let Err(e) = replication::try_encode(&Frame::State(item), &mut out) {
+                    // A STATE that cannot be encoded would leave the copy incomplete.
+                    return format!("catch-up item not encodable - {e}");
+                }
+            }
+            if c.items.is_empty() && c.complete {
                 replication::encode(&Frame::CatchupEnd { seq: next - 1 }, &mut out);
-                catching_up = false;
+                catchup = None;
             }
         }
         if out.is_empty() {
             let beat = last_write + HEARTBEAT;
-            let waiting_for_items = catching_up && items.is_empty() && snapshot.is_some();
+            let waiting = catchup
+                .as_ref()
+                .is_some_and(|c| c.items.is_empty() && !c.complete);
             tokio::select! {
                 r = rx.changed() => {
                     if r.is_err() {
@@ -449,10 +511,15 @@ async fn writer(
                 _ = tokio::time::sleep_until(beat) => {
                     replication::encode(&Frame::Heartbeat, &mut out);
                 }
-                v = async { snapshot.as_mut().expect("guarded").recv().await }, if waiting_for_items => {
-                    match v {
-                        Some(v) => items.extend(v),
-                        None => snapshot = None,
+                chunk = async { catchup.as_mut().expect("guarded").chunks.recv().await }, if waiting => {
+                    let c = catchup.as_mut().expect("guarded");
+                    match chunk {
+                        Some(chunk) => {
+                            if let Err(e) = c.take(chunk) {
+                                return e;
+                            }
+                        }
+                        None => return "catch-up snapshot ended without completing".into(),
                     }
                 }
             }
@@ -465,6 +532,18 @@ async fn writer(
         }
         out.clear();
         last_write = Instant::now();
+    }
+}
+
+impl Catchup {
+    /// A chunk arrived (the items before it are sent): its items are next, and live frames
+    /// up to its seq may go before them.
+    fn take(&mut self, chunk: Result<Chunk, String>) -> Result<(), String> {
+        let chunk = chunk.map_err(|e| format!("catch-up snapshot failed, no CATCHUP_END - {e}"))?;
+        self.limit = self.limit.max(chunk.seq);
+        self.items.extend(chunk.items);
+        self.complete = chunk.last;
+        Ok(())
     }
 }
 
