@@ -22,7 +22,7 @@ use crate::backend::{BackendError, RecordPos};
 use crate::channel::Channel;
 use crate::engine::Engine;
 use crate::message::Message;
-use crate::topic::Topic;
+use crate::topic::{Topic, TopicDisk};
 
 /// Receives the engine's replicated events (see the module comment). Implementations must be
 /// cheap and must not call back into the engine: they are called under topic and channel
@@ -78,7 +78,10 @@ impl std::fmt::Display for CatchupError {
                 topic,
                 channel,
                 err,
-            } => write!(f, "channel {topic}:{channel}: cannot read its backend - {err}"),
+            } => write!(
+                f,
+                "channel {topic}:{channel}: cannot read its backend - {err}"
+            ),
             CatchupError::Unsettled { topic, channel } => write!(
                 f,
                 "channel {topic}:{channel}: backend writes still outstanding"
@@ -118,13 +121,16 @@ impl std::error::Error for CatchupError {}
 /// the STATE does not list).
 ///
 /// **Nothing missing.** Every message unsettled at CATCHUP_END that no live frame of the
-/// catch-up announced (a PUB, FANOUT or REQ after CATCHUP_BEGIN adds or confirms its place)
-/// was pending since before the catch-up, and a message only moves forward: topic memory or
-/// topic disk → channels (FANOUT, before the channels have it); channel disk → in flight →
-/// channel memory, channel disk (appended at its end) or deferred → … until settled. The
-/// topic is read before its channels: a message the topic scan missed because the pump
-/// moved it meanwhile is in a channel when that channel is read (the pump finished the
-/// move under the pump lock, the channel's write under its lock). Within a channel, the
+/// catch-up announced (a PUB after CATCHUP_BEGIN adds it; a FANOUT or REQ moves or
+/// confirms a place of a message the replica knows) was pending since before the catch-up,
+/// and a message only moves forward: topic memory or topic disk → channels (FANOUT, before
+/// the channels have it); channel disk → in flight → channel memory, channel disk (appended
+/// at its end) or deferred → … until settled. The topic is read before its channels, and
+/// the channels read are those that exist when the topic's scan ends: a message the topic
+/// scan missed because the pump moved it meanwhile is in one of them when it is read (the
+/// pump finished the move under the pump lock, the channel's write under its lock; a FANOUT
+/// of a message the replica does not know carries no body, so the channel's STATE is what
+/// brings it). Within a channel, the
 /// disk steps follow the write position until one reaches it, and that step's lock also
 /// covers the memory sets: a message pending here then is in memory (read now), or on disk
 /// at or after the read position — every such record was read by a step while it was
@@ -145,11 +151,10 @@ pub struct CatchupScan {
 enum Step {
     /// The next topic's head.
     Head,
-    /// The topic's diskqueue from a position, then its channels.
+    /// The topic's diskqueue from a position (then its channels).
     TopicDisk {
         topic: Arc<Topic>,
         from: Option<RecordPos>,
-        channels: VecDeque<Arc<Channel>>,
     },
     /// The front channel's diskqueue from a position (then its memory), then the others.
     Channel {
@@ -191,27 +196,19 @@ impl CatchupScan {
                     let Some(topic) = self.topics.pop_front() else {
                         return Ok(true);
                     };
-                    match topic.catchup_head(out) {
-                        Some(channels) => Step::TopicDisk {
-                            topic,
-                            from: None,
-                            channels: channels.into(),
-                        },
-                        None => Step::Head,
+                    if topic.catchup_head(out) {
+                        Step::TopicDisk { topic, from: None }
+                    } else {
+                        Step::Head
                     }
                 }
-                Step::TopicDisk {
-                    topic,
-                    from,
-                    channels,
-                } => match topic.catchup_disk(from, left, out)? {
-                    Some(next) => Step::TopicDisk {
+                Step::TopicDisk { topic, from } => match topic.catchup_disk(from, left, out)? {
+                    TopicDisk::More(next) => Step::TopicDisk {
                         topic,
                         from: Some(next),
-                        channels,
                     },
-                    None => Step::Channel {
-                        channels,
+                    TopicDisk::Done(channels) => Step::Channel {
+                        channels: channels.into(),
                         from: None,
                     },
                 },

@@ -892,7 +892,9 @@ fn scan_step_reads_the_unread_part_in_bounded_steps() {
     let (mut seen, mut from, mut steps) = (Vec::new(), None, 0);
     loop {
         let mut got = Vec::new();
-        let s = q.scan_step(from, budget, &mut |b| got.push(b.to_vec())).unwrap();
+        let s = q
+            .scan_step(from, budget, &mut |b| got.push(b.to_vec()))
+            .unwrap();
         assert!(got.len() <= 2, "{}", got.len());
         seen.extend(got);
         steps += 1;
@@ -911,7 +913,9 @@ fn scan_step_reads_the_unread_part_in_bounded_steps() {
     // Nothing was taken by the scan; a step at the end is done at once.
     out.clear();
     assert_eq!(q.read_batch(100, &mut out), 5);
-    let s = q.scan_step(from, budget, &mut |_| panic!("nothing left")).unwrap();
+    let s = q
+        .scan_step(from, budget, &mut |_| panic!("nothing left"))
+        .unwrap();
     assert!(s.done);
 
     // A data file that cannot be read (here: a directory in its place) is an error.

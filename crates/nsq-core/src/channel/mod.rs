@@ -305,7 +305,11 @@ impl Channel {
         let deadline = std::time::Instant::now() + SETTLE_WAIT;
         let mut g = self.lock();
         while g.state.writes_outstanding() {
-            if self.writes_done.wait_until(&mut g.guard, deadline).timed_out() {
+            if self
+                .writes_done
+                .wait_until(&mut g.guard, deadline)
+                .timed_out()
+            {
                 return (!g.state.writes_outstanding()).then_some(g);
             }
         }

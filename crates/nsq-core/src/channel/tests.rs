@@ -338,7 +338,10 @@ fn a_catchup_step_waits_for_outstanding_writes_or_fails() {
         })
     };
     let mut items = Vec::new();
-    assert!(ch.catchup_step(None, 1 << 20, &mut items).unwrap().is_none());
+    assert!(ch
+        .catchup_step(None, 1 << 20, &mut items)
+        .unwrap()
+        .is_none());
     assert_eq!(item_ids(&items), vec![msg(1).id]);
     writer.join().unwrap();
     releaser.join().unwrap();
@@ -376,6 +379,9 @@ fn a_catchup_step_fails_when_the_backend_cannot_be_read() {
     );
     backend.inner.lock().scan_fail = false;
     let mut items = Vec::new();
-    assert!(ch.catchup_step(None, 1 << 20, &mut items).unwrap().is_none());
+    assert!(ch
+        .catchup_step(None, 1 << 20, &mut items)
+        .unwrap()
+        .is_none());
     assert_eq!(item_ids(&items), vec![msg(1).id, msg(2).id]);
 }

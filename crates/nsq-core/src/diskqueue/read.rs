@@ -347,7 +347,7 @@ impl DiskQueue {
                 continue;
             }
             // One block: what is left of the budget (at least one header), within the file.
-            let want = (max_bytes.saturating_sub(handed) + 4)
+            let want = (max_bytes.saturating_sub(handed).saturating_add(4))
                 .max(4096)
                 .min((limit - at.offset) as usize);
             let block = read_block(&file, at.offset, want)?;

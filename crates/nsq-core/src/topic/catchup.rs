@@ -12,29 +12,32 @@ use crate::channel::Channel;
 use crate::message::Message;
 use crate::replicate::CatchupError;
 
+/// Where [`Topic::catchup_disk`] stopped.
+pub(crate) enum TopicDisk {
+    /// More to read from this position.
+    More(RecordPos),
+    /// The topic's part is done; these channels' snapshots follow.
+    Done(Vec<Arc<Channel>>),
+}
+
 impl Topic {
     /// The first step: the STATE TOPIC item, the messages of the memory queue (pending on
     /// the topic) and of a stalled batch (pending on the channels still to get it), taken
     /// under the pump lock — no batch between the topic and its channels, no write to the
-    /// backend in progress. Returns the channels whose snapshot follows (not ephemeral
-    /// ones); `None` for a topic being deleted (its deletion is streamed).
-    pub(crate) fn catchup_head(&self, out: &mut Vec<Item>) -> Option<Vec<Arc<Channel>>> {
+    /// backend in progress. `false` for a topic being deleted (its deletion is streamed).
+    pub(crate) fn catchup_head(&self, out: &mut Vec<Item>) -> bool {
         let _guard = self.pump_lock.write();
         if self.is_exiting() {
-            return None;
+            return false;
         }
         let st = self.state.lock();
-        let channels: Vec<Arc<Channel>> = st
-            .channels
-            .values()
-            .filter(|c| !c.is_ephemeral())
-            .cloned()
-            .collect();
         out.push(Item::Topic(TopicItem {
             topic: self.name.clone(),
             paused: self.is_paused(),
-            channels: channels
-                .iter()
+            channels: st
+                .channels
+                .values()
+                .filter(|c| !c.is_ephemeral())
                 .map(|c| ChannelItem {
                     name: c.name().to_string(),
                     paused: c.is_paused(),
@@ -75,24 +78,31 @@ impl Topic {
                 }));
             }
         }
-        Some(channels)
+        true
     }
 
     /// One step through the unread records of the topic's diskqueue (pending on the topic),
     /// from `from` (the read position when `None` or passed since), about `max_bytes` of
     /// bodies, under the pump lock: the pump does not read and no publish writes during the
     /// step, so every record handed over is unread — pending on the topic — at that
-    /// moment. `Ok(Some(next))`: more to read; `Ok(None)`: the write position was reached
-    /// (or the topic is being deleted).
+    /// moment.
+    ///
+    /// The step that reaches the write position returns the channels whose snapshot follows
+    /// (not ephemeral ones), as they are *now*, not as at the head: a channel created
+    /// meanwhile may hold messages the pump fanned out before this scan read them — a
+    /// replica that did not know such a message learns its places only from the channels'
+    /// snapshots (a FANOUT carries no body). A channel created later gets only messages
+    /// that were pending on the topic when this step ended, which the topic's snapshot
+    /// listed, or published after it: their FANOUT or PUB frame lists it.
     pub(crate) fn catchup_disk(
         &self,
         from: Option<RecordPos>,
         max_bytes: usize,
         out: &mut Vec<Item>,
-    ) -> Result<Option<RecordPos>, CatchupError> {
+    ) -> Result<TopicDisk, CatchupError> {
         let _guard = self.pump_lock.write();
         if self.is_exiting() {
-            return Ok(None);
+            return Ok(TopicDisk::Done(Vec::new()));
         }
         let r = self
             .backend
@@ -104,9 +114,17 @@ impl Topic {
                 }
             });
         match r {
-            Ok(s) if s.done => Ok(None),
-            Ok(s) => Ok(Some(s.next)),
-            Err(BackendError::Exiting) if self.is_exiting() => Ok(None),
+            Ok(s) if s.done => Ok(TopicDisk::Done(
+                self.state
+                    .lock()
+                    .channels
+                    .values()
+                    .filter(|c| !c.is_ephemeral())
+                    .cloned()
+                    .collect(),
+            )),
+            Ok(s) => Ok(TopicDisk::More(s.next)),
+            Err(BackendError::Exiting) if self.is_exiting() => Ok(TopicDisk::Done(Vec::new())),
             Err(err) => Err(CatchupError::Backend {
                 topic: self.name.clone(),
                 channel: String::new(),

@@ -13,6 +13,8 @@
 mod catchup;
 mod state;
 
+pub(crate) use catchup::TopicDisk;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
