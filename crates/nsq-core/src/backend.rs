@@ -125,8 +125,8 @@ pub trait BackendQueue: Send + Sync + 'static {
     fn depth(&self) -> i64;
 
     /// Hands every record written and not yet taken to `f`, in order, without taking them:
-    /// a replication catch-up's snapshot (crate::replicate). The caller keeps other readers
-    /// out meanwhile. A backend that keeps nothing has nothing to show (the default).
+    /// a returning origin's skip set (`Channel::apply_skips`, `Topic::pending_ids`). The
+    /// caller keeps other readers out meanwhile. A backend that keeps nothing has nothing to show (the default).
     fn scan_unread(&self, _f: &mut dyn FnMut(Bytes)) -> Result<(), BackendError> {
         Ok(())
     }
