@@ -1,0 +1,68 @@
+//! The events the model check drives the channel state with, and their random generation.
+
+use proptest::prelude::*;
+
+use super::CLIENTS;
+
+#[derive(Debug, Clone)]
+pub(super) enum Op {
+    Publish {
+        n: usize,
+        defer_ms: u32,
+    },
+    Take {
+        client: usize,
+        rdy: usize,
+    },
+    /// A take by a consumer with a sample rate: every other message is consumed and dropped.
+    Sample {
+        client: usize,
+        rdy: usize,
+    },
+    Advance(usize),
+    Fin {
+        client: usize,
+        k: usize,
+    },
+    Req {
+        client: usize,
+        k: usize,
+        delay_ms: u64,
+    },
+    Touch {
+        client: usize,
+        k: usize,
+    },
+    Tick(u64),
+    /// A returning origin's manifest lists the k-th deferred message (by ID): it is dropped
+    /// as if delivered and FINed (replication's Return).
+    DropDeferred(usize),
+    DiskSync,
+    Settle,
+    Compact,
+    FailWrites(bool),
+    Admit(bool),
+    Crash {
+        power: bool,
+    },
+}
+
+pub(super) fn op(crashes: bool) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (1usize..4, prop_oneof![4 => Just(0u32), 1 => 1u32..2500]).prop_map(|(n, defer_ms)| Op::Publish { n, defer_ms }),
+        6 => (0..CLIENTS, 1usize..5).prop_map(|(client, rdy)| Op::Take { client, rdy }),
+        1 => (0..CLIENTS, 1usize..5).prop_map(|(client, rdy)| Op::Sample { client, rdy }),
+        8 => (0usize..8).prop_map(Op::Advance),
+        6 => (0..CLIENTS, 0usize..8).prop_map(|(client, k)| Op::Fin { client, k }),
+        3 => (0..CLIENTS, 0usize..8, prop_oneof![Just(0u64), 1u64..2500]).prop_map(|(client, k, delay_ms)| Op::Req { client, k, delay_ms }),
+        1 => (0..CLIENTS, 0usize..8).prop_map(|(client, k)| Op::Touch { client, k }),
+        4 => (0u64..1500).prop_map(Op::Tick),
+        1 => (0usize..8).prop_map(Op::DropDeferred),
+        3 => Just(Op::DiskSync),
+        3 => Just(Op::Settle),
+        1 => Just(Op::Compact),
+        1 => proptest::bool::weighted(0.3).prop_map(Op::FailWrites),
+        1 => proptest::bool::weighted(0.7).prop_map(Op::Admit),
+        2 => proptest::bool::ANY.prop_map(move |power| if crashes { Op::Crash { power } } else { Op::Settle }),
+    ]
+}
