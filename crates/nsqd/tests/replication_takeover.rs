@@ -705,3 +705,21 @@ async fn the_backlog_bound_counts_every_epoch_of_the_origin() {
     assert_eq!(held, [(1, 1), (2, 0)]);
     b.shutdown().await;
 }
+
+/// A manifest still listed but gone from the disk (issue 28, defect 7: a quick restart logged
+/// `manifest … No such file or directory` and its link was refused) counts as applied: the
+/// origin's next HELLO is welcomed, not refused, and the epoch is no longer `taken over`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_gone_from_the_disk_does_not_refuse_the_origin() {
+    let dir = TempDir::new().unwrap();
+    let b = start_b(dir.path(), &["--replication-takeover-timeout=1s"]).await;
+    let o = replicate_epoch_1(&b, 0).await;
+    drop(o);
+    eventually(async || repl(&b).takeovers() == 1).await;
+    let manifest = nsq_core::replica::manifest::manifest_path(dir.path(), ORIGIN, 1);
+    std::fs::remove_file(&manifest).unwrap();
+    let (_o, answer) = Origin::hello(&b, 2, None).await;
+    assert!(matches!(answer, Frame::Welcome(_)), "{answer:?}");
+    assert!(repl(&b).backlogs().iter().all(|x| x.state != "taken over"));
+    b.shutdown().await;
+}
