@@ -1,8 +1,8 @@
 //! Taking a lost origin's backlog over (docs/replication.md, "Takeover"): one task per node
 //! watches every backlog it holds with a [`GoneWatch`] per `(origin, epoch)` — the origin's
-//! link (a live session, or down since it ended or since this node started) and, while the
-//! link is down, the origin's `client::` entry in the `/debug` of every nsqlookupd this node
-//! is connected to, polled every second (nsqlookupd/http.go, `doDebug`; the entry's
+//! link (a live session, or down since it ended or since this node started) and the
+//! origin's `client::` entry in the `/debug` of every nsqlookupd this node is connected to,
+//! polled every second while it holds a backlog (nsqlookupd/http.go, `doDebug`; the entry's
 //! `last_update` is refreshed by the origin's PINGs, nsqd/lookup.go `lookupLoop`). Once the
 //! origin has been gone for `--replication-takeover-timeout` and the chooser names this node,
 //! the backlog is delivered here: the manifest is written (fsynced), every topic and channel
@@ -32,8 +32,7 @@ use crate::lookup::Lookup;
 
 /// How often the watch looks: a lost link is seen, and an origin found gone, this soon.
 const TICK: Duration = Duration::from_millis(250);
-/// How often nsqlookupd is polled while an origin's link is down (the first poll comes at
-/// the first look after the link was lost).
+/// How often nsqlookupd is polled while this node holds a backlog (links up or down).
 const POLL_EVERY: Duration = Duration::from_secs(1);
 /// How long an epoch whose manifest the origin applied is still announced as taken over.
 const RETIRED_FOR: Duration = Duration::from_secs(600);
@@ -57,7 +56,7 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
     let mut watches: HashMap<(u64, u64), GoneWatch> = HashMap::new();
     // The last "someone else takes it over" logged per backlog (logged on change only).
     let mut announced: HashMap<(u64, u64), Option<u64>> = HashMap::new();
-    // The last nsqlookupd poll while some origin's link is down.
+    // The last nsqlookupd poll (every POLL_EVERY while this node holds a backlog).
     let mut last_poll: Option<Instant> = None;
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -85,11 +84,13 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
                 }
             }
         }
-        if down.is_empty() {
-            last_poll = None;
-            continue;
-        }
-        if repl.settings.lookupds && last_poll.is_none_or(|t: Instant| t.elapsed() >= POLL_EVERY) {
+        // nsqlookupd is polled while links are up too: an entry's `last_update` is then seen
+        // to change at most a poll after each PING, so a frozen origin's entry is stale
+        // STALE_AFTER after its last PING, not STALE_AFTER after its link was found down.
+        if repl.settings.lookupds
+            && !backlogs.is_empty()
+            && last_poll.is_none_or(|t: Instant| t.elapsed() >= POLL_EVERY)
+        {
             last_poll = Some(Instant::now());
             for addr in lookup.http_addresses() {
                 let url = format!("http://{addr}/debug");
@@ -108,7 +109,7 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
                     }
                 };
                 let at = Instant::now();
-                for (b, _) in &down {
+                for b in &backlogs {
                     // An entry at its address is another member's once a member with
                     // another node ID answers there (Node identity): not this origin's.
                     let address = b.address.lock().clone();
@@ -124,6 +125,9 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
                     }
                 }
             }
+        }
+        if down.is_empty() {
+            continue;
         }
         let now = Instant::now();
         for (b, ended) in down {
