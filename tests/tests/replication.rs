@@ -439,3 +439,60 @@ fn a_host_back_with_an_empty_data_dir_has_its_messages_delivered() {
     assert_eq!(got, want);
     drop((a, b));
 }
+
+/// A frozen origin (SIGSTOP: its sockets stay open, its link heartbeats and nsqlookupd PINGs
+/// stop) is taken over within the bound docs/replication.md ("Takeover") states: between
+/// T + 4 s (the dead-link rule: 5 s after the last frame, a heartbeat at most 1 s before the
+/// freeze) and T + 22 s (its lookupd entry's last PING, at most 15 s before the freeze, plus
+/// 20 s without a change, seen at most a 1 s poll late, plus a 250 ms look and the polls'
+/// own time) after the freeze; 1 s more is allowed for a loaded machine.
+#[test]
+fn a_frozen_origin_is_taken_over_within_the_documented_bound() {
+    const T: Duration = Duration::from_secs(3);
+    let l = Nsqlookupd::start(&[]);
+    let lookupd = format!("--lookupd-tcp-address={}", l.tcp_addr);
+    let a_port = free_port();
+    let b = Nsqd::start(&[
+        &format!("--replication-peer=127.0.0.1:{a_port}"),
+        &lookupd,
+        "--broadcast-address=127.0.0.1",
+        "--replication-takeover-timeout=3s",
+    ]);
+    let a = Nsqd::start(&[
+        &format!("--tcp-address=127.0.0.1:{a_port}"),
+        "--replicas=2",
+        &format!("--replication-peer={}", b.tcp_addr),
+        &lookupd,
+        "--broadcast-address=127.0.0.1",
+    ]);
+    let origin = node_id(&a);
+    http_post(a.http_addr, "/channel/create?topic=t&channel=c", b"");
+    let mut p = a.connect();
+    p.mpublish("t", (0..5).map(|i| Bytes::from(format!("m{i}"))).collect());
+    b.wait_stats("B's backlog of A", Duration::from_secs(10), |s| {
+        backlogs_of(s, &origin)
+            .first()
+            .is_some_and(|b| int(b, "messages") == 5)
+    });
+    // A is registered (listed on the lookupd) before it freezes.
+    nsq_integration_tests::wait_until(|| {
+        let r = l.get("/lookup?topic=t");
+        r.status == 200
+            && r.json()["producers"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+    });
+    drop(p);
+    a.signal("STOP");
+    let frozen = std::time::Instant::now();
+    let s = b.wait_stats("the takeover", Duration::from_secs(40), |s| {
+        s["replication"]["takeovers"] == 1
+    });
+    let took = frozen.elapsed();
+    a.signal("CONT");
+    eprintln!("a frozen origin taken over {took:?} after the freeze (timeout 3s)");
+    assert!(took >= T + Duration::from_secs(4), "too early: {took:?}");
+    assert!(took <= T + Duration::from_secs(23), "too late: {took:?}");
+    assert_eq!(backlogs_of(&s, &origin)[0]["state"], "taken over");
+    drop((a, b));
+}

@@ -591,3 +591,138 @@ async fn an_origin_still_listed_by_nsqlookupd_is_not_taken_over() {
     assert!(unlisted.elapsed() >= Duration::from_millis(900));
     b.shutdown().await;
 }
+
+/// Fail closed (issue 28, defect 4): B takes epoch 1 over, but B's own replica set cannot
+/// acknowledge the adopted messages (B has `--replicas=2` and neither of its peers runs):
+/// the messages are delivered from B and the manifest is kept, but the backlog is not
+/// deleted — it stays `taking over`, also after several failed waits for the replicas. Once
+/// a peer C starts, B catches C up, C acknowledges, and only then the backlog goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_keeps_the_backlog_until_the_takers_replicas_acknowledge() {
+    let (dir, c_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let c_port = free_port();
+    let b = start_b(
+        dir.path(),
+        &[
+            "--replication-takeover-timeout=1s",
+            "--replicas=2",
+            &format!("--replication-peer=127.0.0.1:{c_port}"),
+            "--replication-ack-timeout=300ms",
+        ],
+    )
+    .await;
+    let o = replicate_epoch_1(&b, 0).await;
+    drop(o);
+    // Delivered here: the topics exist, the manifest is written.
+    let manifest = nsq_core::replica::manifest::manifest_path(dir.path(), ORIGIN, 1);
+    eventually(async || b.nsqd.engine.get_topic("t").is_some() && manifest.exists()).await;
+    // Three waits for B's replicas failed (each is a publish failure in the metrics), or
+    // the backlog went.
+    let backlog = nsq_core::replica::backlog_dir(dir.path(), ORIGIN, 1);
+    eventually(async || repl(&b).publish_failures() >= 3 || !backlog.exists()).await;
+    assert!(backlog.exists(), "the backlog was deleted unconfirmed");
+    assert_eq!(backlog_state(&b), Some("taking over"));
+    assert_eq!(repl(&b).takeovers(), 0);
+    assert!(manifest.exists());
+    assert_eq!(
+        b.nsqd
+            .engine
+            .get_topic("t")
+            .unwrap()
+            .get_channel("c")
+            .unwrap()
+            .depth(),
+        3,
+        "m2, m3 and m4 are delivered from B"
+    );
+
+    // A replica for B: caught up, it acknowledges; the takeover completes.
+    let c_args = [
+        format!("--tcp-address=127.0.0.1:{c_port}"),
+        format!("--replication-peer={}", b.tcp_addr()),
+    ];
+    let c = nsqd::start(common::options(c_dir.path(), &c_args))
+        .await
+        .unwrap();
+    eventually(async || repl(&b).takeovers() == 1).await;
+    assert!(!backlog.exists());
+    assert_eq!(backlog_state(&b), Some("taken over"));
+    let b_node = repl(&b).identity.node_id;
+    assert!(repl(&c)
+        .backlogs()
+        .iter()
+        .any(|x| x.origin == b_node && x.messages == 4));
+    c.shutdown().await;
+    b.shutdown().await;
+}
+
+/// `--replication-max-backlog-bytes` bounds what B keeps of one origin across all its epochs
+/// (issue 28, defect 7): epoch 1 holds most of the bound; a publish of epoch 2 that would fit
+/// the bound alone, but not beside epoch 1, is refused with ERROR code 2 (backlog full).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backlog_bound_counts_every_epoch_of_the_origin() {
+    let dir = TempDir::new().unwrap();
+    let b = start_b(dir.path(), &["--replication-max-backlog-bytes=8192"]).await;
+    let big = |seq: u64, n: u8| {
+        Frame::Pub(Pub {
+            seq,
+            topic: "t".into(),
+            defer_until: 0,
+            channels: vec!["c".into()],
+            messages: vec![PubMessage {
+                id: id(n),
+                timestamp: 1,
+                body: Bytes::from(vec![b'x'; 5000]),
+            }],
+        })
+    };
+    let mut origins = Vec::new();
+    for epoch in [1, 2] {
+        let (mut o, answer) = Origin::hello(&b, epoch, None).await;
+        assert!(matches!(answer, Frame::Welcome(_)), "{answer:?}");
+        o.send(&Frame::CatchupBegin { seq: 0 }).await;
+        o.send(&Frame::CatchupEnd { seq: 0 }).await;
+        o.send(&admin(1, AdminOp::Create, "t", "")).await;
+        o.send(&big(2, epoch as u8)).await;
+        if epoch == 1 {
+            // Stored before epoch 2 begins.
+            o.acked(2).await;
+        }
+        origins.push(o);
+    }
+    let refused = loop {
+        match origins[1].recv().await {
+            Frame::Ack { seq } if seq < 2 => {}
+            other => break other,
+        }
+    };
+    let Frame::Error { code, text } = refused else {
+        panic!("expected ERROR backlog full, got {refused:?}")
+    };
+    assert_eq!(code, replication::LinkErrorCode::Full, "{text}");
+    let held: Vec<(u64, u64)> = repl(&b)
+        .backlogs()
+        .iter()
+        .map(|x| (x.epoch, x.messages))
+        .collect();
+    assert_eq!(held, [(1, 1), (2, 0)]);
+    b.shutdown().await;
+}
+
+/// A manifest still listed but gone from the disk (issue 28, defect 7: a quick restart logged
+/// `manifest … No such file or directory` and its link was refused) counts as applied: the
+/// origin's next HELLO is welcomed, not refused, and the epoch is no longer `taken over`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_gone_from_the_disk_does_not_refuse_the_origin() {
+    let dir = TempDir::new().unwrap();
+    let b = start_b(dir.path(), &["--replication-takeover-timeout=1s"]).await;
+    let o = replicate_epoch_1(&b, 0).await;
+    drop(o);
+    eventually(async || repl(&b).takeovers() == 1).await;
+    let manifest = nsq_core::replica::manifest::manifest_path(dir.path(), ORIGIN, 1);
+    std::fs::remove_file(&manifest).unwrap();
+    let (_o, answer) = Origin::hello(&b, 2, None).await;
+    assert!(matches!(answer, Frame::Welcome(_)), "{answer:?}");
+    assert!(repl(&b).backlogs().iter().all(|x| x.state != "taken over"));
+    b.shutdown().await;
+}

@@ -21,4 +21,6 @@ pub mod takeover;
 
 pub use index::{Index, IndexError, Loc};
 pub use record::Record;
-pub use store::{backlog_dir, Damage, OpenReport, ReplicaStore, StoreError, StoreOptions};
+pub use store::{
+    backlog_dir, Damage, OpenReport, OriginBytes, ReplicaStore, StoreError, StoreOptions,
+};

@@ -7,8 +7,9 @@
 //! * Segments are deleted from the front as soon as none of them holds the first record of
 //!   a live message ([`Index::trimmable`]); [`ReplicaStore::compact`] rewrites the live state
 //!   into one new segment when dead records dominate.
-//! * Records holding message bodies (PUB, STATE) are refused beyond
-//!   [`StoreOptions::max_bytes`] ([`StoreError::Full`]); settlements never are.
+//! * Records holding message bodies (PUB, STATE) are refused when they would take the
+//!   origin's stores — all its epochs together, counted in one shared [`OriginBytes`] —
+//!   beyond [`StoreOptions::max_bytes`] ([`StoreError::Full`]); settlements never are.
 //! * Open replays the segments. A record cut short or damaged in the last segment is a torn
 //!   write: the file is cut there. Damage in an older segment ends that segment's replay and
 //!   is reported ([`OpenReport::damaged`]); it costs copies, never an acknowledged message,
@@ -19,6 +20,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use nsq_protocol::replication::{Frame, FrameError, Item, MessageItem};
@@ -29,7 +32,8 @@ use super::record::{self, Parsed, Record};
 /// Bounds of a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreOptions {
-    /// The most the segment files may hold (`--replication-max-backlog-bytes`).
+    /// The most the segment files of one origin's stores (all its epochs) may hold
+    /// (`--replication-max-backlog-bytes`).
     pub max_bytes: u64,
     /// A new segment starts once the last one holds this much.
     pub segment_bytes: u64,
@@ -60,6 +64,19 @@ pub enum StoreError {
     Encode(#[from] FrameError),
     #[error(transparent)]
     Io(#[from] io::Error),
+}
+
+/// The bytes of every open store of one origin, its epochs together: the bound
+/// ([`StoreOptions::max_bytes`]) applies to this sum. Each store adds its own bytes when they
+/// change and takes them out when it is dropped.
+#[derive(Debug, Default)]
+pub struct OriginBytes(AtomicU64);
+
+impl OriginBytes {
+    /// The bytes of the origin's open stores.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 /// A damaged stretch found when opening.
@@ -106,11 +123,33 @@ pub struct ReplicaStore {
     head: File,
     /// After a failed write the head may end in a partial record: cut it before the next.
     torn: bool,
+    /// The origin's stores' bytes, this one's included as `accounted`.
+    origin_bytes: Arc<OriginBytes>,
+    accounted: u64,
+}
+
+impl Drop for ReplicaStore {
+    fn drop(&mut self) {
+        self.origin_bytes
+            .0
+            .fetch_sub(self.accounted, Ordering::AcqRel);
+    }
 }
 
 impl ReplicaStore {
-    /// Opens (creating if needed) the backlog in `dir` and replays it.
+    /// Opens (creating if needed) the backlog in `dir` and replays it; the bound counts this
+    /// store alone.
     pub fn open(dir: &Path, opts: StoreOptions) -> Result<(Self, OpenReport), StoreError> {
+        Self::open_shared(dir, opts, Arc::default())
+    }
+
+    /// [`ReplicaStore::open`] for one of an origin's stores: the bound counts `origin_bytes`,
+    /// the bytes of all of them.
+    pub fn open_shared(
+        dir: &Path,
+        opts: StoreOptions,
+        origin_bytes: Arc<OriginBytes>,
+    ) -> Result<(Self, OpenReport), StoreError> {
         fs::create_dir_all(dir)?;
         let mut numbers = Vec::new();
         for entry in fs::read_dir(dir)? {
@@ -200,8 +239,11 @@ impl ReplicaStore {
             segments,
             head,
             torn: false,
+            origin_bytes,
+            accounted: 0,
         };
         report.trimmed = store.trim();
+        store.account();
         Ok((store, report))
     }
 
@@ -225,6 +267,21 @@ impl ReplicaStore {
         self.segments.values().sum()
     }
 
+    /// Brings the origin's shared count up to date with this store's bytes.
+    fn account(&mut self) {
+        let now = self.bytes();
+        if now >= self.accounted {
+            self.origin_bytes
+                .0
+                .fetch_add(now - self.accounted, Ordering::AcqRel);
+        } else {
+            self.origin_bytes
+                .0
+                .fetch_sub(self.accounted - now, Ordering::AcqRel);
+        }
+        self.accounted = now;
+    }
+
     /// Segment files.
     pub fn segments(&self) -> usize {
         self.segments.len()
@@ -236,8 +293,14 @@ impl ReplicaStore {
 
     /// Stores `records` in one write and applies them. Refused as a whole — nothing written
     /// — when they do not follow the backlog ([`StoreError::Index`]) or when they hold
-    /// messages and would pass the bound ([`StoreError::Full`]).
+    /// messages and would take the origin's stores past the bound ([`StoreError::Full`]).
     pub fn append(&mut self, records: &[Record]) -> Result<(), StoreError> {
+        let r = self.append_records(records);
+        self.account();
+        r
+    }
+
+    fn append_records(&mut self, records: &[Record]) -> Result<(), StoreError> {
         if records.is_empty() {
             return Ok(());
         }
@@ -253,7 +316,7 @@ impl ReplicaStore {
             let len = record::encode(r, &mut buf)?;
             spans.push((start as u64, len as u32));
         }
-        let used = self.bytes();
+        let used = self.origin_bytes.get();
         if records.iter().any(Record::holds_messages)
             && used + buf.len() as u64 > self.opts.max_bytes
         {
@@ -389,6 +452,12 @@ impl ReplicaStore {
     /// nothing during a catch-up (its tombstones and confirmations are not in STATE items).
     /// Returns whether it compacted.
     pub fn compact(&mut self) -> Result<bool, StoreError> {
+        let r = self.compact_segments();
+        self.account();
+        r
+    }
+
+    fn compact_segments(&mut self) -> Result<bool, StoreError> {
         if self.index.catching_up() {
             return Ok(false);
         }

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use nsq_core::replica::{backlog_dir, ReplicaStore, StoreOptions};
+use nsq_core::replica::{backlog_dir, OriginBytes, ReplicaStore, StoreOptions};
 use nsq_core::Engine;
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -309,6 +309,9 @@ pub struct Replication {
     /// The highest seq N−1 replicas acknowledged (publishes wait on it).
     committed: watch::Sender<u64>,
     backlogs: Mutex<HashMap<(u64, u64), Arc<Backlog>>>,
+    /// The bytes of each origin's backlogs, all its epochs together: the bound
+    /// `--replication-max-backlog-bytes` applies to this sum.
+    origin_bytes: Mutex<HashMap<u64, Arc<OriginBytes>>>,
     engine: OnceLock<Arc<Engine>>,
     /// Set at shutdown: links end.
     stop: watch::Sender<bool>,
@@ -409,6 +412,7 @@ impl Replication {
             identity,
             data_path: data_path.to_path_buf(),
             backlogs: Mutex::new(HashMap::new()),
+            origin_bytes: Mutex::new(HashMap::new()),
             engine: OnceLock::new(),
             stop: watch::channel(false).0,
             tasks: Mutex::new(Vec::new()),
@@ -481,12 +485,17 @@ impl Replication {
             return Ok(b.clone());
         }
         let dir = backlog_dir(&self.data_path, origin, epoch);
-        let (store, report) = ReplicaStore::open(&dir, self.settings.store).map_err(|source| {
-            ReplicationError::Backlog {
+        let shared = {
+            let mut m = self.origin_bytes.lock();
+            // An origin none of whose stores is open any more is forgotten.
+            m.retain(|_, c| Arc::strong_count(c) > 1);
+            m.entry(origin).or_default().clone()
+        };
+        let (store, report) = ReplicaStore::open_shared(&dir, self.settings.store, shared)
+            .map_err(|source| ReplicationError::Backlog {
                 dir: dir.clone(),
                 source,
-            }
-        })?;
+            })?;
         tracing::info!(
             "REPLICATION: backlog of {origin:016x} epoch {epoch}: {} records replayed, {} messages, last seq {}{}{}",
             report.records,
@@ -534,6 +543,11 @@ impl Replication {
                 .keys()
                 .filter(|(o, e)| *o == origin && *e <= epoch)
                 .copied()
+                .collect();
+            // A backlog being taken over goes when its takeover is confirmed (takeover.rs).
+            let keys: Vec<_> = keys
+                .into_iter()
+                .filter(|k| !m[k].taking_over.load(Ordering::Acquire))
                 .collect();
             keys.iter().filter_map(|k| m.remove(k)).collect()
         };
@@ -857,10 +871,14 @@ impl Replication {
                 }
             })
             .collect();
+        // A manifest whose backlog is still here (its takeover not yet confirmed) shows as
+        // that backlog, `taking over`.
+        let held: Vec<(u64, u64)> = list.iter().map(|b| (b.origin, b.epoch)).collect();
         v.extend(
             self.taken
                 .lock()
                 .iter()
+                .filter(|(k, _)| !held.contains(k))
                 .map(|(&(origin, epoch), &ids)| BacklogInfo {
                     origin,
                     epoch,

@@ -121,16 +121,40 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, tcp: TcpStream, peer: Soc
     }
     let guard = repl.takeover_lock.lock().await;
     // An epoch of this origin taken over here and not yet applied by it (Return): the answer
-    // is the manifest, the oldest first.
-    let taken = repl
-        .taken
-        .lock()
-        .keys()
-        .find(|(o, e)| *o == origin && *e <= epoch)
-        .map(|&(_, e)| e);
-    if let Some(taken) = taken {
+    // is the manifest, the oldest first. It is read under the lock, as MANIFEST_APPLIED
+    // deletes it, so a session that finds it listed also finds the file.
+    loop {
+        let taken = repl
+            .taken
+            .lock()
+            .keys()
+            .find(|(o, e)| *o == origin && *e <= epoch)
+            .map(|&(_, e)| e);
+        let Some(taken) = taken else {
+            break;
+        };
+        let path = manifest::manifest_path(&repl.data_path, origin, taken);
+        let p = path.clone();
+        let read = tokio::task::spawn_blocking(move || manifest::read(&p, taken)).await;
+        let records = match read {
+            Ok(Ok(m)) => m,
+            Ok(Err(manifest::ManifestError::Io(e))) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Gone from the disk: applied (or removed by hand); the next one, or WELCOME.
+                tracing::warn!(
+                    "REPLICATION: manifest {} listed but not found; counted as applied",
+                    path.display()
+                );
+                repl.taken.lock().remove(&(origin, taken));
+                continue;
+            }
+            Ok(Err(e)) => {
+                tracing::error!("REPLICATION: manifest {} - {e}", path.display());
+                return refuse(&mut stream, LinkErrorCode::Internal, e.to_string()).await;
+            }
+            Err(e) => return refuse(&mut stream, LinkErrorCode::Internal, e.to_string()).await,
+        };
         drop(guard);
-        return answer_taken_over(&repl, &mut stream, buf, peer, origin, taken).await;
+        return answer_taken_over(&repl, &mut stream, buf, peer, origin, taken, records).await;
     }
     let r = repl.clone();
     let (address, port) = (hello.broadcast_address.clone(), hello.tcp_port);
@@ -242,8 +266,8 @@ async fn prove(
 }
 
 /// Answers a returning origin whose epoch `epoch` this node took over (docs/replication.md,
-/// Return): TAKEN_OVER, the manifest as stored, MANIFEST_END; then waits for MANIFEST_APPLIED
-/// of that epoch, deletes the manifest and closes.
+/// Return): TAKEN_OVER, the manifest as stored (`records`), MANIFEST_END; then waits for
+/// MANIFEST_APPLIED of that epoch, deletes the manifest and closes.
 async fn answer_taken_over(
     repl: &Arc<Replication>,
     stream: &mut LinkStream,
@@ -251,18 +275,9 @@ async fn answer_taken_over(
     peer: SocketAddr,
     origin: u64,
     epoch: u64,
+    records: Vec<replication::Manifest>,
 ) {
     let path = manifest::manifest_path(&repl.data_path, origin, epoch);
-    let p = path.clone();
-    let read = tokio::task::spawn_blocking(move || manifest::read(&p, epoch)).await;
-    let records = match read {
-        Ok(Ok(m)) => m,
-        Ok(Err(e)) => {
-            tracing::error!("REPLICATION: manifest {} - {e}", path.display());
-            return refuse(stream, LinkErrorCode::Internal, e.to_string()).await;
-        }
-        Err(e) => return refuse(stream, LinkErrorCode::Internal, e.to_string()).await,
-    };
     tracing::info!(
         "REPLICATION: {origin:016x} ({peer}) returned; epoch {epoch} was taken over here, sending its manifest ({} IDs)",
         manifest::count(&records)
@@ -291,11 +306,18 @@ async fn answer_taken_over(
         loop {
             match replication::decode(&mut buf, max_frame) {
                 Ok(Some(Frame::ManifestApplied { epoch: e })) if e == epoch => {
-                    let r = tokio::task::spawn_blocking(move || std::fs::remove_file(&path)).await;
-                    if let Ok(Err(e)) = r {
-                        tracing::error!("REPLICATION: failed to delete the manifest - {e}");
-                    }
+                    // Under the lock a session reads manifests with (see `serve_link`): the
+                    // entry and the file go together.
+                    let guard = repl.takeover_lock.lock().await;
                     repl.taken.lock().remove(&(origin, epoch));
+                    let r = tokio::task::spawn_blocking(move || std::fs::remove_file(&path)).await;
+                    drop(guard);
+                    match r {
+                        Ok(Err(e)) if e.kind() != std::io::ErrorKind::NotFound => {
+                            tracing::error!("REPLICATION: failed to delete the manifest - {e}");
+                        }
+                        _ => {}
+                    }
                     repl.retired
                         .lock()
                         .insert((origin, epoch), std::time::Instant::now());

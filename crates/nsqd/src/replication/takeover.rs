@@ -1,8 +1,8 @@
 //! Taking a lost origin's backlog over (docs/replication.md, "Takeover"): one task per node
 //! watches every backlog it holds with a [`GoneWatch`] per `(origin, epoch)` — the origin's
-//! link (a live session, or down since it ended or since this node started) and, while the
-//! link is down, the origin's `client::` entry in the `/debug` of every nsqlookupd this node
-//! is connected to, polled every second (nsqlookupd/http.go, `doDebug`; the entry's
+//! link (a live session, or down since it ended or since this node started) and the
+//! origin's `client::` entry in the `/debug` of every nsqlookupd this node is connected to,
+//! polled every second while it holds a backlog (nsqlookupd/http.go, `doDebug`; the entry's
 //! `last_update` is refreshed by the origin's PINGs, nsqd/lookup.go `lookupLoop`). Once the
 //! origin has been gone for `--replication-takeover-timeout` and the chooser names this node,
 //! the backlog is delivered here: the manifest is written (fsynced), every topic and channel
@@ -32,11 +32,12 @@ use crate::lookup::Lookup;
 
 /// How often the watch looks: a lost link is seen, and an origin found gone, this soon.
 const TICK: Duration = Duration::from_millis(250);
-/// How often nsqlookupd is polled while an origin's link is down (the first poll comes at
-/// the first look after the link was lost).
+/// How often nsqlookupd is polled while this node holds a backlog (links up or down).
 const POLL_EVERY: Duration = Duration::from_secs(1);
 /// How long an epoch whose manifest the origin applied is still announced as taken over.
 const RETIRED_FOR: Duration = Duration::from_secs(600);
+/// How soon a takeover whose messages are not yet synced or replicated tries again.
+const CONFIRM_RETRY: Duration = Duration::from_secs(1);
 /// Messages put into one queue per `Topic::adopt` call.
 const ADOPT_BATCH: usize = 256;
 
@@ -55,7 +56,7 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
     let mut watches: HashMap<(u64, u64), GoneWatch> = HashMap::new();
     // The last "someone else takes it over" logged per backlog (logged on change only).
     let mut announced: HashMap<(u64, u64), Option<u64>> = HashMap::new();
-    // The last nsqlookupd poll while some origin's link is down.
+    // The last nsqlookupd poll (every POLL_EVERY while this node holds a backlog).
     let mut last_poll: Option<Instant> = None;
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -83,11 +84,13 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
                 }
             }
         }
-        if down.is_empty() {
-            last_poll = None;
-            continue;
-        }
-        if repl.settings.lookupds && last_poll.is_none_or(|t: Instant| t.elapsed() >= POLL_EVERY) {
+        // nsqlookupd is polled while links are up too: an entry's `last_update` is then seen
+        // to change at most a poll after each PING, so a frozen origin's entry is stale
+        // STALE_AFTER after its last PING, not STALE_AFTER after its link was found down.
+        if repl.settings.lookupds
+            && !backlogs.is_empty()
+            && last_poll.is_none_or(|t: Instant| t.elapsed() >= POLL_EVERY)
+        {
             last_poll = Some(Instant::now());
             for addr in lookup.http_addresses() {
                 let url = format!("http://{addr}/debug");
@@ -106,7 +109,7 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
                     }
                 };
                 let at = Instant::now();
-                for (b, _) in &down {
+                for b in &backlogs {
                     // An entry at its address is another member's once a member with
                     // another node ID answers there (Node identity): not this origin's.
                     let address = b.address.lock().clone();
@@ -122,6 +125,9 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
                     }
                 }
             }
+        }
+        if down.is_empty() {
+            continue;
         }
         let now = Instant::now();
         for (b, ended) in down {
@@ -203,6 +209,13 @@ impl Replication {
                 })
                 .collect()
         };
+        // A backlog still here is announced as it is (`taking over` until its takeover is
+        // confirmed), not as taken over: the other holders keep their copies until then.
+        let held: Vec<(u64, u64)> = self.backlogs.lock().keys().copied().collect();
+        let retired: Vec<StatusEntry> = retired
+            .into_iter()
+            .filter(|e| !held.contains(&(e.origin, e.epoch)))
+            .collect();
         self.backlogs()
             .into_iter()
             .filter(|b| !b.catching_up)
@@ -398,8 +411,10 @@ impl Replication {
         }
     }
 
-    /// Takes the backlog of `(origin, epoch)` over (see the module comment); `false` when it
-    /// did not happen (gone already, the origin came back when `unless_live`, or it failed).
+    /// Takes the backlog of `(origin, epoch)` over (see the module comment): `true` once its
+    /// messages are delivered here (the backlog is deleted once they are confirmed stored,
+    /// [`Replication::confirmed`], at once or by [`Replication::confirm_takeover`]), `false` when that did not happen (gone already,
+    /// being taken over, the origin came back when `unless_live`, or it failed).
     pub(crate) async fn take_over(
         self: &Arc<Self>,
         origin: u64,
@@ -407,10 +422,14 @@ impl Replication {
         why: &str,
         unless_live: bool,
     ) -> bool {
-        let _g = self.takeover_lock.lock().await;
+        let g = self.takeover_lock.lock().await;
         let Some(b) = self.backlogs.lock().get(&(origin, epoch)).cloned() else {
             return false;
         };
+        if b.taking_over.load(Ordering::Acquire) {
+            // Delivered already, its confirmation running ([`Replication::confirm_takeover`]).
+            return false;
+        }
         if unless_live && b.link().live.is_some() {
             return false;
         }
@@ -454,35 +473,107 @@ impl Replication {
                 return false;
             }
         };
-        // The adopted messages are on this node's disk (durable mode) and on its replicas
-        // before the backlog goes.
+        // The messages are in this node's queues: from now on a returning origin is answered
+        // with the manifest (so that it drops them), also while the backlog is kept below.
+        self.taken.lock().insert((origin, epoch), done.ids);
+        drop(g);
+        let summary = format!(
+            "{} messages ({} puts) in {} topics, {} unreadable",
+            done.messages, done.ids, done.topics, done.unreadable
+        );
         let seq = done.receipt.replication_seq();
-        if let Err(e) = done.receipt.durable().await {
-            tracing::error!("REPLICATION: failed to sync taken-over messages - {e}");
+        match self.confirmed(&done.receipt, seq).await {
+            Ok(()) => self.finish_takeover(&b, began, &summary).await,
+            Err(e) => {
+                tracing::warn!(
+                    "REPLICATION: taken-over messages of {origin:016x} epoch {epoch} {e}; the backlog is kept, trying again"
+                );
+                let me = self.clone();
+                tokio::spawn(async move {
+                    me.confirm_takeover(b, done.receipt, began, summary, e)
+                        .await
+                });
+            }
         }
-        if let Err(e) = self.wait_replicated(seq).await {
-            tracing::warn!(
-                "REPLICATION: taken-over messages of {origin:016x} epoch {epoch} not replicated - {e}"
-            );
+        true
+    }
+
+    /// Whether the messages a takeover put (`receipt`, up to log seq `seq`) are stored as a
+    /// publish's must be before its OK: synced in durable mode, and acknowledged by this
+    /// node's own replica set (`--replication-ack-timeout`); `Err` says which is not.
+    async fn confirmed(&self, receipt: &PutReceipt, seq: u64) -> Result<(), String> {
+        receipt
+            .clone()
+            .durable()
+            .await
+            .map_err(|e| format!("not synced - {e}"))?;
+        self.wait_replicated(seq)
+            .await
+            .map_err(|e| format!("not replicated - {e}"))
+    }
+
+    /// The end of a takeover whose first confirmation failed: the backlog is deleted only once
+    /// the messages delivered here are confirmed stored ([`Replication::confirmed`]). Until
+    /// then it stays `taking over` (STATUS says so, so the other holders keep their copies)
+    /// and the confirmation is tried again every [`CONFIRM_RETRY`]; the manifest stays, so the
+    /// origin's return drops what was delivered here. A stop ends the wait with the backlog
+    /// and the manifest kept (the restarted node takes the epoch over again: duplicates, never
+    /// loss).
+    async fn confirm_takeover(
+        self: Arc<Self>,
+        b: Arc<Backlog>,
+        receipt: PutReceipt,
+        began: std::time::Instant,
+        summary: String,
+        mut last_error: String,
+    ) {
+        let (origin, epoch) = (b.origin, b.epoch);
+        let seq = receipt.replication_seq();
+        let mut stop = self.stopping();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(CONFIRM_RETRY) => {}
+                _ = async { stop.wait_for(|s| *s).await.is_ok() } => return,
+            }
+            let r = tokio::select! {
+                r = self.confirmed(&receipt, seq) => r,
+                _ = async { stop.wait_for(|s| *s).await.is_ok() } => return,
+            };
+            match r {
+                Ok(()) => break,
+                Err(e) if e != last_error => {
+                    tracing::warn!(
+                        "REPLICATION: taken-over messages of {origin:016x} epoch {epoch} {e}; the backlog is kept, trying again"
+                    );
+                    last_error = e;
+                }
+                Err(_) => {}
+            }
         }
-        self.backlogs.lock().remove(&(origin, epoch));
+        self.finish_takeover(&b, began, &summary).await;
+    }
+
+    /// A takeover is confirmed: the backlog is deleted.
+    async fn finish_takeover(&self, b: &Arc<Backlog>, began: std::time::Instant, summary: &str) {
+        let (origin, epoch) = (b.origin, b.epoch);
+        {
+            let _g = self.takeover_lock.lock().await;
+            let mut m = self.backlogs.lock();
+            if m.get(&(origin, epoch)).is_some_and(|x| Arc::ptr_eq(x, b)) {
+                m.remove(&(origin, epoch));
+            }
+        }
         let dir = b.store.lock().dir().to_path_buf();
         let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&dir)).await;
         if let Ok(Err(e)) = removed {
             tracing::error!("REPLICATION: failed to delete the taken-over backlog - {e}");
         }
-        self.taken.lock().insert((origin, epoch), done.ids);
         self.takeovers.fetch_add(1, Ordering::Relaxed);
         self.status_change();
         tracing::info!(
-            "REPLICATION: took over {origin:016x} epoch {epoch}: {} messages ({} puts) in {} topics, {} unreadable, in {:?}",
-            done.messages,
-            done.ids,
-            done.topics,
-            done.unreadable,
+            "REPLICATION: took over {origin:016x} epoch {epoch}: {summary}, in {:?}",
             began.elapsed()
         );
-        true
     }
 }
 

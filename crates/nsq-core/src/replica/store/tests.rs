@@ -287,6 +287,58 @@ fn the_bound_refuses_messages_but_never_settlements() {
     assert_eq!(s.index().messages(), seq - 3);
 }
 
+/// The bound is per origin: two epochs' stores sharing one [`OriginBytes`] are refused once
+/// they hold the bound together, and the bytes of a dropped store count no more.
+#[test]
+fn the_bound_counts_every_store_of_the_origin() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = StoreOptions {
+        max_bytes: 400,
+        segment_bytes: 1 << 20,
+    };
+    let shared = std::sync::Arc::new(OriginBytes::default());
+    let (mut e1, _) =
+        ReplicaStore::open_shared(&tmp.path().join("1"), opts, shared.clone()).unwrap();
+    let mut seq = 0;
+    while e1.bytes() < 250 {
+        seq += 1;
+        e1.append(&[publish(seq, &["a"], &[seq])]).unwrap();
+    }
+    assert_eq!(shared.get(), e1.bytes());
+    let (mut e2, _) =
+        ReplicaStore::open_shared(&tmp.path().join("2"), opts, shared.clone()).unwrap();
+    let mut seq2 = 0;
+    let full = loop {
+        match e2.append(&[publish(seq2 + 1, &["a"], &[100 + seq2])]) {
+            Ok(()) => seq2 += 1,
+            Err(e) => break e,
+        }
+    };
+    let StoreError::Full { used, needed, max } = full else {
+        panic!("{full:?}")
+    };
+    assert_eq!(max, 400);
+    assert_eq!(used, e1.bytes() + e2.bytes());
+    assert!(used <= 400 && used + needed > 400);
+    assert!(
+        e2.bytes() < 400 - 250,
+        "epoch 2 alone stayed under the bound"
+    );
+    // Epoch 1 gone: its bytes are free for epoch 2.
+    let freed = e1.bytes();
+    drop(e1);
+    assert_eq!(shared.get(), e2.bytes());
+    assert!(freed > 0);
+    e2.append(&[publish(seq2 + 1, &["a"], &[100 + seq2])])
+        .unwrap();
+    // Reopened, a store counts its bytes again.
+    let own = e2.bytes();
+    drop(e2);
+    assert_eq!(shared.get(), 0);
+    let (e2, _) = ReplicaStore::open_shared(&tmp.path().join("2"), opts, shared.clone()).unwrap();
+    assert_eq!((shared.get(), e2.bytes()), (own, own));
+}
+
 #[test]
 fn takeover_walk_reads_bodies_and_deferrals() {
     let tmp = tempfile::tempdir().unwrap();
