@@ -1,0 +1,572 @@
+//! The holder's side of [`Member`]: the backlogs this node keeps of other origins, when one
+//! is gone, who takes it over, HANDOFF, and the answer to a returning origin's HELLO.
+//!
+//! **The chooser, through gossip.** The candidates for `(O, e)` are the members alive to
+//! this node (itself included) whose STATUS lists a copy, ordered: complete copies first,
+//! then the highest `last_seq`, then ring order after O. A member takes over when it is the
+//! first candidate and O is gone for it. It passes over an earlier candidate only on that
+//! candidate's own word — a STATUS sent after this node found O gone that says `detached`
+//! (it cannot confirm O's absence), or `gone` for longer than T without `taking over` — or
+//! when the candidate is not alive to it. Two takers of one epoch therefore need two
+//! members that each think the other dead (partitioned survivors): the documented window.
+//!
+//! **HANDOFF.** A holder that sees another member take `(O, e)` over (STATUS `taking over`
+//! or `taken over`, or the origin's DROP naming the taker) sends its copy to that taker —
+//! unless the taker's copy is complete with a `last_seq` at least its own, which holds
+//! everything its copy does — and deletes it only on HANDOFF_DONE (or, dominated, on
+//! `taken over`). The taker adopts what it lacks. So the union of the holders is delivered.
+
+use std::time::Duration;
+
+use super::member::Member;
+use super::ring::Ring;
+use super::{BacklogState, Command, Config, GoneWatch, Link, Msg, StatusEntry};
+
+/// One backlog this node holds.
+#[derive(Debug, Clone)]
+pub(super) struct Backlog {
+    pub addr: Option<String>,
+    pub last_seq: u64,
+    pub complete: bool,
+    pub watch: GoneWatch,
+    /// The origin said (HELLO of a later epoch, DROP) or its identity's end showed that this
+    /// epoch ended: gone at once.
+    pub ended: bool,
+    pub state: BacklogState,
+    /// When this node found the origin gone.
+    pub gone_since: Option<Duration>,
+    /// Another member took it over: the copy goes to it.
+    pub handoff_to: Option<u64>,
+    pub handoff_sent: Option<Duration>,
+    /// A failed takeover is retried from then.
+    pub retry_at: Duration,
+}
+
+impl Backlog {
+    pub(super) fn new(cfg: &Config, now: Duration, addr: Option<String>) -> Backlog {
+        Backlog {
+            addr,
+            last_seq: 0,
+            complete: false,
+            watch: GoneWatch::new(cfg.takeover_timeout, cfg.lookupds, now),
+            ended: false,
+            state: BacklogState::Detached,
+            gone_since: None,
+            handoff_to: None,
+            handoff_sent: None,
+            retry_at: now,
+        }
+    }
+}
+
+/// A link from an origin.
+#[derive(Debug, Clone)]
+pub(super) struct InLink {
+    pub addr: String,
+    /// The epoch its session was welcomed for.
+    pub epoch: Option<u64>,
+    /// A HELLO not answered yet (its epoch and stamp).
+    pub hello: Option<(u64, Duration)>,
+    /// The newest PING stamp received.
+    pub ping: Duration,
+}
+
+impl InLink {
+    pub(super) fn new(addr: String) -> InLink {
+        InLink {
+            addr,
+            epoch: None,
+            hello: None,
+            ping: Duration::ZERO,
+        }
+    }
+}
+
+/// A member's last STATUS.
+#[derive(Debug, Clone)]
+pub(super) struct Gossip {
+    pub at: Duration,
+    pub entries: Vec<StatusEntry>,
+    /// Per `(origin, epoch)` it says is gone: since when it has said so (this node's clock).
+    pub gone_from: Vec<((u64, u64), Duration)>,
+}
+
+impl Member {
+    pub(super) fn status_entries(&self) -> Vec<StatusEntry> {
+        let mut v: Vec<StatusEntry> = self
+            .backlogs
+            .iter()
+            .map(|(&(origin, epoch), b)| StatusEntry {
+                origin,
+                epoch,
+                state: b.state,
+                last_seq: b.last_seq,
+                complete: b.complete,
+                echo: match (b.state, self.in_links.get(&origin)) {
+                    (BacklogState::Replicating, Some(l)) => l.ping,
+                    _ => Duration::ZERO,
+                },
+            })
+            .collect();
+        v.extend(
+            self.manifests
+                .iter()
+                .map(|(&(origin, epoch), &(last_seq, complete, _))| StatusEntry {
+                    origin,
+                    epoch,
+                    state: BacklogState::TakenOver,
+                    last_seq,
+                    complete,
+                    echo: Duration::ZERO,
+                }),
+        );
+        v.truncate(usize::from(u16::MAX));
+        v
+    }
+
+    pub(super) fn status(&mut self, from: u64, entries: Vec<StatusEntry>) {
+        let now = self.now;
+        let prev = self.gossip.remove(&from);
+        let mut gone_from = Vec::new();
+        for e in &entries {
+            if e.state == BacklogState::Gone {
+                let key = (e.origin, e.epoch);
+                let since = prev
+                    .as_ref()
+                    .and_then(|g| g.gone_from.iter().find(|(k, _)| *k == key))
+                    .map_or(now, |(_, t)| *t);
+                gone_from.push((key, since));
+            }
+            if e.origin == self.cfg.me && e.state == BacklogState::Replicating {
+                self.note_heard(e.epoch, e.echo);
+            }
+        }
+        self.gossip.insert(
+            from,
+            Gossip {
+                at: now,
+                entries,
+                gone_from,
+            },
+        );
+    }
+
+    fn entry_of(&self, m: u64, key: (u64, u64)) -> Option<&StatusEntry> {
+        self.gossip
+            .get(&m)?
+            .entries
+            .iter()
+            .find(|e| (e.origin, e.epoch) == key)
+    }
+
+    pub(super) fn hello(&mut self, origin: u64, epoch: u64, unclean: Option<u64>, stamp: Duration) {
+        for ((o, e), b) in self.backlogs.iter_mut() {
+            if *o == origin && (*e < epoch || unclean.is_some_and(|u| *e <= u)) && !b.ended {
+                b.ended = true;
+                self.status_dirty = true;
+            }
+        }
+        if let Some(l) = self.in_links.get_mut(&origin) {
+            l.hello = Some((epoch, stamp));
+            l.epoch = None;
+        }
+        self.answer_hello(origin);
+    }
+
+    /// Answers a pending HELLO: TAKEN_OVER with the oldest manifest not applied, or waits for
+    /// a takeover of an older epoch that runs or is about to, or WELCOME.
+    fn answer_hello(&mut self, origin: u64) {
+        let Some((epoch, stamp)) = self.in_links.get(&origin).and_then(|l| l.hello) else {
+            return;
+        };
+        let manifest = self
+            .manifests
+            .iter()
+            .find(|(&(o, e), m)| o == origin && e <= epoch && m.2.is_none())
+            .map(|(&(_, e), _)| e);
+        if let Some(e) = manifest {
+            if let Some(l) = self.in_links.get_mut(&origin) {
+                l.hello = None;
+            }
+            self.out.push(Command::Send {
+                to: origin,
+                link: Link::In,
+                msg: Msg::TakenOver { epoch: e },
+            });
+            self.out.push(Command::SendManifest { origin, epoch: e });
+            return;
+        }
+        let me = self.cfg.me;
+        let older: Vec<u64> = self
+            .backlogs
+            .range((origin, 0)..(origin, epoch))
+            .map(|(&(_, e), _)| e)
+            .collect();
+        for e in older {
+            let b = &self.backlogs[&(origin, e)];
+            if b.state == BacklogState::TakingOver
+                || (b.handoff_to.is_none() && self.candidates(origin, e).first() == Some(&me))
+            {
+                return;
+            }
+        }
+        if let Some(l) = self.in_links.get_mut(&origin) {
+            l.hello = None;
+            l.epoch = Some(epoch);
+        }
+        let addr = self.in_links.get(&origin).map(|l| l.addr.clone());
+        let (cfg, now) = (&self.cfg, self.now);
+        let b = self
+            .backlogs
+            .entry((origin, epoch))
+            .or_insert_with(|| Backlog::new(cfg, now, addr.clone()));
+        b.addr = addr;
+        b.watch.link_up();
+        b.state = BacklogState::Replicating;
+        b.gone_since = None;
+        let resume = (b.complete && b.last_seq > 0).then_some(b.last_seq);
+        self.status_dirty = true;
+        self.out.push(Command::Send {
+            to: origin,
+            link: Link::In,
+            msg: Msg::Welcome {
+                epoch,
+                resume,
+                echo: stamp,
+            },
+        });
+    }
+
+    pub(super) fn ping(&mut self, origin: u64, stamp: Duration) {
+        if let Some(l) = self.in_links.get_mut(&origin) {
+            l.ping = l.ping.max(stamp);
+            if l.epoch.is_some() {
+                self.out.push(Command::Send {
+                    to: origin,
+                    link: Link::In,
+                    msg: Msg::Pong { stamp },
+                });
+            }
+        }
+    }
+
+    pub(super) fn in_link_down(&mut self, origin: u64) {
+        let Some(l) = self.in_links.remove(&origin) else {
+            return;
+        };
+        if let Some(b) = l.epoch.and_then(|e| self.backlogs.get_mut(&(origin, e))) {
+            b.watch.link_down(self.now);
+            if b.state == BacklogState::Replicating {
+                b.state = BacklogState::Detached;
+            }
+            self.status_dirty = true;
+        }
+    }
+
+    pub(super) fn origin_applied(&mut self, origin: u64, epoch: u64) {
+        if let Some(m) = self.manifests.get_mut(&(origin, epoch)) {
+            if m.2.is_none() {
+                m.2 = Some(self.now);
+                self.out.push(Command::DeleteManifest { origin, epoch });
+            }
+        }
+    }
+
+    pub(super) fn dropped(&mut self, origin: u64, epoch: u64, taker: u64) {
+        for ((o, e), b) in self.backlogs.iter_mut() {
+            if *o == origin && *e <= epoch && taker != self.cfg.me {
+                b.ended = true;
+                b.handoff_to.get_or_insert(taker);
+            }
+        }
+    }
+
+    pub(super) fn stored(&mut self, origin: u64, epoch: u64, last_seq: u64, complete: bool) {
+        let Some(b) = self.backlogs.get_mut(&(origin, epoch)) else {
+            return;
+        };
+        if b.complete != complete {
+            self.status_dirty = true;
+        }
+        b.last_seq = last_seq;
+        b.complete = complete;
+        let live = self
+            .in_links
+            .get(&origin)
+            .is_some_and(|l| l.epoch == Some(epoch));
+        if complete && live {
+            self.out.push(Command::Send {
+                to: origin,
+                link: Link::In,
+                msg: Msg::Ack { seq: last_seq },
+            });
+        }
+    }
+
+    pub(super) fn lookupd_answer(&mut self, i: usize, clock: Duration, producers: &[(String, Duration)]) {
+        let now = self.now;
+        for b in self.backlogs.values_mut() {
+            let listed = b
+                .addr
+                .as_ref()
+                .and_then(|a| producers.iter().find(|(p, _)| p == a).map(|(_, u)| *u));
+            b.watch.lookupd_answer(i, now, clock, listed);
+        }
+    }
+
+    pub(super) fn note_heard(&mut self, epoch: u64, echo: Duration) {
+        if epoch == self.epoch() {
+            self.note_member_proof(echo);
+        }
+    }
+
+    pub(super) fn takeover_ended(&mut self, origin: u64, epoch: u64, ok: bool) {
+        let key = (origin, epoch);
+        let Some(b) = self.backlogs.get_mut(&key) else {
+            return;
+        };
+        if b.state != BacklogState::TakingOver {
+            return;
+        }
+        self.status_dirty = true;
+        if ok {
+            let b = self.backlogs.remove(&key).expect("present");
+            self.manifests.insert(key, (b.last_seq, b.complete, None));
+            self.out.push(Command::DropBacklog { origin, epoch });
+            self.answer_hello(origin);
+        } else {
+            b.state = BacklogState::Gone;
+            b.retry_at = self.now + self.cfg.status_every;
+        }
+    }
+
+    pub(super) fn handoff_received(&mut self, from: u64, origin: u64, epoch: u64) {
+        let key = (origin, epoch);
+        let taker = self.manifests.contains_key(&key)
+            || self
+                .backlogs
+                .get(&key)
+                .is_some_and(|b| b.state == BacklogState::TakingOver);
+        if taker {
+            self.out.push(Command::AdoptHandoff {
+                from,
+                origin,
+                epoch,
+            });
+        }
+    }
+
+    pub(super) fn handoff_done(&mut self, from: u64, origin: u64, epoch: u64) {
+        let key = (origin, epoch);
+        if self
+            .backlogs
+            .get(&key)
+            .is_some_and(|b| b.handoff_to == Some(from))
+        {
+            self.backlogs.remove(&key);
+            self.status_dirty = true;
+            self.out.push(Command::DropBacklog { origin, epoch });
+        }
+    }
+
+    /// The candidates to take `(origin, epoch)` over, best first (see the module docs);
+    /// empty while a live member's STATUS is still unknown.
+    pub(super) fn candidates(&self, origin: u64, epoch: u64) -> Vec<u64> {
+        let key = (origin, epoch);
+        let mut ids: Vec<u64> = vec![self.cfg.me];
+        ids.extend(self.addrs.values().copied());
+        ids.extend(self.gossip.keys().copied());
+        let ring = Ring::new(ids.into_iter().filter(|id| !self.ended.contains(id)));
+        let mut c: Vec<(bool, u64, usize, u64)> = Vec::new();
+        for (pos, m) in ring.after(origin).enumerate() {
+            if !self.alive(m) {
+                continue;
+            }
+            let (complete, last_seq) = if m == self.cfg.me {
+                match self.backlogs.get(&key) {
+                    Some(b) => (b.complete, b.last_seq),
+                    None => continue,
+                }
+            } else {
+                if !self.gossip.contains_key(&m) {
+                    return Vec::new();
+                }
+                match self.entry_of(m, key) {
+                    Some(e) if e.state != BacklogState::TakenOver => (e.complete, e.last_seq),
+                    _ => continue,
+                }
+            };
+            c.push((!complete, u64::MAX - last_seq, pos, m));
+        }
+        c.sort_unstable();
+        c.into_iter().map(|(_, _, _, m)| m).collect()
+    }
+
+    /// Another member taking or having taken `(origin, epoch)` over, and its entry.
+    fn other_taker(&self, key: (u64, u64)) -> Option<(u64, StatusEntry)> {
+        let mut taking = None;
+        for (&m, g) in &self.gossip {
+            for e in g.entries.iter().filter(|e| (e.origin, e.epoch) == key) {
+                match e.state {
+                    BacklogState::TakenOver => return Some((m, *e)),
+                    BacklogState::TakingOver if self.alive(m) => taking = Some((m, *e)),
+                    _ => {}
+                }
+            }
+        }
+        taking
+    }
+
+    pub(super) fn holder_tick(&mut self) {
+        let now = self.now;
+        if self.cfg.lookupds > 0
+            && now >= self.next_poll
+            && self.backlogs.values().any(|b| !b.watch.link_is_up())
+        {
+            self.next_poll = now + self.cfg.status_every;
+            self.out.push(Command::PollLookupds);
+        }
+        let keys: Vec<(u64, u64)> = self.backlogs.keys().copied().collect();
+        for key in keys {
+            self.decide(key);
+        }
+        let origins: Vec<u64> = self
+            .in_links
+            .iter()
+            .filter(|(_, l)| l.hello.is_some())
+            .map(|(&o, _)| o)
+            .collect();
+        for o in origins {
+            self.answer_hello(o);
+        }
+        let retired_for = self.cfg.retired_for;
+        self.manifests
+            .retain(|_, m| m.2.is_none_or(|at| now.saturating_sub(at) < retired_for));
+        if self.status_dirty || now >= self.next_status {
+            self.status_dirty = false;
+            self.next_status = now + self.cfg.status_every;
+            let entries = self.status_entries();
+            for &(peer, link) in &self.links {
+                self.out.push(Command::Send {
+                    to: peer,
+                    link,
+                    msg: Msg::Status(entries.clone()),
+                });
+            }
+        }
+    }
+
+    /// One backlog's decision at a tick (see the module docs).
+    fn decide(&mut self, key: (u64, u64)) {
+        let (origin, epoch) = key;
+        let now = self.now;
+        let me = self.cfg.me;
+        let t = self.cfg.takeover_timeout;
+        let Some(b) = self.backlogs.get(&key) else {
+            return;
+        };
+        if b.state == BacklogState::TakingOver {
+            return;
+        }
+        let (my_seq, my_complete) = (b.last_seq, b.complete);
+        let _ = my_complete;
+        let dominates = |e: &StatusEntry| e.complete && e.last_seq >= my_seq;
+        // 1. Someone else takes it over: hand off, or drop a copy it holds entirely.
+        let mut handoff_to = b.handoff_to;
+        if let Some((m, e)) = self.other_taker(key) {
+            if e.state == BacklogState::TakenOver && dominates(&e) {
+                self.backlogs.remove(&key);
+                self.status_dirty = true;
+                self.out.push(Command::DropBacklog { origin, epoch });
+                return;
+            }
+            if !dominates(&e) {
+                handoff_to.get_or_insert(m);
+            }
+            let b = self.backlogs.get_mut(&key).expect("present");
+            b.handoff_to = handoff_to;
+            if b.state != BacklogState::Detached && handoff_to.is_none() {
+                b.state = BacklogState::Detached;
+                self.status_dirty = true;
+            }
+            if handoff_to.is_none() {
+                return;
+            }
+        }
+        if let Some(to) = handoff_to {
+            let retry = self.cfg.handoff_retry;
+            let alive = self.alive(to);
+            let b = self.backlogs.get_mut(&key).expect("present");
+            b.handoff_to = Some(to);
+            if b.state != BacklogState::Detached {
+                b.state = BacklogState::Detached;
+                self.status_dirty = true;
+            }
+            if alive && b.handoff_sent.is_none_or(|s| now.saturating_sub(s) >= retry) {
+                b.handoff_sent = Some(now);
+                self.out.push(Command::SendHandoff { to, origin, epoch });
+            }
+            return;
+        }
+        // 2. Gone?
+        let replicating_elsewhere = self.gossip.iter().any(|(&m, g)| {
+            m != me
+                && self.alive(m)
+                && g.entries.iter().any(|e| {
+                    (e.origin, e.epoch) == key && e.state == BacklogState::Replicating
+                })
+        });
+        let b = &self.backlogs[&key];
+        let live = b.watch.link_is_up();
+        let gone = !live && (b.ended || (b.watch.is_gone(now) && !replicating_elsewhere));
+        let state = if live {
+            BacklogState::Replicating
+        } else if gone {
+            BacklogState::Gone
+        } else {
+            BacklogState::Detached
+        };
+        let retry_at = b.retry_at;
+        let b = self.backlogs.get_mut(&key).expect("present");
+        if b.state != state {
+            b.state = state;
+            self.status_dirty = true;
+        }
+        if !gone {
+            b.gone_since = None;
+            return;
+        }
+        let since = *b.gone_since.get_or_insert(now);
+        if now < retry_at {
+            return;
+        }
+        // 3. The first candidate that has not passed takes it over.
+        for c in self.candidates(origin, epoch) {
+            if c == me {
+                let b = self.backlogs.get_mut(&key).expect("present");
+                b.state = BacklogState::TakingOver;
+                self.status_dirty = true;
+                self.out.push(Command::StartTakeover { origin, epoch });
+                return;
+            }
+            let Some(g) = self.gossip.get(&c) else {
+                return;
+            };
+            let Some(e) = g.entries.iter().find(|e| (e.origin, e.epoch) == key) else {
+                continue;
+            };
+            let passed = match e.state {
+                BacklogState::Gone => g
+                    .gone_from
+                    .iter()
+                    .find(|(k, _)| *k == key)
+                    .is_some_and(|(_, from)| now.saturating_sub(*from) >= t),
+                BacklogState::Detached => g.at >= since + self.cfg.status_every,
+                _ => false,
+            };
+            if !passed {
+                return;
+            }
+        }
+    }
+}
