@@ -35,6 +35,17 @@ fn check(seeds: impl Iterator<Item = u64>) {
     assert!(failed.is_empty(), "failing seeds: {failed:#?}");
 }
 
+/// `SIM_SEED=n SIM_TRACE=1 cargo test -p nsq-core --test replication_sim one_seed -- --nocapture`
+#[test]
+fn one_seed() {
+    if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|v| v.parse().ok()) {
+        let p = Params::from_seed(seed, Duration::from_secs(40));
+        println!("{p:?}");
+        let r = World::new(p).run();
+        println!("{r:#?}");
+    }
+}
+
 #[test]
 fn regression_seeds() {
     check(REGRESSIONS.iter().copied());

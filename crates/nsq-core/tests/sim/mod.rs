@@ -171,6 +171,8 @@ pub struct World {
     pub dead_forever: Option<(usize, Duration)>,
     pub last_dead_delivery: Option<Duration>,
     pub report: Report,
+    /// Print what happens (SIM_TRACE=1).
+    pub trace: bool,
 }
 
 impl World {
@@ -198,6 +200,7 @@ impl World {
             dead_forever: None,
             last_dead_delivery: None,
             report: Report::default(),
+            trace: std::env::var("SIM_TRACE").is_ok(),
             p,
         };
         w.rng = rng;
@@ -231,6 +234,12 @@ impl World {
     pub(crate) fn new_msg(&mut self) -> u64 {
         self.next_msg += 1;
         self.next_msg
+    }
+
+    pub(crate) fn log_event(&self, what: impl FnOnce() -> String) {
+        if self.trace {
+            println!("{:>12.3?} {}", self.now, what());
+        }
     }
 
     pub(crate) fn fail(&mut self, msg: String) {
@@ -378,11 +387,13 @@ impl World {
     }
 
     fn cut_for(&mut self, a: usize, b: usize, dur: Duration) {
+        self.log_event(|| format!("CUT {a}->{b} for {dur:?}"));
         self.cut[a][b] = true;
         self.at(dur, Ev::Heal(a, b));
     }
 
     fn begin_final_phase(&mut self) {
+        self.log_event(|| "FINAL PHASE".to_string());
         self.final_phase = true;
         for row in self.cut.iter_mut() {
             row.iter_mut().for_each(|c| *c = false);
@@ -412,6 +423,16 @@ impl World {
         for (&id, &origin) in &self.acked {
             if !self.deliveries.contains_key(&id) {
                 missing.push((id, origin));
+            }
+        }
+        if !missing.is_empty() && self.trace {
+            for &(id, _) in missing.iter().take(3) {
+                for n in &self.nodes {
+                    let own = n.own.contains(&id);
+                    let bl: Vec<_> = n.backlogs.iter().filter(|(_, b)| b.ids.contains(&id)).map(|(k, b)| (*k, b.complete)).collect();
+                    let ad: Vec<_> = n.adopted.iter().filter(|(_, b)| b.contains(&id)).map(|(k, _)| *k).collect();
+                    println!("missing {id}: n{} alive={} fenced={} own={own} backlogs={bl:x?} adopted={ad:x?}", n.idx, n.alive, n.fenced);
+                }
             }
         }
         if !missing.is_empty() {

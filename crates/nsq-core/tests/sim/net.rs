@@ -47,6 +47,9 @@ pub struct Session {
     /// The dialer streams its log on it (after WELCOME).
     pub streaming: bool,
     pub stranger: bool,
+    /// A frame from this end met a cut: the stream is broken (as a TCP connection that
+    /// gave up), nothing more from it arrives; the other end times out.
+    pub broken: [bool; 2],
 }
 
 impl Session {
@@ -96,7 +99,11 @@ impl World {
         }
         let to = if e == 0 { s.acceptor } else { s.dialer };
         let to_ep = if s.stranger && e == 1 { usize::MAX } else { to };
+        if s.broken[e] {
+            return;
+        }
         if to_ep != usize::MAX && from < self.cut.len() && self.cut[from][to_ep] {
+            self.sessions.get_mut(&sid).expect("present").broken[e] = true;
             return;
         }
         let delay = if self.rng.chance(20) {
@@ -267,6 +274,7 @@ impl World {
                 epoch: None,
                 streaming: false,
                 stranger: false,
+                broken: [false; 2],
             },
         );
         let (aaddr, baddr) = (self.nodes[a].addr.clone(), self.nodes[b].addr.clone());
@@ -317,6 +325,7 @@ impl World {
                 epoch: None,
                 streaming: false,
                 stranger: true,
+                broken: [false; 2],
             },
         );
         let addr = if self.rng.chance(500) {

@@ -254,6 +254,14 @@ impl World {
         if !self.nodes[i].alive {
             return;
         }
+        if !matches!(
+            c,
+            Command::Send { msg: Msg::Status(_) | Msg::Ping { .. } | Msg::Pong { .. } | Msg::Ack { .. }, .. }
+                | Command::AckPublish { .. }
+                | Command::PollLookupds
+        ) {
+            self.log_event(|| format!("n{i} {:x}: {c:x?}", self.nodes[i].id));
+        }
         let me = self.nodes[i].id;
         match c {
             Command::Send { to, link, msg } => {
@@ -342,6 +350,7 @@ impl World {
             Command::PollLookupds => self.lookupd_poll(i),
             Command::StartTakeover { origin, epoch } => {
                 self.takers.entry((origin, epoch)).or_default().insert(me);
+                self.log_event(|| format!("n{i} takes over {:?}", self.nodes[i].backlogs.get(&(origin, epoch)).map(|b| (b.ids.len(), b.complete, b.last_seq))));
                 let ids: Vec<u64> = self.nodes[i]
                     .backlogs
                     .get(&(origin, epoch))
@@ -513,6 +522,7 @@ impl World {
     }
 
     pub(crate) fn crash(&mut self, i: usize, power: bool, wipe: bool) {
+        self.log_event(|| format!("n{i} CRASH power={power} wipe={wipe} own={}", self.nodes[i].own.len()));
         self.report.crashes += 1;
         if wipe {
             self.report.wipes += 1;
@@ -559,6 +569,7 @@ impl World {
         }
         n.seq = 0;
         self.failed_until[i] = Some(self.now + self.recovery_window());
+        self.log_event(|| format!("n{i} RESTART as {:x} epoch {}", self.nodes[i].id, self.nodes[i].epoch));
         self.start_node(i);
         self.nodes[i].wiped = false;
     }
