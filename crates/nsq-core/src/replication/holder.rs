@@ -69,6 +69,9 @@ pub(super) struct InLink {
     pub hello: Option<(u64, Duration)>,
     /// The newest PING stamp received.
     pub ping: Duration,
+    /// TAKEN_OVER of this epoch was sent; the HELLO is answered again once the origin
+    /// applied its manifest.
+    pub awaiting: Option<u64>,
 }
 
 impl InLink {
@@ -78,6 +81,7 @@ impl InLink {
             epoch: None,
             hello: None,
             ping: Duration::ZERO,
+            awaiting: None,
         }
     }
 }
@@ -176,7 +180,12 @@ impl Member {
     /// Answers a pending HELLO: TAKEN_OVER with the oldest manifest not applied, or waits for
     /// a takeover of an older epoch that runs or is about to, or WELCOME.
     fn answer_hello(&mut self, origin: u64) {
-        let Some((epoch, stamp)) = self.in_links.get(&origin).and_then(|l| l.hello) else {
+        let Some((epoch, stamp)) = self
+            .in_links
+            .get(&origin)
+            .filter(|l| l.awaiting.is_none())
+            .and_then(|l| l.hello)
+        else {
             return;
         };
         let manifest = self
@@ -186,7 +195,7 @@ impl Member {
             .map(|(&(_, e), _)| e);
         if let Some(e) = manifest {
             if let Some(l) = self.in_links.get_mut(&origin) {
-                l.hello = None;
+                l.awaiting = Some(e);
             }
             self.out.push(Command::Send {
                 to: origin,
@@ -270,6 +279,12 @@ impl Member {
                 self.out.push(Command::DeleteManifest { origin, epoch });
             }
         }
+        if let Some(l) = self.in_links.get_mut(&origin) {
+            if l.awaiting == Some(epoch) {
+                l.awaiting = None;
+            }
+        }
+        self.answer_hello(origin);
     }
 
     pub(super) fn dropped(&mut self, origin: u64, epoch: u64, taker: u64) {

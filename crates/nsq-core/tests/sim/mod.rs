@@ -157,7 +157,7 @@ pub struct World {
     pub(crate) sessions: BTreeMap<u64, Session>,
     next_sid: u64,
     /// cut[a][b]: frames from endpoint a to b are lost (nodes, then lookupds).
-    pub(crate) cut: Vec<Vec<bool>>,
+    pub(crate) cut: Vec<Vec<u32>>,
     next_msg: u64,
     pub published: BTreeSet<u64>,
     /// Acknowledged messages and their origin's node index.
@@ -189,7 +189,7 @@ impl World {
             lookupds: (0..p.lookupds).map(|_| Lookupd::new(&mut rng)).collect(),
             sessions: BTreeMap::new(),
             next_sid: 1,
-            cut: vec![vec![false; eps]; eps],
+            cut: vec![vec![0; eps]; eps],
             next_msg: 1,
             published: BTreeSet::new(),
             acked: BTreeMap::new(),
@@ -303,7 +303,7 @@ impl World {
             }
             Ev::Restart(i) => self.restart(i),
             Ev::Heal(a, b) => {
-                self.cut[a][b] = false;
+                self.cut[a][b] = self.cut[a][b].saturating_sub(1);
             }
             Ev::Stranger => {
                 self.stranger();
@@ -388,7 +388,7 @@ impl World {
 
     fn cut_for(&mut self, a: usize, b: usize, dur: Duration) {
         self.log_event(|| format!("CUT {a}->{b} for {dur:?}"));
-        self.cut[a][b] = true;
+        self.cut[a][b] += 1;
         self.at(dur, Ev::Heal(a, b));
     }
 
@@ -396,7 +396,7 @@ impl World {
         self.log_event(|| "FINAL PHASE".to_string());
         self.final_phase = true;
         for row in self.cut.iter_mut() {
-            row.iter_mut().for_each(|c| *c = false);
+            row.iter_mut().for_each(|c| *c = 0);
         }
         for l in self.lookupds.iter_mut() {
             l.frozen = None;

@@ -102,7 +102,7 @@ impl World {
         if s.broken[e] {
             return;
         }
-        if to_ep != usize::MAX && from < self.cut.len() && self.cut[from][to_ep] {
+        if to_ep != usize::MAX && from < self.cut.len() && self.cut[from][to_ep] > 0 {
             self.sessions.get_mut(&sid).expect("present").broken[e] = true;
             return;
         }
@@ -249,7 +249,7 @@ impl World {
                 continue;
             }
             self.nodes[node].dial_after[j] = now + Duration::from_millis(500);
-            if !self.nodes[j].alive || self.cut[node][j] || self.cut[j][node] {
+            if !self.nodes[j].alive || self.cut[node][j] > 0 || self.cut[j][node] > 0 {
                 continue;
             }
             self.open_session(node, j);
@@ -371,7 +371,7 @@ impl World {
 
     fn lookupd_reachable(&self, node: usize, l: usize, both: bool) -> bool {
         let ep = self.p.nodes + l;
-        !self.cut[node][ep] && (!both || !self.cut[ep][node])
+        self.cut[node][ep] == 0 && (!both || self.cut[ep][node] == 0)
     }
 
     /// `node`'s PING to lookupd `l` (nsqd/lookup.go, `lookupLoop`, every 15 s).
