@@ -5,9 +5,10 @@
 //! this node (itself included) whose STATUS lists a copy, ordered: complete copies first,
 //! then the highest `last_seq`, then ring order after O. A member takes over when it is the
 //! first candidate and O is gone for it. It passes over an earlier candidate only on that
-//! candidate's own word — a STATUS sent after this node found O gone that says `detached`
-//! (it cannot confirm O's absence), or `gone` for longer than T without `taking over` — or
-//! when the candidate is not alive to it. Two takers of one epoch therefore need two
+//! candidate's own word — a STATUS received T after this node found O gone that still says
+//! `detached` (it cannot confirm O's absence: it reaches no lookupd, say), or `gone` for T
+//! without `taking over` — or when the candidate is not alive to it. (T, not at once: the
+//! candidates' own timers differ by the link timeout's detection and their clock rates.) Two takers of one epoch therefore need two
 //! members that each think the other dead (partitioned survivors): the documented window.
 //!
 //! **HANDOFF.** A holder that sees another member take `(O, e)` over (STATUS `taking over`
@@ -576,7 +577,7 @@ impl Member {
                     .iter()
                     .find(|(k, _)| *k == key)
                     .is_some_and(|(_, from)| now.saturating_sub(*from) >= t),
-                BacklogState::Detached => g.at >= since + self.cfg.status_every,
+                BacklogState::Detached => g.at >= since + t,
                 _ => false,
             };
             if !passed {
