@@ -39,7 +39,11 @@ fn check(seeds: impl Iterator<Item = u64>) {
 #[test]
 fn one_seed() {
     if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|v| v.parse().ok()) {
-        let p = Params::from_seed(seed, Duration::from_secs(40));
+        let secs = std::env::var("SIM_RUN_FOR")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(40);
+        let p = Params::from_seed(seed, Duration::from_secs(secs));
         println!("{p:?}");
         let r = World::new(p).run();
         println!("{r:#?}");

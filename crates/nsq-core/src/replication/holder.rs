@@ -36,8 +36,10 @@ pub(super) struct Backlog {
     pub state: BacklogState,
     /// When this node found the origin gone.
     pub gone_since: Option<Duration>,
-    /// Another member took it over: the copy goes to it.
+    /// The member this copy was last sent to (HANDOFF), while it takes the epoch over.
     pub handoff_to: Option<u64>,
+    /// The taker the origin's DROP named.
+    pub dropped_to: Option<u64>,
     pub handoff_sent: Option<Duration>,
     /// A failed takeover is retried from then.
     pub retry_at: Duration,
@@ -54,6 +56,7 @@ impl Backlog {
             state: BacklogState::Detached,
             gone_since: None,
             handoff_to: None,
+            dropped_to: None,
             handoff_sent: None,
             retry_at: now,
         }
@@ -215,7 +218,7 @@ impl Member {
         for e in older {
             let b = &self.backlogs[&(origin, e)];
             if b.state == BacklogState::TakingOver
-                || (b.handoff_to.is_none() && self.candidates(origin, e).first() == Some(&me))
+                || (b.dropped_to.is_none() && self.candidates(origin, e).first() == Some(&me))
             {
                 return;
             }
@@ -292,7 +295,7 @@ impl Member {
         for ((o, e), b) in self.backlogs.iter_mut() {
             if *o == origin && *e <= epoch && taker != self.cfg.me {
                 b.ended = true;
-                b.handoff_to.get_or_insert(taker);
+                b.dropped_to = Some(taker);
             }
         }
     }
@@ -484,46 +487,41 @@ impl Member {
         if b.state == BacklogState::TakingOver {
             return;
         }
-        let (my_seq, my_complete) = (b.last_seq, b.complete);
-        let _ = my_complete;
+        let my_seq = b.last_seq;
         let dominates = |e: &StatusEntry| e.complete && e.last_seq >= my_seq;
-        // 1. Someone else takes it over: hand off, or drop a copy it holds entirely.
-        let mut handoff_to = b.handoff_to;
-        if let Some((m, e)) = self.other_taker(key) {
-            if e.state == BacklogState::TakenOver && dominates(&e) {
+        // 1. Someone else takes it over (its STATUS says so now, or the origin's DROP named
+        //    it): hand the copy off, or drop a copy it holds entirely.
+        let target = match self.other_taker(key) {
+            Some((m, e)) => Some((m, Some(e))),
+            None => b.dropped_to.map(|m| (m, self.entry_of(m, key).copied())),
+        };
+        if let Some((to, entry)) = target {
+            let dominated = entry.filter(|e| dominates(e));
+            if dominated.is_some_and(|e| e.state == BacklogState::TakenOver) {
                 self.backlogs.remove(&key);
                 self.status_dirty = true;
                 self.out.push(Command::DropBacklog { origin, epoch });
                 return;
             }
-            if !dominates(&e) {
-                handoff_to.get_or_insert(m);
-            }
-            let b = self.backlogs.get_mut(&key).expect("present");
-            b.handoff_to = handoff_to;
-            if b.state != BacklogState::Detached && handoff_to.is_none() {
-                b.state = BacklogState::Detached;
-                self.status_dirty = true;
-            }
-            if handoff_to.is_none() {
-                return;
-            }
-        }
-        if let Some(to) = handoff_to {
             let retry = self.cfg.handoff_retry;
             let alive = self.alive(to);
             let b = self.backlogs.get_mut(&key).expect("present");
-            b.handoff_to = Some(to);
             if b.state != BacklogState::Detached {
                 b.state = BacklogState::Detached;
                 self.status_dirty = true;
             }
-            if alive && b.handoff_sent.is_none_or(|s| now.saturating_sub(s) >= retry) {
+            if b.handoff_to != Some(to) {
+                b.handoff_to = Some(to);
+                b.handoff_sent = None;
+            }
+            let due = b.handoff_sent.is_none_or(|s| now.saturating_sub(s) >= retry);
+            if dominated.is_none() && alive && due {
                 b.handoff_sent = Some(now);
                 self.out.push(Command::SendHandoff { to, origin, epoch });
             }
             return;
         }
+        self.backlogs.get_mut(&key).expect("present").handoff_to = None;
         // 2. Gone?
         let replicating_elsewhere = self.gossip.iter().any(|(&m, g)| {
             m != me
