@@ -140,9 +140,9 @@ impl World {
         self.net_tick(i);
         if !self.nodes[i].fenced {
             let k = if self.final_phase {
-                50
+                500
             } else {
-                self.rng.below(4) as usize
+                self.rng.below(12) as usize
             };
             let ids: Vec<u64> = self.nodes[i].own.iter().take(k).copied().collect();
             if !ids.is_empty() {
