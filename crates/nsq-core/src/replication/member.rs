@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use super::holder::{Backlog, Gossip, InLink};
-use super::{BacklogState, Command, Config, Event, Group, HeldBacklog, Link, Msg};
+use super::{BacklogState, Command, Config, Event, Group, Link, Msg, Start};
 
 /// One node's replication core (see the module docs of `replication`).
 pub struct Member {
@@ -46,8 +46,9 @@ pub struct Member {
     fenced: bool,
     /// A TAKEN_OVER of the current epoch arrived; fenced until its manifest is applied.
     taken_fence: bool,
-    /// Epochs of this node whose manifest it applied, and their taker.
-    applied: BTreeMap<u64, u64>,
+    /// The manifests this node applied: (its epoch, the taker). Applied once: a message
+    /// listed may have come back since (adopted in a takeover of a later epoch).
+    applied: BTreeSet<(u64, u64)>,
     next_ping: Duration,
     // ---- the holder's side (holder.rs)
     pub(super) backlogs: BTreeMap<(u64, u64), Backlog>,
@@ -61,18 +62,10 @@ pub struct Member {
 }
 
 impl Member {
-    /// A member starting at `now` in `epoch`; `previous_unclean`: its epochs up to this one
-    /// ended with an unclean stop (said in every HELLO until a manifest of it is applied).
-    pub fn new(
-        cfg: Config,
-        now: Duration,
-        epoch: u64,
-        start_seq: u64,
-        previous_unclean: Option<u64>,
-        held: Vec<HeldBacklog>,
-        manifests: Vec<(u64, u64)>,
-    ) -> Member {
+    /// A member starting with what this node persisted (see [`Start`]).
+    pub fn new(cfg: Config, start: Start) -> Member {
         let need = cfg.replicas.saturating_sub(1);
+        let now = start.now;
         let mut m = Member {
             group: Group::new(cfg.me, need),
             cfg,
@@ -81,16 +74,16 @@ impl Member {
             addrs: BTreeMap::new(),
             ended: BTreeSet::new(),
             links: BTreeSet::new(),
-            epoch,
-            previous_unclean,
-            last_seq: start_seq,
+            epoch: start.epoch,
+            previous_unclean: start.previous_unclean,
+            last_seq: start.start_seq,
             waiting: VecDeque::new(),
             welcomed: BTreeSet::new(),
             heard_member: now,
             heard_lookupd: now,
             fenced: false,
             taken_fence: false,
-            applied: BTreeMap::new(),
+            applied: start.applied.into_iter().collect(),
             next_ping: now,
             backlogs: BTreeMap::new(),
             manifests: BTreeMap::new(),
@@ -100,13 +93,13 @@ impl Member {
             next_poll: now,
             status_dirty: false,
         };
-        for h in held {
+        for h in start.held {
             let mut b = Backlog::new(&m.cfg, now, h.addr);
             b.last_seq = h.last_seq;
             b.complete = h.complete;
             m.backlogs.insert((h.origin, h.epoch), b);
         }
-        for k in manifests {
+        for k in start.manifests {
             m.manifests.insert(k, (0, false, None));
         }
         m
@@ -292,6 +285,15 @@ impl Member {
                 self.commit();
             }
             Msg::TakenOver { epoch } if link == Link::Out => {
+                if self.applied.contains(&(epoch, from)) {
+                    // Applied already (the taker missed MANIFEST_APPLIED): said again only.
+                    self.out.push(Command::Send {
+                        to: from,
+                        link: Link::Out,
+                        msg: Msg::ManifestApplied { epoch },
+                    });
+                    return;
+                }
                 if epoch >= self.epoch {
                     self.taken_fence = true;
                 }
@@ -321,7 +323,7 @@ impl Member {
                 self.out.push(Command::StartCatchup { peer });
             }
         }
-        for (&epoch, &taker) in &self.applied {
+        for &(epoch, taker) in &self.applied {
             self.out.push(Command::Send {
                 to: peer,
                 link: Link::Out,
@@ -350,7 +352,7 @@ impl Member {
             link: Link::Out,
             msg: Msg::ManifestApplied { epoch },
         });
-        self.applied.insert(epoch, taker);
+        self.applied.insert((epoch, taker));
         if self.previous_unclean.is_some_and(|p| epoch >= p) {
             self.previous_unclean = None;
         }

@@ -280,3 +280,21 @@ pub struct HeldBacklog {
     /// The origin's address, as its HELLO gave it (`origin.json`).
     pub addr: Option<String>,
 }
+
+/// What a member starts with: what its node persisted.
+#[derive(Debug, Clone, Default)]
+pub struct Start {
+    /// This node's clock now.
+    pub now: Duration,
+    pub epoch: u64,
+    pub start_seq: u64,
+    /// Its epochs up to this one ended with an unclean stop (said in every HELLO until a
+    /// manifest of it is applied).
+    pub previous_unclean: Option<u64>,
+    /// The backlogs in its replica store.
+    pub held: Vec<HeldBacklog>,
+    /// The manifests it keeps as a taker: (origin, epoch).
+    pub manifests: Vec<(u64, u64)>,
+    /// The manifests it applied as an origin: (its epoch, the taker).
+    pub applied: Vec<(u64, u64)>,
+}

@@ -173,6 +173,8 @@ pub struct World {
     pub report: Report,
     /// Print what happens (SIM_TRACE=1).
     pub trace: bool,
+    /// A message ID whose every move is printed (SIM_WATCH).
+    pub watch: Option<u64>,
 }
 
 impl World {
@@ -201,6 +203,7 @@ impl World {
             last_dead_delivery: None,
             report: Report::default(),
             trace: std::env::var("SIM_TRACE").is_ok(),
+            watch: std::env::var("SIM_WATCH").ok().and_then(|v| v.parse().ok()),
             p,
         };
         w.rng = rng;
@@ -239,6 +242,12 @@ impl World {
     pub(crate) fn log_event(&self, what: impl FnOnce() -> String) {
         if self.trace {
             println!("{:>12.3?} {}", self.now, what());
+        }
+    }
+
+    pub(crate) fn watch(&self, ids: &[u64], what: impl FnOnce() -> String) {
+        if self.watch.is_some_and(|w| ids.contains(&w)) {
+            println!("{:>12.3?} WATCH {}", self.now, what());
         }
     }
 

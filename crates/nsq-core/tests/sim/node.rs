@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use nsq_core::replication::{Command, Config, Event, HeldBacklog, Link, Member, Msg};
+use nsq_core::replication::{Command, Config, Event, HeldBacklog, Link, Member, Msg, Start};
 
 use super::net::Frame;
 use super::{Ev, World, STRANGER_IDS};
@@ -53,6 +53,8 @@ pub struct Node {
     pub adopted: BTreeMap<(u64, u64), BTreeSet<u64>>,
     pub handoffs_in: BTreeMap<(u64, u64, u64), Vec<u64>>,
     pub applying: BTreeSet<(u64, u64)>,
+    /// Manifests applied (persisted): (epoch, taker).
+    pub applied: BTreeSet<(u64, u64)>,
     pub out_sids: BTreeMap<u64, u64>,
     pub in_sids: BTreeMap<u64, u64>,
     pub dial_after: Vec<Duration>,
@@ -88,6 +90,7 @@ impl Node {
             adopted: BTreeMap::new(),
             handoffs_in: BTreeMap::new(),
             applying: BTreeSet::new(),
+            applied: BTreeSet::new(),
             out_sids: BTreeMap::new(),
             in_sids: BTreeMap::new(),
             dial_after: vec![Duration::ZERO; w.p.nodes],
@@ -124,7 +127,16 @@ impl World {
         let unclean = (n.epoch > 1 && !n.wiped).then(|| n.epoch - 1);
         let manifests = n.manifests.keys().copied().collect();
         let now = n.clock(self.now);
-        let core = Member::new(cfg, now, n.epoch, 0, unclean, held, manifests);
+        let start = Start {
+            now,
+            epoch: n.epoch,
+            start_seq: 0,
+            previous_unclean: unclean,
+            held,
+            manifests,
+            applied: n.applied.iter().copied().collect(),
+        };
+        let core = Member::new(cfg, start);
         let n = &mut self.nodes[i];
         n.core = Some(core);
         n.tick_gen += 1;
@@ -160,6 +172,7 @@ impl World {
     }
 
     fn consume(&mut self, i: usize, ids: Vec<u64>) {
+        self.watch(&ids, || format!("n{i} delivers"));
         for &id in &ids {
             if !self.published.contains(&id) || id >= STRANGER_IDS {
                 self.fail(format!("n{i} delivered {id}, never published by a member"));
@@ -200,6 +213,7 @@ impl World {
         }
         let ids: Vec<u64> = (0..k).map(|_| self.new_msg()).collect();
         self.published.extend(ids.iter().copied());
+        self.watch(&ids, || format!("n{i} publishes"));
         self.nodes[i].own.extend(ids.iter().copied());
         let seq = self.log(i, |seq| Frame::Pub(seq, ids.clone()));
         self.nodes[i].pubs.insert(seq, Pending::Publish(ids));
@@ -220,6 +234,7 @@ impl World {
             .collect();
         adopted.extend(new.iter().copied());
         n.own.extend(new.iter().copied());
+        self.watch(&new, || format!("n{i} adopts for {key:x?} ({why:?})"));
         if new.iter().any(|&id| id >= STRANGER_IDS) {
             self.fail(format!("n{i} adopted a stranger's message"));
         }
@@ -433,7 +448,9 @@ impl World {
                     .into_iter()
                     .filter(|id| self.nodes[to].own.remove(id))
                     .collect();
+                self.watch(&removed, || format!("n{to} drops it: manifest of {peer:x}.{e}"));
                 self.log(to, |seq| Frame::Fin(seq, removed));
+                self.nodes[to].applied.insert((e, peer));
                 self.core_event(to, Event::ManifestApplied { taker: peer, epoch: e });
             }
             Frame::Handoff(o, e, ids) if !dialer => {
@@ -550,6 +567,7 @@ impl World {
             n.backlogs.clear();
             n.synced.clear();
             n.manifests.clear();
+            n.applied.clear();
             n.wiped = true;
         }
     }
