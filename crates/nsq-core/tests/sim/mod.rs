@@ -437,7 +437,7 @@ impl World {
         if !missing.is_empty() && self.trace {
             for &(id, _) in missing.iter().take(3) {
                 for n in &self.nodes {
-                    let own = n.own.contains(&id);
+                    let own = n.own.contains_key(&id);
                     let bl: Vec<_> = n.backlogs.iter().filter(|(_, b)| b.ids.contains(&id)).map(|(k, b)| (*k, b.complete)).collect();
                     let ad: Vec<_> = n.adopted.iter().filter(|(_, b)| b.contains(&id)).map(|(k, _)| *k).collect();
                     println!("missing {id}: n{} alive={} fenced={} own={own} backlogs={bl:x?} adopted={ad:x?}", n.idx, n.alive, n.fenced);

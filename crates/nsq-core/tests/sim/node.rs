@@ -44,7 +44,8 @@ pub struct Node {
     pub epoch: u64,
     pub seq: u64,
     pub log: Vec<(u64, Frame)>,
-    pub own: BTreeSet<u64>,
+    /// Unsettled messages: ID → the epoch in which this node took it (published, adopted).
+    pub own: BTreeMap<u64, u64>,
     pub pubs: BTreeMap<u64, Pending>,
     pub fenced: bool,
     pub backlogs: BTreeMap<(u64, u64), Bl>,
@@ -81,7 +82,7 @@ impl Node {
             epoch: 1,
             seq: 0,
             log: Vec::new(),
-            own: BTreeSet::new(),
+            own: BTreeMap::new(),
             pubs: BTreeMap::new(),
             fenced: false,
             backlogs: BTreeMap::new(),
@@ -156,7 +157,7 @@ impl World {
             } else {
                 self.rng.below(12) as usize
             };
-            let ids: Vec<u64> = self.nodes[i].own.iter().take(k).copied().collect();
+            let ids: Vec<u64> = self.nodes[i].own.keys().take(k).copied().collect();
             if !ids.is_empty() {
                 self.consume(i, ids);
             }
@@ -214,7 +215,8 @@ impl World {
         let ids: Vec<u64> = (0..k).map(|_| self.new_msg()).collect();
         self.published.extend(ids.iter().copied());
         self.watch(&ids, || format!("n{i} publishes"));
-        self.nodes[i].own.extend(ids.iter().copied());
+        let epoch = self.nodes[i].epoch;
+        self.nodes[i].own.extend(ids.iter().map(|&id| (id, epoch)));
         let seq = self.log(i, |seq| Frame::Pub(seq, ids.clone()));
         self.nodes[i].pubs.insert(seq, Pending::Publish(ids));
         self.core_event(i, Event::Published { seq });
@@ -230,10 +232,10 @@ impl World {
         let adopted = n.adopted.entry(key).or_default();
         let new: Vec<u64> = ids
             .into_iter()
-            .filter(|id| !n.own.contains(id) && !adopted.contains(id) && !manifest.contains(id))
+            .filter(|id| !n.own.contains_key(id) && !adopted.contains(id) && !manifest.contains(id))
             .collect();
         adopted.extend(new.iter().copied());
-        n.own.extend(new.iter().copied());
+        n.own.extend(new.iter().map(|&id| (id, n.epoch)));
         self.watch(&new, || format!("n{i} adopts for {key:x?} ({why:?})"));
         if new.iter().any(|&id| id >= STRANGER_IDS) {
             self.fail(format!("n{i} adopted a stranger's message"));
@@ -300,7 +302,7 @@ impl World {
                     return;
                 };
                 let seq = self.nodes[i].seq;
-                let ids: Vec<u64> = self.nodes[i].own.iter().copied().collect();
+                let ids: Vec<u64> = self.nodes[i].own.keys().copied().collect();
                 self.send(sid, i, Frame::CatchupBegin(seq));
                 for chunk in ids.chunks(8) {
                     self.send(sid, i, Frame::State(chunk.to_vec()));
@@ -446,7 +448,12 @@ impl World {
                 }
                 let removed: Vec<u64> = ids
                     .into_iter()
-                    .filter(|id| self.nodes[to].own.remove(id))
+                    .filter(|id| {
+                        // A manifest of epoch e covers what this node held in epochs ≤ e,
+                        // not a message that came back since (adopted in a later epoch).
+                        let own = &mut self.nodes[to].own;
+                        own.get(id).is_some_and(|&ep| ep <= e) && own.remove(id).is_some()
+                    })
                     .collect();
                 self.watch(&removed, || format!("n{to} drops it: manifest of {peer:x}.{e}"));
                 self.log(to, |seq| Frame::Fin(seq, removed));
