@@ -163,8 +163,10 @@ pub struct World {
     /// Acknowledged messages and their origin's node index.
     pub acked: BTreeMap<u64, usize>,
     pub deliveries: BTreeMap<u64, u32>,
-    /// (origin, epoch) → the members that started taking it over.
-    pub takers: BTreeMap<(u64, u64), BTreeSet<u64>>,
+    /// (origin, epoch) → the members that started taking it over (node ID, index, run).
+    pub takers: BTreeMap<(u64, u64), Vec<(u64, usize, u64)>>,
+    /// Epochs with two takers alive at once (a taker that died mid-takeover excepted).
+    pub concurrent_takers: BTreeSet<(u64, u64)>,
     /// Host faults: until when each node counts as failed (None: not failed).
     failed_until: Vec<Option<Duration>>,
     pub final_phase: bool,
@@ -197,6 +199,7 @@ impl World {
             acked: BTreeMap::new(),
             deliveries: BTreeMap::new(),
             takers: BTreeMap::new(),
+            concurrent_takers: BTreeSet::new(),
             failed_until: vec![None; n],
             final_phase: false,
             dead_forever: None,
@@ -467,13 +470,12 @@ impl World {
         r.duplicates = self.deliveries.values().map(|&c| u64::from(c - 1)).sum();
         r.max_copies = self.deliveries.values().copied().max().unwrap_or(0);
         r.takeovers = self.takers.values().map(|s| s.len() as u64).sum();
-        r.double_takers = self.takers.values().filter(|s| s.len() > 1).count() as u64;
+        r.double_takers = self.concurrent_takers.len() as u64;
         if !self.p.partitions && r.double_takers > 0 {
             let list: Vec<String> = self
-                .takers
+                .concurrent_takers
                 .iter()
-                .filter(|(_, s)| s.len() > 1)
-                .map(|((o, e), s)| format!("{o:x}.{e} by {s:x?}"))
+                .map(|(o, e)| format!("{o:x}.{e} by {:x?}", self.takers[&(*o, *e)]))
                 .collect();
             self.fail(format!("two takers without a partition: {}", list.join(", ")));
         }

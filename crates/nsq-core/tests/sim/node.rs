@@ -366,7 +366,15 @@ impl World {
             Command::Unfence => self.nodes[i].fenced = false,
             Command::PollLookupds => self.lookupd_poll(i),
             Command::StartTakeover { origin, epoch } => {
-                self.takers.entry((origin, epoch)).or_default().insert(me);
+                let run = self.nodes[i].tick_gen;
+                let earlier = self.takers.entry((origin, epoch)).or_default();
+                let concurrent = earlier.iter().any(|&(id, n, r)| {
+                    id != me && self.nodes[n].alive && self.nodes[n].tick_gen == r
+                });
+                earlier.push((me, i, run));
+                if concurrent {
+                    self.concurrent_takers.insert((origin, epoch));
+                }
                 self.log_event(|| format!("n{i} takes over {:?}", self.nodes[i].backlogs.get(&(origin, epoch)).map(|b| (b.ids.len(), b.complete, b.last_seq))));
                 let ids: Vec<u64> = self.nodes[i]
                     .backlogs
