@@ -209,6 +209,11 @@ impl Member {
             self.out.push(Command::SendManifest { origin, epoch: e });
             return;
         }
+        if self.other_taker((origin, epoch)).is_some() {
+            // Taken over elsewhere: no new copies of it; the taker's manifest moves the
+            // origin on to its next epoch.
+            return;
+        }
         let me = self.cfg.me;
         let older: Vec<u64> = self
             .backlogs
@@ -349,9 +354,9 @@ impl Member {
         }
         self.status_dirty = true;
         if ok {
-            let b = self.backlogs.remove(&key).expect("present");
-            self.manifests.insert(key, (b.last_seq, b.complete, None));
-            self.out.push(Command::DropBacklog { origin, epoch });
+            let (last_seq, complete) = (b.last_seq, b.complete);
+            self.drop_backlog(key);
+            self.manifests.insert(key, (last_seq, complete, None));
             self.answer_hello(origin);
         } else {
             b.state = BacklogState::Gone;
@@ -382,9 +387,27 @@ impl Member {
             .get(&key)
             .is_some_and(|b| b.handoff_to == Some(from))
         {
-            self.backlogs.remove(&key);
-            self.status_dirty = true;
-            self.out.push(Command::DropBacklog { origin, epoch });
+            self.drop_backlog(key);
+        }
+    }
+
+    /// Deletes the copy of `key`; a session of that epoch still writing to it ends (the
+    /// origin's next HELLO is not welcomed into an epoch taken over).
+    fn drop_backlog(&mut self, key: (u64, u64)) {
+        let (origin, epoch) = key;
+        if self.backlogs.remove(&key).is_none() {
+            return;
+        }
+        self.status_dirty = true;
+        self.out.push(Command::DropBacklog { origin, epoch });
+        if let Some(l) = self.in_links.get_mut(&origin) {
+            if l.epoch == Some(epoch) {
+                l.epoch = None;
+                self.out.push(Command::Close {
+                    peer: origin,
+                    link: Link::In,
+                });
+            }
         }
     }
 
@@ -498,9 +521,7 @@ impl Member {
         if let Some((to, entry)) = target {
             let dominated = entry.filter(|e| dominates(e));
             if dominated.is_some_and(|e| e.state == BacklogState::TakenOver) {
-                self.backlogs.remove(&key);
-                self.status_dirty = true;
-                self.out.push(Command::DropBacklog { origin, epoch });
+                self.drop_backlog(key);
                 return;
             }
             let retry = self.cfg.handoff_retry;

@@ -117,6 +117,26 @@ impl Member {
         self.cfg.me
     }
 
+    /// The backlogs and manifests as STATUS lists them (for `/stats`).
+    pub fn status_now(&self) -> Vec<super::StatusEntry> {
+        self.status_entries()
+    }
+
+    /// A dump of the member's view, for diagnostics.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "me {:x} epoch {} fenced {} links {:x?}\n",
+            self.cfg.me, self.epoch, self.fenced, self.links
+        );
+        for (k, b) in &self.backlogs {
+            s += &format!("  backlog {k:x?}: {b:?}\n");
+        }
+        for (m, g) in &self.gossip {
+            s += &format!("  gossip {m:x} at {:?}: {:x?}\n", g.at, g.entries);
+        }
+        s
+    }
+
     /// Applies one event at `now` (never earlier than the previous one's) and returns the
     /// commands, in order.
     pub fn handle(&mut self, now: Duration, ev: Event) -> Vec<Command> {

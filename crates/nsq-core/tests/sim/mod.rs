@@ -438,6 +438,11 @@ impl World {
             }
         }
         if !missing.is_empty() && self.trace {
+            for n in &self.nodes {
+                if let Some(c) = &n.core {
+                    println!("n{}: {}", n.idx, c.describe());
+                }
+            }
             for &(id, _) in missing.iter().take(3) {
                 for n in &self.nodes {
                     let own = n.own.contains_key(&id);
