@@ -41,6 +41,8 @@ pub(super) struct Backlog {
     /// The taker the origin's DROP named.
     pub dropped_to: Option<u64>,
     pub handoff_sent: Option<Duration>,
+    /// The `last_seq` of the copy that was sent: HANDOFF_DONE covers that much.
+    pub handoff_seq: u64,
     /// A failed takeover is retried from then.
     pub retry_at: Duration,
 }
@@ -58,6 +60,7 @@ impl Backlog {
             handoff_to: None,
             dropped_to: None,
             handoff_sent: None,
+            handoff_seq: 0,
             retry_at: now,
         }
     }
@@ -382,13 +385,18 @@ impl Member {
 
     pub(super) fn handoff_done(&mut self, from: u64, origin: u64, epoch: u64) {
         let key = (origin, epoch);
-        if self
-            .backlogs
-            .get(&key)
-            .is_some_and(|b| b.handoff_to == Some(from))
-        {
-            self.drop_backlog(key);
+        let Some(b) = self.backlogs.get_mut(&key) else {
+            return;
+        };
+        if b.handoff_to != Some(from) {
+            return;
         }
+        if b.last_seq > b.handoff_seq {
+            // More arrived after the copy was sent: send it again.
+            b.handoff_sent = None;
+            return;
+        }
+        self.drop_backlog(key);
     }
 
     /// Deletes the copy of `key`; a session of that epoch still writing to it ends (the
@@ -524,6 +532,16 @@ impl Member {
                 self.drop_backlog(key);
                 return;
             }
+            // Taken over elsewhere: this copy stops growing (the origin's session ends).
+            if let Some(l) = self.in_links.get_mut(&origin) {
+                if l.epoch == Some(epoch) {
+                    l.epoch = None;
+                    self.out.push(Command::Close {
+                        peer: origin,
+                        link: Link::In,
+                    });
+                }
+            }
             let retry = self.cfg.handoff_retry;
             let alive = self.alive(to);
             let b = self.backlogs.get_mut(&key).expect("present");
@@ -538,6 +556,7 @@ impl Member {
             let due = b.handoff_sent.is_none_or(|s| now.saturating_sub(s) >= retry);
             if dominated.is_none() && alive && due {
                 b.handoff_sent = Some(now);
+                b.handoff_seq = b.last_seq;
                 self.out.push(Command::SendHandoff { to, origin, epoch });
             }
             return;
