@@ -177,9 +177,9 @@ impl Member {
                 self.status_dirty = true;
             }
         }
+        self.unwelcome(origin);
         if let Some(l) = self.in_links.get_mut(&origin) {
             l.hello = Some((epoch, stamp));
-            l.epoch = None;
         }
         self.answer_hello(origin);
     }
@@ -272,10 +272,17 @@ impl Member {
     }
 
     pub(super) fn in_link_down(&mut self, origin: u64) {
-        let Some(l) = self.in_links.remove(&origin) else {
+        self.unwelcome(origin);
+        self.in_links.remove(&origin);
+    }
+
+    /// The origin's session no longer writes the epoch it was welcomed for: that backlog's
+    /// link is down from now.
+    fn unwelcome(&mut self, origin: u64) {
+        let Some(e) = self.in_links.get_mut(&origin).and_then(|l| l.epoch.take()) else {
             return;
         };
-        if let Some(b) = l.epoch.and_then(|e| self.backlogs.get_mut(&(origin, e))) {
+        if let Some(b) = self.backlogs.get_mut(&(origin, e)) {
             b.watch.link_down(self.now);
             if b.state == BacklogState::Replicating {
                 b.state = BacklogState::Detached;
@@ -533,14 +540,12 @@ impl Member {
                 return;
             }
             // Taken over elsewhere: this copy stops growing (the origin's session ends).
-            if let Some(l) = self.in_links.get_mut(&origin) {
-                if l.epoch == Some(epoch) {
-                    l.epoch = None;
-                    self.out.push(Command::Close {
-                        peer: origin,
-                        link: Link::In,
-                    });
-                }
+            if self.in_links.get(&origin).is_some_and(|l| l.epoch == Some(epoch)) {
+                self.unwelcome(origin);
+                self.out.push(Command::Close {
+                    peer: origin,
+                    link: Link::In,
+                });
             }
             let retry = self.cfg.handoff_retry;
             let alive = self.alive(to);
