@@ -599,6 +599,18 @@ impl Member {
         if now < retry_at {
             return;
         }
+        // Rank on settled facts: every live member's STATUS must come from after this
+        // node found O gone and list no copy of it still growing (its last_seq final).
+        let settled = self.gossip.iter().all(|(&m, g)| {
+            !self.alive(m)
+                || (g.at > since
+                    && g.entries.iter().all(|e| {
+                        (e.origin, e.epoch) != key || e.state != BacklogState::Replicating
+                    }))
+        });
+        if !settled {
+            return;
+        }
         // 3. The first candidate that has not passed takes it over.
         for c in self.candidates(origin, epoch) {
             if c == me {
