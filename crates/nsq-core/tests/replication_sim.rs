@@ -8,18 +8,41 @@ use std::time::Duration;
 
 use sim::{Params, World};
 
-/// Seeds that once failed (each a fixed case).
-const REGRESSIONS: &[u64] = &[];
+/// Seeds that once failed, with their run's length in seconds (each a fixed case; the
+/// commit that fixed each is in git log of crates/nsq-core/src/replication).
+const REGRESSIONS: &[(u64, u64)] = &[
+    (26, 40),
+    (68, 40),
+    (196, 40),
+    (230, 40),
+    (234, 40),
+    (258, 40),
+    (1_000_018, 300),
+    (1_000_021, 300),
+    (1_000_025, 300),
+    (1_000_050, 300),
+    (1_000_069, 300),
+    (1_000_072, 300),
+    (1_000_139, 300),
+    (1_000_227, 300),
+    (1_000_270, 300),
+    (2_000_042, 300),
+    (2_000_048, 300),
+    (2_000_193, 300),
+    (2_000_393, 300),
+    (2_000_447, 300),
+    (2_000_703, 300),
+    (2_000_833, 300),
+];
 
-fn run(seed: u64) -> sim::Report {
-    World::new(Params::from_seed(seed, Duration::from_secs(40))).run()
-}
+/// How long a CI seed runs with producers and faults (then the final phase).
+const CI_RUN_FOR: u64 = 15;
 
-fn check(seeds: impl Iterator<Item = u64>) {
+fn check(seeds: impl Iterator<Item = (u64, u64)>) {
     let mut failed = Vec::new();
     let (mut steps, mut acked, mut dups, mut doubles, mut handoffs) = (0, 0, 0, 0, 0);
-    for seed in seeds {
-        let r = run(seed);
+    for (seed, secs) in seeds {
+        let r = World::new(Params::from_seed(seed, Duration::from_secs(secs))).run();
         steps += r.steps;
         acked += r.acked;
         dups += r.duplicates;
@@ -60,6 +83,6 @@ fn many_seeds() {
     let n: u64 = std::env::var("SIM_SEEDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
-    check(1..=n);
+        .unwrap_or(2000);
+    check((1..=n).map(|seed| (seed, CI_RUN_FOR)));
 }

@@ -180,12 +180,18 @@ mod tests {
     fn a_replayed_answer_does_not_count() {
         let mut w = GoneWatch::new(s(10), 1, s(0));
         w.lookupd_answer(0, s(1), s(50), Some(s(0)));
-        assert!(!w.is_gone(s(1)), "stale since 20, absent 30 s, but link down only 1 s");
+        assert!(
+            !w.is_gone(s(1)),
+            "stale since 20, absent 30 s, but link down only 1 s"
+        );
         // The same answer again and again (a cache): its clock does not move.
         for t in 2..40 {
             w.lookupd_answer(0, s(t), s(50), Some(s(0)));
         }
         assert!(w.is_gone(s(10)));
-        assert!(!w.is_gone(s(39)), "no fresh answer for longer than the timeout");
+        assert!(
+            !w.is_gone(s(39)),
+            "no fresh answer for longer than the timeout"
+        );
     }
 }

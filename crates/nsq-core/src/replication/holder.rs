@@ -337,7 +337,12 @@ impl Member {
         }
     }
 
-    pub(super) fn lookupd_answer(&mut self, i: usize, clock: Duration, producers: &[(String, Duration)]) {
+    pub(super) fn lookupd_answer(
+        &mut self,
+        i: usize,
+        clock: Duration,
+        producers: &[(String, Duration)],
+    ) {
         let now = self.now;
         for b in self.backlogs.values_mut() {
             let listed = b
@@ -540,7 +545,11 @@ impl Member {
                 return;
             }
             // Taken over elsewhere: this copy stops growing (the origin's session ends).
-            if self.in_links.get(&origin).is_some_and(|l| l.epoch == Some(epoch)) {
+            if self
+                .in_links
+                .get(&origin)
+                .is_some_and(|l| l.epoch == Some(epoch))
+            {
                 self.unwelcome(origin);
                 self.out.push(Command::Close {
                     peer: origin,
@@ -558,7 +567,9 @@ impl Member {
                 b.handoff_to = Some(to);
                 b.handoff_sent = None;
             }
-            let due = b.handoff_sent.is_none_or(|s| now.saturating_sub(s) >= retry);
+            let due = b
+                .handoff_sent
+                .is_none_or(|s| now.saturating_sub(s) >= retry);
             if dominated.is_none() && alive && due {
                 b.handoff_sent = Some(now);
                 b.handoff_seq = b.last_seq;
@@ -571,9 +582,9 @@ impl Member {
         let replicating_elsewhere = self.gossip.iter().any(|(&m, g)| {
             m != me
                 && self.alive(m)
-                && g.entries.iter().any(|e| {
-                    (e.origin, e.epoch) == key && e.state == BacklogState::Replicating
-                })
+                && g.entries
+                    .iter()
+                    .any(|e| (e.origin, e.epoch) == key && e.state == BacklogState::Replicating)
         });
         let b = &self.backlogs[&key];
         let live = b.watch.link_is_up();

@@ -285,9 +285,7 @@ impl Member {
                 stamp,
             } if link == Link::In => self.hello(from, epoch, previous_unclean, stamp),
             Msg::Ping { stamp } if link == Link::In => self.ping(from, stamp),
-            Msg::ManifestApplied { epoch } if link == Link::In => {
-                self.origin_applied(from, epoch)
-            }
+            Msg::ManifestApplied { epoch } if link == Link::In => self.origin_applied(from, epoch),
             Msg::Drop { epoch, taker } if link == Link::In => self.dropped(from, epoch, taker),
             // replica → origin
             Msg::Welcome {
@@ -434,9 +432,7 @@ impl Member {
                 self.fenced = true;
                 self.out.push(Command::Fence);
             }
-        } else if !threatened
-            && !self.taken_fence
-            && self.now.saturating_sub(self.heard_member) < f
+        } else if !threatened && !self.taken_fence && self.now.saturating_sub(self.heard_member) < f
         {
             self.fenced = false;
             self.out.push(Command::Unfence);

@@ -197,35 +197,79 @@ pub enum Event {
 /// What the core asks the driver to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    Send { to: u64, link: Link, msg: Msg },
+    Send {
+        to: u64,
+        link: Link,
+        msg: Msg,
+    },
     /// ERROR `not in group` and close; nothing of it is stored.
-    Refuse { peer: u64, link: Link },
+    Refuse {
+        peer: u64,
+        link: Link,
+    },
     /// End this session (it reconnects).
-    Close { peer: u64, link: Link },
+    Close {
+        peer: u64,
+        link: Link,
+    },
     /// Origin: stream a catch-up on the Out link to `peer`, then the live log.
-    StartCatchup { peer: u64 },
+    StartCatchup {
+        peer: u64,
+    },
     /// Origin: stream the log from `from` on.
-    Resume { peer: u64, from: u64 },
-    AckPublish { seq: u64 },
-    FailPublish { seq: u64 },
+    Resume {
+        peer: u64,
+        from: u64,
+    },
+    AckPublish {
+        seq: u64,
+    },
+    FailPublish {
+        seq: u64,
+    },
     /// Stop (resume) delivering this node's replicated messages.
     Fence,
     Unfence,
     /// Poll every nsqlookupd (answers come back as `LookupdAnswer`).
     PollLookupds,
-    StartTakeover { origin: u64, epoch: u64 },
+    StartTakeover {
+        origin: u64,
+        epoch: u64,
+    },
     /// Send this node's copy of `(origin, epoch)` to `to` (HANDOFF items, HANDOFF_END).
-    SendHandoff { to: u64, origin: u64, epoch: u64 },
+    SendHandoff {
+        to: u64,
+        origin: u64,
+        epoch: u64,
+    },
     /// Adopt the handoff `from` sent (put its messages here, as a takeover does).
-    AdoptHandoff { from: u64, origin: u64, epoch: u64 },
-    DropBacklog { origin: u64, epoch: u64 },
+    AdoptHandoff {
+        from: u64,
+        origin: u64,
+        epoch: u64,
+    },
+    DropBacklog {
+        origin: u64,
+        epoch: u64,
+    },
     /// Send the manifest of `(origin, epoch)` on the In link from `origin` (after TAKEN_OVER).
-    SendManifest { origin: u64, epoch: u64 },
+    SendManifest {
+        origin: u64,
+        epoch: u64,
+    },
     /// Apply the manifest `taker` sent for this node's `epoch`.
-    ApplyManifest { taker: u64, epoch: u64 },
-    DeleteManifest { origin: u64, epoch: u64 },
+    ApplyManifest {
+        taker: u64,
+        epoch: u64,
+    },
+    DeleteManifest {
+        origin: u64,
+        epoch: u64,
+    },
     /// This node's epoch is now `epoch` (persist it before any session uses it).
-    NewEpoch { epoch: u64 },
+    NewEpoch {
+        epoch: u64,
+    },
 }
 
 /// The core's settings.

@@ -107,5 +107,4 @@ mod tests {
         );
         assert_eq!(taker(&r, 4, |_| false, holds, Duration::ZERO, t), None);
     }
-
 }

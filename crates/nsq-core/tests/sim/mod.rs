@@ -113,7 +113,11 @@ pub struct Report {
 #[derive(Debug, Clone)]
 pub(crate) enum Ev {
     Tick(usize, u64),
-    Deliver { sid: u64, to_dialer: bool, frame: Frame },
+    Deliver {
+        sid: u64,
+        to_dialer: bool,
+        frame: Frame,
+    },
     Publish,
     Fault,
     LookupdPing(usize, usize),
@@ -256,7 +260,9 @@ impl World {
 
     pub(crate) fn fail(&mut self, msg: String) {
         if self.report.failures.len() < 20 {
-            self.report.failures.push(format!("t={:?}: {msg}", self.now));
+            self.report
+                .failures
+                .push(format!("t={:?}: {msg}", self.now));
         }
     }
 
@@ -265,7 +271,7 @@ impl World {
     pub fn run(mut self) -> Report {
         let run_end = self.p.run_for;
         let t = self.p.takeover_timeout;
-        let settle = t * 4 + Duration::from_secs(60);
+        let settle = t * 3 + Duration::from_secs(30);
         while let Some(Queued(Reverse((when, _)), ev)) = self.queue.pop() {
             if !self.final_phase && when >= run_end {
                 self.now = run_end;
@@ -446,8 +452,18 @@ impl World {
             for &(id, _) in missing.iter().take(3) {
                 for n in &self.nodes {
                     let own = n.own.contains_key(&id);
-                    let bl: Vec<_> = n.backlogs.iter().filter(|(_, b)| b.ids.contains(&id)).map(|(k, b)| (*k, b.complete)).collect();
-                    let ad: Vec<_> = n.adopted.iter().filter(|(_, b)| b.contains(&id)).map(|(k, _)| *k).collect();
+                    let bl: Vec<_> = n
+                        .backlogs
+                        .iter()
+                        .filter(|(_, b)| b.ids.contains(&id))
+                        .map(|(k, b)| (*k, b.complete))
+                        .collect();
+                    let ad: Vec<_> = n
+                        .adopted
+                        .iter()
+                        .filter(|(_, b)| b.contains(&id))
+                        .map(|(k, _)| *k)
+                        .collect();
                     println!("missing {id}: n{} alive={} fenced={} own={own} backlogs={bl:x?} adopted={ad:x?}", n.idx, n.alive, n.fenced);
                 }
             }
@@ -482,7 +498,10 @@ impl World {
                 .iter()
                 .map(|(o, e)| format!("{o:x}.{e} by {:x?}", self.takers[&(*o, *e)]))
                 .collect();
-            self.fail(format!("two takers without a partition: {}", list.join(", ")));
+            self.fail(format!(
+                "two takers without a partition: {}",
+                list.join(", ")
+            ));
         }
     }
 }

@@ -185,7 +185,13 @@ impl World {
         }
         let _ = stranger;
         if self.node_session_closed(node, sid) {
-            self.core_event(node, Event::LinkDown { peer: peer_id, link });
+            self.core_event(
+                node,
+                Event::LinkDown {
+                    peer: peer_id,
+                    link,
+                },
+            );
         }
     }
 
@@ -288,7 +294,11 @@ impl World {
                 link: Link::In,
             },
         );
-        if self.sessions.get(&sid).is_some_and(|s| s.open == [true, true]) {
+        if self
+            .sessions
+            .get(&sid)
+            .is_some_and(|s| s.open == [true, true])
+        {
             self.core_event(
                 a,
                 Event::LinkUp {
@@ -309,7 +319,11 @@ impl World {
         }
         let sid = self.next_sid;
         self.next_sid += 1;
-        let id = if self.rng.chance(300) { 0 } else { self.rng.next() };
+        let id = if self.rng.chance(300) {
+            0
+        } else {
+            self.rng.next()
+        };
         let bid = self.nodes[b].id;
         self.sessions.insert(
             sid,
@@ -384,7 +398,13 @@ impl World {
         self.lookupds[l].regs.insert(addr, clock);
         if self.lookupd_reachable(node, l, true) {
             let sent_at = self.nodes[node].clock(self.now);
-            self.core_event(node, Event::LookupdPong { lookupd: l, sent_at });
+            self.core_event(
+                node,
+                Event::LookupdPong {
+                    lookupd: l,
+                    sent_at,
+                },
+            );
         }
     }
 

@@ -273,8 +273,10 @@ impl World {
         }
         if !matches!(
             c,
-            Command::Send { msg: Msg::Status(_) | Msg::Ping { .. } | Msg::Pong { .. } | Msg::Ack { .. }, .. }
-                | Command::AckPublish { .. }
+            Command::Send {
+                msg: Msg::Status(_) | Msg::Ping { .. } | Msg::Pong { .. } | Msg::Ack { .. },
+                ..
+            } | Command::AckPublish { .. }
                 | Command::PollLookupds
         ) {
             self.log_event(|| format!("n{i} {:x}: {c:x?}", self.nodes[i].id));
@@ -319,7 +321,9 @@ impl World {
                 let n = &self.nodes[i];
                 let first = n.log.first().map_or(n.seq + 1, |(s, _)| *s);
                 if from < first {
-                    self.fail(format!("n{i} asked to resume from {from}, log starts {first}"));
+                    self.fail(format!(
+                        "n{i} asked to resume from {from}, log starts {first}"
+                    ));
                     return;
                 }
                 let frames: Vec<Frame> = n
@@ -342,23 +346,42 @@ impl World {
                     }
                 }
                 Some(Pending::Takeover(o, e)) => {
-                    let ids = self.nodes[i].adopted.get(&(o, e)).cloned().unwrap_or_default();
+                    let ids = self.nodes[i]
+                        .adopted
+                        .get(&(o, e))
+                        .cloned()
+                        .unwrap_or_default();
                     let m = self.nodes[i].manifests.entry((o, e)).or_default();
                     m.extend(ids);
                     m.sort_unstable();
                     m.dedup();
-                    self.core_event(i, Event::TakeoverEnded { origin: o, epoch: e, ok: true });
+                    self.core_event(
+                        i,
+                        Event::TakeoverEnded {
+                            origin: o,
+                            epoch: e,
+                            ok: true,
+                        },
+                    );
                 }
                 Some(Pending::Handoff(from, o, e)) => {
                     self.report.handoffs += 1;
-                    let ev = Event::HandoffStored { from, origin: o, epoch: e };
+                    let ev = Event::HandoffStored {
+                        from,
+                        origin: o,
+                        epoch: e,
+                    };
                     self.core_event(i, ev);
                 }
                 None => {}
             },
             Command::FailPublish { seq } => {
                 if let Some(Pending::Takeover(o, e)) = self.nodes[i].pubs.remove(&seq) {
-                    let ev = Event::TakeoverEnded { origin: o, epoch: e, ok: false };
+                    let ev = Event::TakeoverEnded {
+                        origin: o,
+                        epoch: e,
+                        ok: false,
+                    };
                     self.core_event(i, ev);
                 }
             }
@@ -375,7 +398,16 @@ impl World {
                 if concurrent {
                     self.concurrent_takers.insert((origin, epoch));
                 }
-                self.log_event(|| format!("n{i} takes over {:?}", self.nodes[i].backlogs.get(&(origin, epoch)).map(|b| (b.ids.len(), b.complete, b.last_seq))));
+                self.log_event(|| {
+                    format!(
+                        "n{i} takes over {:?}",
+                        self.nodes[i].backlogs.get(&(origin, epoch)).map(|b| (
+                            b.ids.len(),
+                            b.complete,
+                            b.last_seq
+                        ))
+                    )
+                });
                 let ids: Vec<u64> = self.nodes[i]
                     .backlogs
                     .get(&(origin, epoch))
@@ -394,7 +426,11 @@ impl World {
                     .unwrap_or_default();
                 self.send(sid, i, Frame::Handoff(origin, epoch, ids));
             }
-            Command::AdoptHandoff { from, origin, epoch } => {
+            Command::AdoptHandoff {
+                from,
+                origin,
+                epoch,
+            } => {
                 let ids = self.nodes[i]
                     .handoffs_in
                     .remove(&(from, origin, epoch))
@@ -447,7 +483,14 @@ impl World {
         }
         match frame {
             Frame::Core(msg) => {
-                self.core_event(to, Event::Received { from: peer, link, msg });
+                self.core_event(
+                    to,
+                    Event::Received {
+                        from: peer,
+                        link,
+                        msg,
+                    },
+                );
             }
             Frame::Heartbeat | Frame::Close => {}
             Frame::Manifest(e, ids) if dialer => {
@@ -463,14 +506,26 @@ impl World {
                         own.get(id).is_some_and(|&ep| ep <= e) && own.remove(id).is_some()
                     })
                     .collect();
-                self.watch(&removed, || format!("n{to} drops it: manifest of {peer:x}.{e}"));
+                self.watch(&removed, || {
+                    format!("n{to} drops it: manifest of {peer:x}.{e}")
+                });
                 self.log(to, |seq| Frame::Fin(seq, removed));
                 self.nodes[to].applied.insert((e, peer));
-                self.core_event(to, Event::ManifestApplied { taker: peer, epoch: e });
+                self.core_event(
+                    to,
+                    Event::ManifestApplied {
+                        taker: peer,
+                        epoch: e,
+                    },
+                );
             }
             Frame::Handoff(o, e, ids) if !dialer => {
                 self.nodes[to].handoffs_in.insert((peer, o, e), ids);
-                let ev = Event::HandoffReceived { from: peer, origin: o, epoch: e };
+                let ev = Event::HandoffReceived {
+                    from: peer,
+                    origin: o,
+                    epoch: e,
+                };
                 self.core_event(to, ev);
             }
             f if !dialer => {
@@ -515,7 +570,12 @@ impl World {
                     _ => return,
                 }
                 let (last_seq, complete) = (b.last_seq, b.complete);
-                let ev = Event::Stored { origin: peer, epoch, last_seq, complete };
+                let ev = Event::Stored {
+                    origin: peer,
+                    epoch,
+                    last_seq,
+                    complete,
+                };
                 self.core_event(to, ev);
             }
             _ => {}
@@ -523,7 +583,13 @@ impl World {
     }
 
     /// A session of `node` to or from `peer_node` opened: it supersedes an older one.
-    pub(crate) fn node_session_opened(&mut self, node: usize, sid: u64, _peer: usize, dialer: bool) {
+    pub(crate) fn node_session_opened(
+        &mut self,
+        node: usize,
+        sid: u64,
+        _peer: usize,
+        dialer: bool,
+    ) {
         let s = &self.sessions[&sid];
         let peer_id = if dialer { s.acceptor_id } else { s.dialer_id };
         let old = if dialer {
@@ -554,7 +620,12 @@ impl World {
     }
 
     pub(crate) fn crash(&mut self, i: usize, power: bool, wipe: bool) {
-        self.log_event(|| format!("n{i} CRASH power={power} wipe={wipe} own={}", self.nodes[i].own.len()));
+        self.log_event(|| {
+            format!(
+                "n{i} CRASH power={power} wipe={wipe} own={}",
+                self.nodes[i].own.len()
+            )
+        });
         self.report.crashes += 1;
         if wipe {
             self.report.wipes += 1;
@@ -602,7 +673,12 @@ impl World {
         }
         n.seq = 0;
         self.failed_until[i] = Some(self.now + self.recovery_window());
-        self.log_event(|| format!("n{i} RESTART as {:x} epoch {}", self.nodes[i].id, self.nodes[i].epoch));
+        self.log_event(|| {
+            format!(
+                "n{i} RESTART as {:x} epoch {}",
+                self.nodes[i].id, self.nodes[i].epoch
+            )
+        });
         self.start_node(i);
         self.nodes[i].wiped = false;
     }
