@@ -33,6 +33,10 @@ const REGRESSIONS: &[(u64, u64)] = &[
     (2_000_447, 300),
     (2_000_703, 300),
     (2_000_833, 300),
+    (3_001_063, 300),
+    (3_001_179, 300),
+    (3_001_721, 300),
+    (3_001_896, 300),
 ];
 
 /// How long a CI seed runs with producers and faults (then the final phase).

@@ -199,15 +199,15 @@ impl Member {
             .manifests
             .iter()
             .find(|(&(o, e), m)| o == origin && e <= epoch && m.2.is_none())
-            .map(|(&(_, e), _)| e);
-        if let Some(e) = manifest {
+            .map(|(&(_, e), m)| (e, m.0));
+        if let Some((e, last_seq)) = manifest {
             if let Some(l) = self.in_links.get_mut(&origin) {
                 l.awaiting = Some(e);
             }
             self.out.push(Command::Send {
                 to: origin,
                 link: Link::In,
-                msg: Msg::TakenOver { epoch: e },
+                msg: Msg::TakenOver { epoch: e, last_seq },
             });
             self.out.push(Command::SendManifest { origin, epoch: e });
             return;

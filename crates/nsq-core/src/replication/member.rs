@@ -99,8 +99,8 @@ impl Member {
             b.complete = h.complete;
             m.backlogs.insert((h.origin, h.epoch), b);
         }
-        for k in start.manifests {
-            m.manifests.insert(k, (0, false, None));
+        for (origin, epoch, last_seq) in start.manifests {
+            m.manifests.insert((origin, epoch), (last_seq, false, None));
         }
         m
     }
@@ -293,16 +293,14 @@ impl Member {
                 resume,
                 echo,
             } if link == Link::Out => self.welcome(from, epoch, resume, echo),
-            Msg::Pong { stamp } if link == Link::Out => {
-                if self.welcomed.contains(&from) {
-                    self.heard_member = self.heard_member.max(stamp);
-                }
+            Msg::Pong { stamp } if link == Link::Out && self.welcomed.contains(&from) => {
+                self.heard_member = self.heard_member.max(stamp);
             }
             Msg::Ack { seq } if link == Link::Out => {
                 self.group.ack(from, seq);
                 self.commit();
             }
-            Msg::TakenOver { epoch } if link == Link::Out => {
+            Msg::TakenOver { epoch, last_seq } if link == Link::Out => {
                 if self.applied.contains(&(epoch, from)) {
                     // Applied already (the taker missed MANIFEST_APPLIED): said again only.
                     self.out.push(Command::Send {
@@ -315,7 +313,11 @@ impl Member {
                 if epoch >= self.epoch {
                     self.taken_fence = true;
                 }
-                self.out.push(Command::ApplyManifest { taker: from, epoch });
+                self.out.push(Command::ApplyManifest {
+                    taker: from,
+                    epoch,
+                    last_seq,
+                });
             }
             Msg::HandoffDone { origin, epoch } if link == Link::Out => {
                 self.handoff_done(from, origin, epoch)

@@ -102,9 +102,11 @@ pub enum Msg {
     Ack {
         seq: u64,
     },
-    /// Epoch `epoch` was taken over by the sender; its manifest follows (driver).
+    /// Epoch `epoch` was taken over by the sender, from its copy up to `last_seq`; its
+    /// manifest follows (driver).
     TakenOver {
         epoch: u64,
+        last_seq: u64,
     },
     /// The taker stored (and replicated) the sender's handoff of `(origin, epoch)`.
     HandoffDone {
@@ -257,10 +259,13 @@ pub enum Command {
         origin: u64,
         epoch: u64,
     },
-    /// Apply the manifest `taker` sent for this node's `epoch`.
+    /// Apply the manifest `taker` sent for this node's `epoch`: a listed message leaves
+    /// this node only if it took it (published, adopted) in an earlier epoch or in `epoch`
+    /// at or before `last_seq` — one that came back later (adopted again) stays.
     ApplyManifest {
         taker: u64,
         epoch: u64,
+        last_seq: u64,
     },
     DeleteManifest {
         origin: u64,
@@ -337,8 +342,8 @@ pub struct Start {
     pub previous_unclean: Option<u64>,
     /// The backlogs in its replica store.
     pub held: Vec<HeldBacklog>,
-    /// The manifests it keeps as a taker: (origin, epoch).
-    pub manifests: Vec<(u64, u64)>,
+    /// The manifests it keeps as a taker: (origin, epoch, last_seq of the copy taken).
+    pub manifests: Vec<(u64, u64, u64)>,
     /// The manifests it applied as an origin: (its epoch, the taker).
     pub applied: Vec<(u64, u64)>,
 }

@@ -146,6 +146,9 @@ impl Ord for Queued {
     }
 }
 
+/// A taker: its node ID, node index and run (incarnation).
+pub type Taker = (u64, usize, u64);
+
 /// Message IDs a stranger publishes start here; none may ever be stored or delivered.
 pub const STRANGER_IDS: u64 = 1 << 60;
 
@@ -168,7 +171,7 @@ pub struct World {
     pub acked: BTreeMap<u64, usize>,
     pub deliveries: BTreeMap<u64, u32>,
     /// (origin, epoch) → the members that started taking it over (node ID, index, run).
-    pub takers: BTreeMap<(u64, u64), Vec<(u64, usize, u64)>>,
+    pub takers: BTreeMap<(u64, u64), Vec<Taker>>,
     /// Epochs with two takers alive at once (a taker that died mid-takeover excepted).
     pub concurrent_takers: BTreeSet<(u64, u64)>,
     /// Host faults: until when each node counts as failed (None: not failed).

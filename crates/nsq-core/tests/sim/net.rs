@@ -62,6 +62,9 @@ impl Session {
     }
 }
 
+/// A frozen lookupd: until when, its clock then, and its producers then.
+pub type Frozen = (Duration, Duration, Vec<(String, Duration)>);
+
 /// One nsqlookupd.
 #[derive(Debug, Clone)]
 pub struct Lookupd {
@@ -70,7 +73,7 @@ pub struct Lookupd {
     /// Producers: address → last_update (its clock).
     pub regs: BTreeMap<String, Duration>,
     /// Answers a frozen snapshot until then.
-    pub frozen: Option<(Duration, Duration, Vec<(String, Duration)>)>,
+    pub frozen: Option<Frozen>,
 }
 
 impl Lookupd {

@@ -44,16 +44,19 @@ pub struct Node {
     pub epoch: u64,
     pub seq: u64,
     pub log: Vec<(u64, Frame)>,
-    /// Unsettled messages: ID → the epoch in which this node took it (published, adopted).
-    pub own: BTreeMap<u64, u64>,
+    /// Unsettled messages: ID → the epoch and seq at which this node took it (published,
+    /// adopted).
+    pub own: BTreeMap<u64, (u64, u64)>,
     pub pubs: BTreeMap<u64, Pending>,
     pub fenced: bool,
     pub backlogs: BTreeMap<(u64, u64), Bl>,
     pub synced: BTreeMap<(u64, u64), Bl>,
     pub manifests: BTreeMap<(u64, u64), Vec<u64>>,
+    /// The last_seq of the copy each manifest was taken from.
+    pub manifest_seq: BTreeMap<(u64, u64), u64>,
     pub adopted: BTreeMap<(u64, u64), BTreeSet<u64>>,
     pub handoffs_in: BTreeMap<(u64, u64, u64), Vec<u64>>,
-    pub applying: BTreeSet<(u64, u64)>,
+    pub applying: BTreeSet<(u64, u64, u64)>,
     /// Manifests applied (persisted): (epoch, taker).
     pub applied: BTreeSet<(u64, u64)>,
     pub out_sids: BTreeMap<u64, u64>,
@@ -88,6 +91,7 @@ impl Node {
             backlogs: BTreeMap::new(),
             synced: BTreeMap::new(),
             manifests: BTreeMap::new(),
+            manifest_seq: BTreeMap::new(),
             adopted: BTreeMap::new(),
             handoffs_in: BTreeMap::new(),
             applying: BTreeSet::new(),
@@ -126,7 +130,11 @@ impl World {
             })
             .collect();
         let unclean = (n.epoch > 1 && !n.wiped).then(|| n.epoch - 1);
-        let manifests = n.manifests.keys().copied().collect();
+        let manifests = n
+            .manifests
+            .keys()
+            .map(|&(o, e)| (o, e, n.manifest_seq.get(&(o, e)).copied().unwrap_or(0)))
+            .collect();
         let now = n.clock(self.now);
         let start = Start {
             now,
@@ -165,7 +173,7 @@ impl World {
         self.core_event(i, Event::Tick);
         let n = &mut self.nodes[i];
         n.ticks += 1;
-        if n.ticks % 4 == 0 {
+        if n.ticks.is_multiple_of(4) {
             n.synced = n.backlogs.clone();
         }
         let next = TICK * 1000 / n.rate as u32;
@@ -215,8 +223,8 @@ impl World {
         let ids: Vec<u64> = (0..k).map(|_| self.new_msg()).collect();
         self.published.extend(ids.iter().copied());
         self.watch(&ids, || format!("n{i} publishes"));
-        let epoch = self.nodes[i].epoch;
-        self.nodes[i].own.extend(ids.iter().map(|&id| (id, epoch)));
+        let at = (self.nodes[i].epoch, self.nodes[i].seq + 1);
+        self.nodes[i].own.extend(ids.iter().map(|&id| (id, at)));
         let seq = self.log(i, |seq| Frame::Pub(seq, ids.clone()));
         self.nodes[i].pubs.insert(seq, Pending::Publish(ids));
         self.core_event(i, Event::Published { seq });
@@ -235,7 +243,8 @@ impl World {
             .filter(|id| !n.own.contains_key(id) && !adopted.contains(id) && !manifest.contains(id))
             .collect();
         adopted.extend(new.iter().copied());
-        n.own.extend(new.iter().map(|&id| (id, n.epoch)));
+        let at = (n.epoch, n.seq + 1);
+        n.own.extend(new.iter().map(|&id| (id, at)));
         self.watch(&new, || format!("n{i} adopts for {key:x?} ({why:?})"));
         if new.iter().any(|&id| id >= STRANGER_IDS) {
             self.fail(format!("n{i} adopted a stranger's message"));
@@ -351,6 +360,11 @@ impl World {
                         .get(&(o, e))
                         .cloned()
                         .unwrap_or_default();
+                    let last = self.nodes[i]
+                        .backlogs
+                        .get(&(o, e))
+                        .map_or(0, |b| b.last_seq);
+                    self.nodes[i].manifest_seq.entry((o, e)).or_insert(last);
                     let m = self.nodes[i].manifests.entry((o, e)).or_default();
                     m.extend(ids);
                     m.sort_unstable();
@@ -454,11 +468,16 @@ impl World {
                     .unwrap_or_default();
                 self.send(sid, i, Frame::Manifest(epoch, ids));
             }
-            Command::ApplyManifest { taker, epoch } => {
-                self.nodes[i].applying.insert((taker, epoch));
+            Command::ApplyManifest {
+                taker,
+                epoch,
+                last_seq,
+            } => {
+                self.nodes[i].applying.insert((taker, epoch, last_seq));
             }
             Command::DeleteManifest { origin, epoch } => {
                 self.nodes[i].manifests.remove(&(origin, epoch));
+                self.nodes[i].manifest_seq.remove(&(origin, epoch));
             }
             Command::NewEpoch { epoch } => {
                 let n = &mut self.nodes[i];
@@ -494,16 +513,23 @@ impl World {
             }
             Frame::Heartbeat | Frame::Close => {}
             Frame::Manifest(e, ids) if dialer => {
-                if !self.nodes[to].applying.remove(&(peer, e)) {
+                let Some(&(_, _, upto)) = self.nodes[to]
+                    .applying
+                    .iter()
+                    .find(|(t, ep, _)| (*t, *ep) == (peer, e))
+                else {
                     return;
-                }
+                };
+                self.nodes[to].applying.remove(&(peer, e, upto));
                 let removed: Vec<u64> = ids
                     .into_iter()
                     .filter(|id| {
                         // A manifest of epoch e covers what this node held in epochs ≤ e,
                         // not a message that came back since (adopted in a later epoch).
                         let own = &mut self.nodes[to].own;
-                        own.get(id).is_some_and(|&ep| ep <= e) && own.remove(id).is_some()
+                        own.get(id)
+                            .is_some_and(|&(ep, seq)| ep < e || (ep == e && seq <= upto))
+                            && own.remove(id).is_some()
                     })
                     .collect();
                 self.watch(&removed, || {
@@ -653,6 +679,7 @@ impl World {
             n.backlogs.clear();
             n.synced.clear();
             n.manifests.clear();
+            n.manifest_seq.clear();
             n.applied.clear();
             n.wiped = true;
         }
