@@ -23,6 +23,9 @@ pub mod gone;
 pub mod group;
 pub mod ring;
 
+#[cfg(test)]
+mod tests;
+
 use std::time::Duration;
 
 pub use gone::GoneWatch;
