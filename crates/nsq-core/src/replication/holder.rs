@@ -622,7 +622,9 @@ impl Member {
         if !settled {
             return;
         }
-        // 3. The first candidate that has not passed takes it over.
+        // 3. The first candidate that has not passed takes it over. `free_from`: when the
+        //    candidates passed so far could be passed (a later one waits T from then).
+        let mut free_from = since;
         for c in self.candidates(origin, epoch) {
             if c == me {
                 let b = self.backlogs.get_mut(&key).expect("present");
@@ -638,12 +640,20 @@ impl Member {
                 continue;
             };
             let passed = match e.state {
-                BacklogState::Gone => g
-                    .gone_from
-                    .iter()
-                    .find(|(k, _)| *k == key)
-                    .is_some_and(|(_, from)| now.saturating_sub(*from) >= t),
-                BacklogState::Detached => g.at >= since + t,
+                BacklogState::Gone => {
+                    let from = g
+                        .gone_from
+                        .iter()
+                        .find(|(k, _)| *k == key)
+                        .map_or(now, |(_, f)| *f)
+                        .max(free_from);
+                    free_from = from + t;
+                    now >= from + t
+                }
+                BacklogState::Detached => {
+                    free_from = free_from.max(since + t);
+                    g.at >= since + t
+                }
                 _ => false,
             };
             if !passed {

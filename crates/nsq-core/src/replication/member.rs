@@ -122,6 +122,11 @@ impl Member {
         self.status_entries()
     }
 
+    /// The takeover candidates for `(origin, epoch)`, best first (diagnostics).
+    pub fn candidates_for(&self, origin: u64, epoch: u64) -> Vec<u64> {
+        self.candidates(origin, epoch)
+    }
+
     /// A dump of the member's view, for diagnostics.
     pub fn describe(&self) -> String {
         let mut s = format!(
@@ -218,6 +223,16 @@ impl Member {
             if old != peer {
                 self.end_identity(old);
             }
+        }
+        // Also an origin known only from a backlog kept on disk (its HELLO gave the address).
+        let stale: Vec<u64> = self
+            .backlogs
+            .iter()
+            .filter(|((o, _), b)| *o != peer && b.addr.as_deref() == Some(addr.as_str()))
+            .map(|((o, _), _)| *o)
+            .collect();
+        for old in stale {
+            self.end_identity(old);
         }
         self.links.insert((peer, link));
         match link {

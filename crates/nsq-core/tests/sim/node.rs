@@ -413,6 +413,14 @@ impl World {
                     self.concurrent_takers.insert((origin, epoch));
                 }
                 self.log_event(|| {
+                    let c = self.nodes[i].core.as_ref();
+                    format!(
+                        "n{i} candidates {:x?}\n{}",
+                        c.map(|c| c.candidates_for(origin, epoch)),
+                        c.map(|c| c.describe()).unwrap_or_default()
+                    )
+                });
+                self.log_event(|| {
                     format!(
                         "n{i} takes over {:?}",
                         self.nodes[i].backlogs.get(&(origin, epoch)).map(|b| (
