@@ -232,16 +232,12 @@ impl World {
 
     fn adopt(&mut self, i: usize, key: (u64, u64), ids: Vec<u64>, why: Pending) {
         let n = &mut self.nodes[i];
-        let manifest: BTreeSet<u64> = n
-            .manifests
-            .get(&key)
-            .map(|m| m.iter().copied().collect())
-            .unwrap_or_default();
         let adopted = n.adopted.entry(key).or_default();
-        let new: Vec<u64> = ids
-            .into_iter()
-            .filter(|id| !n.own.contains_key(id) && !adopted.contains(id) && !manifest.contains(id))
-            .collect();
+        // Every one is taken (again): one pending here already stays one message but its
+        // take point moves on, so a manifest of an older take (this node's epoch taken over
+        // meanwhile) leaves it; one taken before and settled since comes back (a duplicate —
+        // a retried takeover, a late handoff — never a loss).
+        let new: Vec<u64> = ids;
         adopted.extend(new.iter().copied());
         let at = (n.epoch, n.seq + 1);
         n.own.extend(new.iter().map(|&id| (id, at)));
