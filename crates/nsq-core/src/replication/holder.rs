@@ -5,10 +5,11 @@
 //! this node (itself included) whose STATUS lists a copy, ordered: complete copies first,
 //! then the highest `last_seq`, then ring order after O. A member takes over when it is the
 //! first candidate and O is gone for it. It passes over an earlier candidate only on that
-//! candidate's own word — a STATUS received T after this node found O gone that still says
-//! `detached` (it cannot confirm O's absence: it reaches no lookupd, say), or `gone` for T
-//! without `taking over` — or when the candidate is not alive to it. (T, not at once: the
-//! candidates' own timers differ by the link timeout's detection and their clock rates.) Two takers of one epoch therefore need two
+//! candidate's own word — a STATUS received T + 5 s after this node found O gone that still
+//! says `detached` (it cannot confirm O's absence: it reaches no lookupd, say), or `gone` for
+//! T + 5 s after its own predecessors could be passed, without `taking over` — or when the
+//! candidate is not alive to it. (Not at once: the candidates' timers differ by the link
+//! timeout's detection and their clock rates, and a STATUS can arrive late.) Two takers of one epoch therefore need two
 //! members that each think the other dead (partitioned survivors): the documented window.
 //!
 //! **HANDOFF.** A holder that sees another member take `(O, e)` over (STATUS `taking over`
@@ -22,6 +23,9 @@ use std::time::Duration;
 use super::member::Member;
 use super::ring::Ring;
 use super::{BacklogState, Command, Config, GoneWatch, Link, Msg, StatusEntry};
+
+/// A link with no frame for this long is dead (docs/replication.md, fixed constants).
+pub(super) const LINK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One backlog this node holds.
 #[derive(Debug, Clone)]
@@ -45,6 +49,7 @@ pub(super) struct Backlog {
     pub handoff_seq: u64,
     /// A failed takeover is retried from then.
     pub retry_at: Duration,
+    pub retry: bool,
 }
 
 impl Backlog {
@@ -62,6 +67,7 @@ impl Backlog {
             handoff_sent: None,
             handoff_seq: 0,
             retry_at: now,
+            retry: false,
         }
     }
 }
@@ -374,7 +380,9 @@ impl Member {
             self.manifests.insert(key, (last_seq, complete, None));
             self.answer_hello(origin);
         } else {
-            b.state = BacklogState::Gone;
+            // Still this member's takeover (what it put stays put): it goes on announcing
+            // `taking over` and tries again, so the others hand off to it.
+            b.retry = true;
             b.retry_at = self.now + self.cfg.status_every;
         }
     }
@@ -528,6 +536,11 @@ impl Member {
             return;
         };
         if b.state == BacklogState::TakingOver {
+            if b.retry && now >= b.retry_at {
+                let b = self.backlogs.get_mut(&key).expect("present");
+                b.retry = false;
+                self.out.push(Command::StartTakeover { origin, epoch });
+            }
             return;
         }
         let my_seq = b.last_seq;
@@ -624,6 +637,9 @@ impl Member {
         }
         // 3. The first candidate that has not passed takes it over. `free_from`: when the
         //    candidates passed so far could be passed (a later one waits T from then).
+        // A STATUS can lag (a slow link delivers late but in order): passing waits T plus
+        // the link timeout, beyond which a link that lags is dead anyway.
+        let wait = t + LINK_TIMEOUT;
         let mut free_from = since;
         for c in self.candidates(origin, epoch) {
             if c == me {
@@ -647,12 +663,12 @@ impl Member {
                         .find(|(k, _)| *k == key)
                         .map_or(now, |(_, f)| *f)
                         .max(free_from);
-                    free_from = from + t;
-                    now >= from + t
+                    free_from = from + wait;
+                    now >= from + wait
                 }
                 BacklogState::Detached => {
-                    free_from = free_from.max(since + t);
-                    g.at >= since + t
+                    free_from = free_from.max(since + wait);
+                    g.at >= since + wait
                 }
                 _ => false,
             };
