@@ -218,7 +218,10 @@ impl Member {
             self.out.push(Command::SendManifest { origin, epoch: e });
             return;
         }
-        if self.other_taker((origin, epoch)).is_some() {
+        if self
+            .other_taker((origin, epoch))
+            .is_some_and(|(_, e)| e.state == BacklogState::TakenOver)
+        {
             // Taken over elsewhere: no new copies of it; the taker's manifest moves the
             // origin on to its next epoch.
             return;
@@ -558,10 +561,14 @@ impl Member {
                 return;
             }
             // Taken over elsewhere: this copy stops growing (the origin's session ends).
-            if self
-                .in_links
-                .get(&origin)
-                .is_some_and(|l| l.epoch == Some(epoch))
+            // Not while the takeover runs: the origin's epoch may carry that taker's own
+            // adoptions, whose acknowledgements it needs (a cycle of takers waited forever).
+            let done = entry.is_some_and(|e| e.state == BacklogState::TakenOver);
+            if done
+                && self
+                    .in_links
+                    .get(&origin)
+                    .is_some_and(|l| l.epoch == Some(epoch))
             {
                 self.unwelcome(origin);
                 self.out.push(Command::Close {
