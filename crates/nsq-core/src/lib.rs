@@ -17,6 +17,7 @@ pub mod options;
 pub mod receipt;
 pub mod replica;
 pub mod replicate;
+pub mod replication;
 pub mod reserve;
 pub mod scanner;
 pub mod topic;

@@ -1,0 +1,263 @@
+//! Decisions of one [`Member`], event by event (the whole group is checked by the
+//! simulation, crates/nsq-core/tests/replication_sim.rs).
+
+use std::time::Duration;
+
+use super::*;
+
+const T: Duration = Duration::from_secs(10);
+
+fn s(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn addr(i: u64) -> String {
+    format!("10.0.0.{i}:4150")
+}
+
+/// Member `me` (node ID) of a group at 10.0.0.1–3, N = 2, no lookupds.
+fn member(me: u64, held: Vec<HeldBacklog>) -> Member {
+    let cfg = Config::new(me, 2, (1..=3).map(addr).collect(), T);
+    Member::new(
+        cfg,
+        Start {
+            epoch: 1,
+            held,
+            ..Start::default()
+        },
+    )
+}
+
+fn held(origin: u64, epoch: u64, last_seq: u64) -> HeldBacklog {
+    HeldBacklog {
+        origin,
+        epoch,
+        last_seq,
+        complete: true,
+        addr: Some(addr(origin)),
+    }
+}
+
+fn up(m: &mut Member, at: Duration, peer: u64, link: Link) -> Vec<Command> {
+    let addr = addr(peer);
+    m.handle(at, Event::LinkUp { peer, addr, link })
+}
+
+fn recv(m: &mut Member, at: Duration, from: u64, link: Link, msg: Msg) -> Vec<Command> {
+    m.handle(at, Event::Received { from, link, msg })
+}
+
+fn has(cmds: &[Command], f: impl Fn(&Command) -> bool) -> bool {
+    cmds.iter().any(f)
+}
+
+#[test]
+fn a_stranger_is_refused_and_nothing_of_it_is_kept() {
+    let mut m = member(1, vec![]);
+    let c = m.handle(
+        s(0),
+        Event::LinkUp {
+            peer: 77,
+            addr: "10.9.9.9:4150".into(),
+            link: Link::In,
+        },
+    );
+    assert_eq!(
+        c,
+        [Command::Refuse {
+            peer: 77,
+            link: Link::In
+        }]
+    );
+    let c = m.handle(
+        s(0),
+        Event::LinkUp {
+            peer: 0,
+            addr: addr(2),
+            link: Link::In,
+        },
+    );
+    assert_eq!(
+        c,
+        [Command::Refuse {
+            peer: 0,
+            link: Link::In
+        }],
+        "node ID 0"
+    );
+    // Its frames are ignored (no session): no WELCOME, no backlog.
+    let c = recv(
+        &mut m,
+        s(0),
+        77,
+        Link::In,
+        Msg::Hello {
+            epoch: 1,
+            previous_unclean: None,
+            stamp: s(0),
+        },
+    );
+    assert!(c.is_empty());
+    assert!(m.status_now().is_empty());
+}
+
+#[test]
+fn an_origin_fences_before_any_peer_can_take_it_over_and_unfences_on_a_members_word() {
+    // Origin 1 with peer 2.
+    let mut o = member(1, vec![]);
+    up(&mut o, s(0), 2, Link::Out);
+    recv(
+        &mut o,
+        s(0),
+        2,
+        Link::Out,
+        Msg::Welcome {
+            epoch: 1,
+            resume: None,
+            echo: s(0),
+        },
+    );
+    // Holder 2 of origin 1's epoch 1: the link from 1 goes down at 0.
+    let mut p = member(2, vec![held(1, 1, 5)]);
+    p.handle(s(0), Event::Tick);
+    let mut fenced_at = None;
+    let mut taken_at = None;
+    for ms in (0..=20_000).step_by(100) {
+        let now = Duration::from_millis(ms);
+        if o.handle(now, Event::Tick).contains(&Command::Fence) {
+            fenced_at.get_or_insert(now);
+        }
+        let c = p.handle(now, Event::Tick);
+        if has(&c, |c| matches!(c, Command::StartTakeover { .. })) {
+            taken_at.get_or_insert(now);
+        }
+    }
+    let (fenced_at, taken_at) = (fenced_at.unwrap(), taken_at.unwrap());
+    assert_eq!(fenced_at, T / 2, "silent for F = T/2");
+    assert!(taken_at >= T && fenced_at < taken_at);
+    // A member's STATUS saying it replicates epoch 1 with a fresh echo unfences.
+    let entry = StatusEntry {
+        origin: 1,
+        epoch: 1,
+        state: BacklogState::Replicating,
+        last_seq: 5,
+        complete: true,
+        echo: s(19),
+    };
+    let c = recv(&mut o, s(20), 2, Link::Out, Msg::Status(vec![entry]));
+    assert!(c.contains(&Command::Unfence));
+    // A live member saying it takes epoch 1 over fences at once.
+    let entry = StatusEntry {
+        state: BacklogState::TakingOver,
+        ..entry
+    };
+    let c = recv(&mut o, s(20), 2, Link::Out, Msg::Status(vec![entry]));
+    assert!(c.contains(&Command::Fence));
+}
+
+#[test]
+fn a_new_node_id_at_a_known_address_ends_the_old_identity_at_once() {
+    // Member 2 holds origin 1's epoch 1 (1 at 10.0.0.1).
+    let mut p = member(2, vec![held(1, 1, 5)]);
+    up(&mut p, s(0), 1, Link::In);
+    // 10.0.0.1 comes back with a wiped disk: node ID 11.
+    let c = p.handle(
+        s(1),
+        Event::LinkUp {
+            peer: 11,
+            addr: addr(1),
+            link: Link::In,
+        },
+    );
+    assert!(!has(&c, |c| matches!(c, Command::Refuse { .. })));
+    // Not T later: as soon as the new node's first STATUS says it holds no copy.
+    p.handle(s(1), Event::Tick);
+    recv(&mut p, s(2), 11, Link::In, Msg::Status(vec![]));
+    let c = p.handle(s(2), Event::Tick);
+    assert!(c.contains(&Command::StartTakeover {
+        origin: 1,
+        epoch: 1
+    }));
+    // The old ID may not link again.
+    let c = up(&mut p, s(3), 1, Link::In);
+    assert!(c.contains(&Command::Refuse {
+        peer: 1,
+        link: Link::In
+    }));
+}
+
+#[test]
+fn a_handoff_is_dropped_only_once_the_taker_stored_all_of_it() {
+    // Member 2 holds origin 1's epoch 1; member 3 (linked) takes it over.
+    let mut p = member(2, vec![held(1, 1, 5)]);
+    up(&mut p, s(0), 3, Link::Out);
+    let taking = StatusEntry {
+        origin: 1,
+        epoch: 1,
+        state: BacklogState::TakingOver,
+        last_seq: 4,
+        complete: false,
+        echo: s(0),
+    };
+    recv(&mut p, s(0), 3, Link::Out, Msg::Status(vec![taking]));
+    let c = p.handle(s(0), Event::Tick);
+    assert!(c.contains(&Command::SendHandoff {
+        to: 3,
+        origin: 1,
+        epoch: 1
+    }));
+    // More of the epoch arrived after the copy went out (seq 6).
+    p.handle(
+        s(1),
+        Event::Stored {
+            origin: 1,
+            epoch: 1,
+            last_seq: 6,
+            complete: true,
+        },
+    );
+    let done = Msg::HandoffDone {
+        origin: 1,
+        epoch: 1,
+    };
+    let c = recv(&mut p, s(1), 3, Link::Out, done.clone());
+    assert!(!has(&c, |c| matches!(c, Command::DropBacklog { .. })));
+    let c = p.handle(s(1), Event::Tick);
+    assert!(c.contains(&Command::SendHandoff {
+        to: 3,
+        origin: 1,
+        epoch: 1
+    }));
+    let c = recv(&mut p, s(2), 3, Link::Out, done);
+    assert!(c.contains(&Command::DropBacklog {
+        origin: 1,
+        epoch: 1
+    }));
+}
+
+#[test]
+fn a_manifest_is_applied_once() {
+    let mut o = member(1, vec![]);
+    up(&mut o, s(0), 2, Link::Out);
+    let taken = Msg::TakenOver {
+        epoch: 1,
+        last_seq: 9,
+    };
+    let c = recv(&mut o, s(0), 2, Link::Out, taken.clone());
+    assert!(c.contains(&Command::ApplyManifest {
+        taker: 2,
+        epoch: 1,
+        last_seq: 9
+    }));
+    let c = o.handle(s(0), Event::ManifestApplied { taker: 2, epoch: 1 });
+    assert!(c.contains(&Command::NewEpoch { epoch: 2 }));
+    // The taker missed MANIFEST_APPLIED and says TAKEN_OVER again on the next session.
+    up(&mut o, s(1), 2, Link::Out);
+    let c = recv(&mut o, s(1), 2, Link::Out, taken);
+    assert!(!has(&c, |c| matches!(c, Command::ApplyManifest { .. })));
+    assert!(c.contains(&Command::Send {
+        to: 2,
+        link: Link::Out,
+        msg: Msg::ManifestApplied { epoch: 1 }
+    }));
+}
