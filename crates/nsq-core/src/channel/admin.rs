@@ -43,9 +43,7 @@ impl Channel {
             before != g.consumers.len() && g.consumers.is_empty()
         };
         if now_empty && self.ephemeral && !self.deleting.swap(true, Ordering::AcqRel) {
-            if let Some(topic) = self.topic.upgrade() {
-                topic.delete_channel_if(&self.name, self);
-            }
+            (self.parent.delete)(self);
         }
     }
 
@@ -73,14 +71,14 @@ impl Channel {
 
     /// Discards everything queued, in flight and deferred; consumers' in-flight counts reset.
     pub fn empty(&self) -> Result<(), BackendError> {
-        match (&self.repl, self.topic.upgrade()) {
-            (Some(r), Some(topic)) => {
+        match &self.repl {
+            Some(r) => {
                 // No batch of the topic between it and this channel meanwhile: what the
                 // replicas drop is exactly what was cleared.
-                let _g = topic.pump_lock.write();
+                let _g = self.parent.pump_lock.write();
                 self.empty_inner(Some(r))
             }
-            _ => self.empty_inner(None),
+            None => self.empty_inner(None),
         }
     }
 

@@ -33,9 +33,9 @@ mod model;
 mod tests;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -49,7 +49,6 @@ use crate::message::now_nanos;
 use crate::options::{Health, Options};
 use crate::replicate::Replicator;
 use crate::reserve::Reserve;
-use crate::topic::Topic;
 use state::{ChannelState, Config, Now};
 
 /// What a channel needs from a subscribed connection. Implemented by nsqd's client type.
@@ -169,12 +168,39 @@ pub struct ChannelStats {
     pub consumers: Vec<Arc<dyn Consumer>>,
 }
 
+/// What a channel is given of its topic and engine when the topic creates it. No reference
+/// to the topic itself: as in NSQ, where a channel knows its topic only through the
+/// `deleteCallback` the topic passes to `NewChannel` (nsqd/channel.go), so the channel code
+/// does not depend on the topic's.
+pub(crate) struct Parent {
+    /// Removes this channel from its topic: an ephemeral channel left without consumers
+    /// (NSQ's `deleteCallback`). Does nothing once the topic is gone.
+    pub(crate) delete: Box<dyn Fn(&Channel) + Send + Sync>,
+    /// The topic's pump lock (`Topic::pump_lock`): emptying a replicated channel holds it so
+    /// that no batch of the topic reaches the channel meanwhile.
+    pub(crate) pump_lock: Arc<RwLock<()>>,
+    /// The engine's delivery hold and skip set (replication's Return, `returning.rs`).
+    pub(crate) returning: Option<Arc<Returning>>,
+}
+
+impl Parent {
+    /// No topic: a channel made on its own (tests).
+    #[cfg(test)]
+    pub(crate) fn none() -> Parent {
+        Parent {
+            delete: Box::new(|_| {}),
+            pump_lock: Arc::new(RwLock::new(())),
+            returning: None,
+        }
+    }
+}
+
 /// One channel of a topic.
 pub struct Channel {
     topic_name: String,
     name: String,
     ephemeral: bool,
-    topic: Weak<Topic>,
+    parent: Parent,
     opts: Arc<Options>,
     health: Arc<Health>,
     backend: Arc<dyn BackendQueue>,
@@ -197,8 +223,6 @@ pub struct Channel {
     e2e: E2eLatency,
     /// Replication (crate::replicate); `None` when off and for an ephemeral channel.
     repl: Option<Arc<dyn Replicator>>,
-    /// The engine's delivery hold and skip set (`returning.rs`), looked up at first use.
-    returning: OnceLock<Arc<Returning>>,
 }
 
 impl std::fmt::Debug for Channel {
@@ -222,7 +246,7 @@ impl Channel {
     // The engine's shared pieces, one argument each; both callers are in this crate.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        topic: Weak<Topic>,
+        parent: Parent,
         topic_name: &str,
         name: &str,
         opts: Arc<Options>,
@@ -265,7 +289,7 @@ impl Channel {
             topic_name: topic_name.to_string(),
             name: name.to_string(),
             ephemeral: !durable,
-            topic,
+            parent,
             opts,
             health,
             backend,
@@ -283,7 +307,6 @@ impl Channel {
             writes_done: Condvar::new(),
             e2e,
             repl,
-            returning: OnceLock::new(),
         })
     }
 

@@ -1,8 +1,6 @@
 //! The driver's tests: a channel over an in-memory backend that numbers records, can be made
 //! to fail and records the watermark it is given.
 
-use std::sync::Weak;
-
 use super::*;
 use std::time::Duration;
 
@@ -147,7 +145,7 @@ fn channel(dir: &std::path::Path, mem_queue_size: usize) -> (Arc<Channel>, Arc<M
     };
     let backend = Arc::new(MockBackend::default());
     let ch = Channel::new(
-        Weak::new(),
+        super::Parent::none(),
         "t",
         "c",
         Arc::new(opts),

@@ -8,7 +8,7 @@ use nsq_protocol::replication::AdminOp;
 
 use super::{Topic, TopicStats};
 use crate::backend::BackendError;
-use crate::channel::Channel;
+use crate::channel::{Channel, Parent};
 use crate::receipt::PutReceipt;
 
 impl Topic {
@@ -31,8 +31,18 @@ impl Topic {
         let durable = !nsq_protocol::names::is_ephemeral(name);
         let backend = engine.make_backend(&queue_name, durable)?;
         let repl = self.repl.clone().filter(|_| durable);
+        let me = Arc::downgrade(self);
+        let parent = Parent {
+            delete: Box::new(move |ch: &Channel| {
+                if let Some(topic) = me.upgrade() {
+                    topic.delete_channel_if(ch.name(), ch);
+                }
+            }),
+            pump_lock: self.pump_lock.clone(),
+            returning: Some(engine.returning().clone()),
+        };
         let ch = Channel::new(
-            Arc::downgrade(self),
+            parent,
             &self.name,
             name,
             self.opts.clone(),

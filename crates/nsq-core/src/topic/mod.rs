@@ -84,7 +84,7 @@ pub struct Topic {
     /// Read-held by the pump and by direct fan-out while a batch is between the topic and its
     /// channels; close/delete/empty write-lock it, so no acknowledged batch is half delivered
     /// when the channels close.
-    pub(crate) pump_lock: RwLock<()>,
+    pub(crate) pump_lock: Arc<RwLock<()>>,
     /// Replication (crate::replicate); `None` when off and for an ephemeral topic.
     repl: Option<Arc<dyn Replicator>>,
 }
@@ -130,14 +130,9 @@ impl Topic {
             paused: AtomicBool::new(false),
             started: AtomicBool::new(started),
             exiting: AtomicBool::new(false),
-            pump_lock: RwLock::new(()),
+            pump_lock: Arc::new(RwLock::new(())),
             repl,
         })
-    }
-
-    /// The engine, while it exists.
-    pub(crate) fn engine(&self) -> Option<Arc<Engine>> {
-        self.engine.upgrade()
     }
 
     /// The IDs pending on the topic itself (its memory queue, a stalled batch, the unread
