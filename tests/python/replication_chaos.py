@@ -14,6 +14,11 @@ time is up, one random fault at a time, 6-15 s apart:
     partition drop all of one host's packets for 2-15 s (--takeover: up to 3 x the timeout)
     lossy     drop 5-30 % of one host's packets to the others' port 4150 for 5-15 s
     flap      cut and heal one host every second for 6-12 s
+    asym      cut the link between two nsqd both ways (each still reaches the lookupds and
+              the third nsqd) for 2-15 s (--takeover: up to 3 x the timeout)
+    wipe      SIGKILL an nsqd, delete its data dir (a disk lost or replaced), restart it
+              empty after 1-8 s (--takeover: up to 3 x the timeout): a new node ID
+    freeze    SIGSTOP an nsqd for 2-15 s (--takeover: up to 3 x the timeout), then SIGCONT
     kill-forever (only with --takeover --kill-forever): SIGKILL one nsqd, never restarted
 
 Every 5 s a line: time, the fault, per host the replica dir's disk use (du) and backlog
@@ -105,7 +110,7 @@ class Chaos:
         return 3 * self.timeout if self.args.takeover else 8
 
     def fault(self):
-        choices = ["kill", "partition", "lossy", "flap"]
+        choices = ["kill", "partition", "lossy", "flap", "asym", "wipe", "freeze"]
         if self.args.takeover and self.args.kill_forever and self.forever is None:
             choices.append("kill-forever")
         kind = self.rng.choice(choices)
@@ -133,6 +138,35 @@ class Chaos:
             self.g.cut(n)
             self.sleep(secs)
             self.g.heal()
+        elif kind == "asym":
+            other = self.rng.choice([h for h in NSQD_HOSTS if h != n])
+            secs = self.rng.uniform(2, 15 if not self.args.takeover else 3 * self.timeout)
+            self.current = f"asym {n}<->{other} {secs:.0f}s"
+            log(f"FAULT {self.current}")
+            self.g.cut_between(n, other)
+            self.sleep(secs)
+            self.g.heal()
+        elif kind == "wipe":
+            secs = self.rng.uniform(1, self.long_max())
+            self.current = f"wipe {n} {secs:.0f}s"
+            log(f"FAULT {self.current}")
+            self.g.kill(n, signal.SIGKILL)
+            self.down.add(n)
+            wait_for(f"{n} to exit", lambda: self.g.nsqd[n].proc.poll() is not None, timeout=10)
+            self.g.wipe(n)
+            self.sleep(secs)
+            self.restart(n)
+        elif kind == "freeze":
+            secs = self.rng.uniform(2, 15 if not self.args.takeover else 3 * self.timeout)
+            self.current = f"freeze {n} {secs:.0f}s"
+            log(f"FAULT {self.current}")
+            self.g.freeze(n)
+            self.down.add(n)
+            try:
+                self.sleep(secs)
+            finally:
+                self.g.thaw(n)
+                self.down.discard(n)
         elif kind == "lossy":
             pct, secs = self.rng.randint(5, 30), self.rng.uniform(5, 15)
             self.current = f"lossy {n} {pct}% {secs:.0f}s"
