@@ -47,6 +47,7 @@ const REGRESSIONS: &[(u64, u64)] = &[
     (5_001_656, 300),
     (4_001_577, 300),
     (6_000_303, 300),
+    (7_002_635, 300),
 ];
 
 /// How long a CI seed runs with producers and faults (then the final phase).

@@ -233,6 +233,13 @@ impl Member {
             .map(|(&(_, e), _)| e)
             .collect();
         for e in older {
+            if self.other_taker((origin, e)).is_some() {
+                // Another member takes or took it over: this copy goes to it as a HANDOFF,
+                // never into a takeover here, so nothing to wait for (waiting left a member
+                // that was first among the holders still linked to it from welcoming the
+                // origin's next epoch while that taker's adoptions needed it: a cycle).
+                continue;
+            }
             let b = &self.backlogs[&(origin, e)];
             if b.state == BacklogState::TakingOver
                 || (b.dropped_to.is_none() && self.candidates(origin, e).first() == Some(&me))

@@ -261,3 +261,47 @@ fn a_manifest_is_applied_once() {
         msg: Msg::ManifestApplied { epoch: 1 }
     }));
 }
+
+fn status(origin: u64, epoch: u64, state: BacklogState) -> Msg {
+    Msg::Status(vec![StatusEntry {
+        origin,
+        epoch,
+        state,
+        last_seq: 5,
+        complete: true,
+        echo: s(0),
+    }])
+}
+
+fn hello(epoch: u64) -> Msg {
+    Msg::Hello {
+        epoch,
+        previous_unclean: None,
+        stamp: s(0),
+    }
+}
+
+fn welcomes(cmds: &[Command], e: u64) -> bool {
+    has(
+        cmds,
+        |c| matches!(c, Command::Send { msg: Msg::Welcome { epoch, .. }, .. } if *epoch == e),
+    )
+}
+
+#[test]
+fn an_older_epoch_taken_over_elsewhere_does_not_hold_up_the_origins_next_one() {
+    // Holder 2 keeps a copy of (1, 1), which 3 took over; 1 returns with epoch 2 (its
+    // takeover needs acknowledgements from 2: seed 7002635 waited on each other forever).
+    let mut m = member(2, vec![held(1, 1, 5)]);
+    up(&mut m, s(0), 3, Link::In);
+    recv(
+        &mut m,
+        s(0),
+        3,
+        Link::In,
+        status(1, 1, BacklogState::TakenOver),
+    );
+    up(&mut m, s(1), 1, Link::In);
+    let c = recv(&mut m, s(1), 1, Link::In, hello(2));
+    assert!(welcomes(&c, 2), "{c:?}");
+}
