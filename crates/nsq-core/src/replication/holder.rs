@@ -559,7 +559,12 @@ impl Member {
         //    it): hand the copy off, or drop a copy it holds entirely.
         let target = match self.other_taker(key) {
             Some((m, e)) => Some((m, Some(e))),
-            None => b.dropped_to.map(|m| (m, self.entry_of(m, key).copied())),
+            // A taker whose identity ended (wiped) will never adopt this copy: it is taken
+            // over again instead.
+            None => b
+                .dropped_to
+                .filter(|m| !self.ended.contains(m))
+                .map(|m| (m, self.entry_of(m, key).copied())),
         };
         if let Some((to, entry)) = target {
             let dominated = entry.filter(|e| dominates(e));

@@ -305,3 +305,28 @@ fn an_older_epoch_taken_over_elsewhere_does_not_hold_up_the_origins_next_one() {
     let c = recv(&mut m, s(1), 1, Link::In, hello(2));
     assert!(welcomes(&c, 2), "{c:?}");
 }
+
+#[test]
+fn a_copy_dropped_to_a_wiped_taker_is_taken_over_here() {
+    // 1's DROP named taker 3, whose identity then ended (wiped) before 2 handed its copy off
+    // (seed 7000189: the copy waited for 3 forever, and what only it held was lost).
+    let mut m = member(2, vec![held(1, 1, 5)]);
+    up(&mut m, s(0), 1, Link::In);
+    recv(&mut m, s(0), 1, Link::In, Msg::Drop { epoch: 1, taker: 3 });
+    m.handle(s(0), Event::IdentityEnded { old: 3 });
+    let mut took = false;
+    for t in 1..60 {
+        recv(&mut m, s(t), 1, Link::In, Msg::Status(vec![]));
+        let c = m.handle(s(t), Event::Tick);
+        took |= has(&c, |c| {
+            matches!(
+                c,
+                Command::StartTakeover {
+                    origin: 1,
+                    epoch: 1
+                }
+            )
+        });
+    }
+    assert!(took);
+}
