@@ -234,10 +234,8 @@ impl Member {
             .collect();
         for e in older {
             if self.other_taker((origin, e)).is_some() {
-                // Another member takes or took it over: this copy goes to it as a HANDOFF,
-                // never into a takeover here, so nothing to wait for (waiting left a member
-                // that was first among the holders still linked to it from welcoming the
-                // origin's next epoch while that taker's adoptions needed it: a cycle).
+                // Taken over elsewhere: this copy goes there as a HANDOFF, so no wait (one
+                // left the origin's next epoch unwelcomed while that taker needed it).
                 continue;
             }
             let b = &self.backlogs[&(origin, e)];
@@ -488,7 +486,9 @@ impl Member {
         for (&m, g) in &self.gossip {
             for e in g.entries.iter().filter(|e| (e.origin, e.epoch) == key) {
                 match e.state {
-                    BacklogState::TakenOver => return Some((m, *e)),
+                    // Only a live taker counts: one dead for good never sends its manifest,
+                    // and its origin's epoch would wait for it forever (unwelcomed, fenced).
+                    BacklogState::TakenOver if self.alive(m) => return Some((m, *e)),
                     BacklogState::TakingOver if self.alive(m) => taking = Some((m, *e)),
                     _ => {}
                 }

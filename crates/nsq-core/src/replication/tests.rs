@@ -330,3 +330,27 @@ fn a_copy_dropped_to_a_wiped_taker_is_taken_over_here() {
     }
     assert!(took);
 }
+#[test]
+fn a_dead_takers_taken_over_does_not_keep_the_origin_unwelcomed() {
+    // 3 took (1, 1) over and died for good before 1 applied its manifest (seed 7001062: 1
+    // stayed fenced, never welcomed).
+    let mut m = member(2, vec![]);
+    up(&mut m, s(0), 3, Link::In);
+    recv(
+        &mut m,
+        s(0),
+        3,
+        Link::In,
+        status(1, 1, BacklogState::TakenOver),
+    );
+    m.handle(
+        s(1),
+        Event::LinkDown {
+            peer: 3,
+            link: Link::In,
+        },
+    );
+    up(&mut m, s(2), 1, Link::In);
+    let c = recv(&mut m, s(2), 1, Link::In, hello(1));
+    assert!(welcomes(&c, 1), "{c:?}");
+}
