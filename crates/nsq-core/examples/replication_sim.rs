@@ -33,6 +33,10 @@ fn main() {
     let (mut steps, mut runs, mut failed) = (0u64, 0u64, Vec::new());
     let mut total = sim::Report::default();
     let mut drained_max = Duration::ZERO;
+    // Duplicates of runs without partitions (crashes, wipes, delays, skew, lookupd faults)
+    // and of runs with them, and what each acknowledged.
+    let (mut crash_dups, mut part_dups) = (sim::DupStats::default(), sim::DupStats::default());
+    let (mut crash_acked, mut part_acked) = (0u64, 0u64);
     while steps < steps_goal {
         let p = sim::Params::from_seed(seed, run_for);
         let r = sim::World::new(p.clone()).run();
@@ -48,6 +52,13 @@ fn main() {
         total.takeovers += r.takeovers;
         total.max_copies = total.max_copies.max(r.max_copies);
         total.dups.add(&r.dups);
+        if p.partitions {
+            part_dups.add(&r.dups);
+            part_acked += r.acked;
+        } else {
+            crash_dups.add(&r.dups);
+            crash_acked += r.acked;
+        }
         total.two_taker_window = total.two_taker_window.max(r.two_taker_window);
         total.dropped_takeovers += r.dropped_takeovers;
         total.linked_second_takers += r.linked_second_takers;
@@ -89,6 +100,8 @@ fn main() {
         drained_max
     );
     println!("duplicates by class: {}", total.dups);
+    println!("  runs without partitions ({crash_acked} acknowledged): {crash_dups}");
+    println!("  runs with partitions ({part_acked} acknowledged): {part_dups}");
     println!(
         "two takers of one epoch both claiming it, unaware of each other, for at most {:?} ({} such windows ended by a takeover dropped; {} second takers started while linked to the first)",
         total.two_taker_window, total.dropped_takeovers, total.linked_second_takers

@@ -51,7 +51,8 @@ pub enum Class {
     /// A taker re-delivers what the cut-off origin settled after the last frame its copy
     /// holds, before it fenced.
     PartitionUnstreamed,
-    /// Two takers of one epoch each delivered it.
+    /// Two takers of one epoch each delivered it (a second taker while the first was cut off
+    /// from it, or after the first died mid-takeover).
     TwoTakers,
     /// A takeover of a copy whose catch-up had not ended (it still holds what the origin
     /// settled before the catch-up began, until CATCHUP_END) re-delivers what its origin
