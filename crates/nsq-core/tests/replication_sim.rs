@@ -47,6 +47,9 @@ const REGRESSIONS: &[(u64, u64)] = &[
     (5_001_656, 300),
     (4_001_577, 300),
     (6_000_303, 300),
+    (7_002_635, 300),
+    (7_000_189, 300),
+    (7_001_062, 300),
 ];
 
 /// How long a CI seed runs with producers and faults (then the final phase).

@@ -233,6 +233,11 @@ impl Member {
             .map(|(&(_, e), _)| e)
             .collect();
         for e in older {
+            if self.other_taker((origin, e)).is_some() {
+                // Taken over elsewhere: this copy goes there as a HANDOFF, so no wait (one
+                // left the origin's next epoch unwelcomed while that taker needed it).
+                continue;
+            }
             let b = &self.backlogs[&(origin, e)];
             if b.state == BacklogState::TakingOver
                 || (b.dropped_to.is_none() && self.candidates(origin, e).first() == Some(&me))
@@ -481,7 +486,9 @@ impl Member {
         for (&m, g) in &self.gossip {
             for e in g.entries.iter().filter(|e| (e.origin, e.epoch) == key) {
                 match e.state {
-                    BacklogState::TakenOver => return Some((m, *e)),
+                    // Only a live taker counts: one dead for good never sends its manifest,
+                    // and its origin's epoch would wait for it forever (unwelcomed, fenced).
+                    BacklogState::TakenOver if self.alive(m) => return Some((m, *e)),
                     BacklogState::TakingOver if self.alive(m) => taking = Some((m, *e)),
                     _ => {}
                 }
@@ -552,7 +559,12 @@ impl Member {
         //    it): hand the copy off, or drop a copy it holds entirely.
         let target = match self.other_taker(key) {
             Some((m, e)) => Some((m, Some(e))),
-            None => b.dropped_to.map(|m| (m, self.entry_of(m, key).copied())),
+            // A taker whose identity ended (wiped) will never adopt this copy: it is taken
+            // over again instead.
+            None => b
+                .dropped_to
+                .filter(|m| !self.ended.contains(m))
+                .map(|m| (m, self.entry_of(m, key).copied())),
         };
         if let Some((to, entry)) = target {
             let dominated = entry.filter(|e| dominates(e));

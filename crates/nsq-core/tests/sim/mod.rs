@@ -7,11 +7,18 @@
 //! loss: unsynced replica writes lost), wiped disks (a new node ID at the old address),
 //! clock-rate skew, lookupds that stop answering or answer a frozen snapshot, strangers.
 //!
+//! Asserted per run: no acknowledged message lost; nothing delivered that was never
+//! published; nothing of a stranger stored or delivered; without partitions, no epoch with two
+//! takers; duplicate deliveries by class within their bounds, two takers heard of each other
+//! soon after their link is back, replica copies following their origin, a permanently dead
+//! origin drained in time (`dups.rs`).
+//!
 //! Used by `tests/replication_sim.rs` (CI: many short seeds) and
 //! `examples/replication_sim.rs` (the long form).
 
 #![allow(dead_code, unreachable_pub)]
 
+mod dups;
 mod net;
 mod node;
 
@@ -19,6 +26,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::time::Duration;
 
+pub use dups::{DupStats, Src};
 pub use net::Frame;
 use net::{Lookupd, Session};
 use node::Node;
@@ -106,6 +114,16 @@ pub struct Report {
     pub overlap_deliveries: u64,
     /// From a permanent death to the last of its acknowledged messages delivered.
     pub dead_origin_drained: Option<Duration>,
+    /// Duplicate deliveries by class.
+    pub dups: DupStats,
+    /// The longest time two takers of one epoch were both alive without having heard of each
+    /// other's claim.
+    pub two_taker_window: Duration,
+    /// Windows of two takers that ended with one takeover dropped (its origin came back into
+    /// the same epoch first).
+    pub dropped_takeovers: u64,
+    /// Second takers that started while a session to the first was up (its claim not heard).
+    pub linked_second_takers: u64,
     pub failures: Vec<String>,
 }
 
@@ -149,6 +167,10 @@ impl Ord for Queued {
 /// A taker: its node ID, node index and run (incarnation).
 pub type Taker = (u64, usize, u64);
 
+/// A live replica's copy may lag its origin by the frames of this long (the longest frame
+/// delay, 2.5 s, and a tick).
+pub const FOLLOW_WITHIN: Duration = Duration::from_millis(3000);
+
 /// Message IDs a stranger publishes start here; none may ever be stored or delivered.
 pub const STRANGER_IDS: u64 = 1 << 60;
 
@@ -170,10 +192,21 @@ pub struct World {
     /// Acknowledged messages and their origin's node index.
     pub acked: BTreeMap<u64, usize>,
     pub deliveries: BTreeMap<u64, u32>,
+    /// Every delivery of each message.
+    pub delivered: BTreeMap<u64, Vec<dups::Delivery>>,
+    /// (node ID, message) → where that node took a message delivered before (epoch, seq).
+    pub retaken: BTreeMap<(u64, u64), Vec<(u64, u64)>>,
+    /// (node ID, epoch) → when each seq was logged.
+    pub log_at: BTreeMap<(u64, u64), Vec<(u64, Duration)>>,
     /// (origin, epoch) → the members that started taking it over (node ID, index, run).
     pub takers: BTreeMap<(u64, u64), Vec<Taker>>,
     /// Epochs with two takers alive at once (a taker that died mid-takeover excepted).
     pub concurrent_takers: BTreeSet<(u64, u64)>,
+    /// Open windows of two takers of one epoch that have not heard of each other's claim:
+    /// (origin, epoch, taker, taker) → since.
+    pub two_takers: BTreeMap<(u64, u64, u64, u64), Duration>,
+    /// (lower node ID, higher node ID) → when a session between them last opened.
+    pub relinked: BTreeMap<(u64, u64), Duration>,
     /// Host faults: until when each node counts as failed (None: not failed).
     failed_until: Vec<Option<Duration>>,
     pub final_phase: bool,
@@ -205,8 +238,13 @@ impl World {
             published: BTreeSet::new(),
             acked: BTreeMap::new(),
             deliveries: BTreeMap::new(),
+            delivered: BTreeMap::new(),
+            log_at: BTreeMap::new(),
+            retaken: BTreeMap::new(),
             takers: BTreeMap::new(),
             concurrent_takers: BTreeSet::new(),
+            two_takers: BTreeMap::new(),
+            relinked: BTreeMap::new(),
             failed_until: vec![None; n],
             final_phase: false,
             dead_forever: None,
@@ -440,6 +478,10 @@ impl World {
     }
 
     fn end_checks(&mut self) {
+        let open: Vec<_> = self.two_takers.keys().copied().collect();
+        for k in open {
+            self.close_two_takers(k);
+        }
         let mut missing = Vec::new();
         for (&id, &origin) in &self.acked {
             if !self.deliveries.contains_key(&id) {
@@ -484,8 +526,15 @@ impl World {
             ));
         }
         if let Some((_, at)) = self.dead_forever {
-            self.report.dead_origin_drained =
-                Some(self.last_dead_delivery.unwrap_or(at).saturating_sub(at));
+            let drained = self.last_dead_delivery.unwrap_or(at).saturating_sub(at);
+            self.report.dead_origin_drained = Some(drained);
+            let bound = self.drain_bound();
+            if drained > bound {
+                self.fail(format!(
+                    "the dead origin's last acknowledged message was delivered {drained:?} after \
+                     its death (bound {bound:?})"
+                ));
+            }
         }
         let r = &mut self.report;
         r.published = self.published.len() as u64;

@@ -50,6 +50,8 @@ pub struct Session {
     /// A frame from this end met a cut: the stream is broken (as a TCP connection that
     /// gave up), nothing more from it arrives; the other end times out.
     pub broken: [bool; 2],
+    /// When it was opened, and again when the origin's stream on it began (catch-up, resume).
+    pub opened: Duration,
 }
 
 impl Session {
@@ -284,8 +286,10 @@ impl World {
                 streaming: false,
                 stranger: false,
                 broken: [false; 2],
+                opened: self.now,
             },
         );
+        self.relinked.insert((aid.min(bid), aid.max(bid)), self.now);
         let (aaddr, baddr) = (self.nodes[a].addr.clone(), self.nodes[b].addr.clone());
         self.node_session_opened(a, sid, b, true);
         self.node_session_opened(b, sid, a, false);
@@ -343,6 +347,7 @@ impl World {
                 streaming: false,
                 stranger: true,
                 broken: [false; 2],
+                opened: self.now,
             },
         );
         let addr = if self.rng.chance(500) {

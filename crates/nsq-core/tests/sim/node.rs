@@ -2,13 +2,15 @@
 //! log), replica store (backlogs, with the part synced), manifests, and the driver that
 //! carries the core's commands out.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use nsq_core::replication::{Command, Config, Event, HeldBacklog, Link, Member, Msg, Start};
+use nsq_core::replication::{
+    BacklogState, Command, Config, Event, HeldBacklog, Link, Member, Msg, Start,
+};
 
 use super::net::Frame;
-use super::{Ev, World, STRANGER_IDS};
+use super::{Ev, Src, World, STRANGER_IDS};
 
 const TICK: Duration = Duration::from_millis(250);
 
@@ -44,9 +46,13 @@ pub struct Node {
     pub epoch: u64,
     pub seq: u64,
     pub log: Vec<(u64, Frame)>,
+    /// When its latest log frames went out, with how many message IDs each carried.
+    pub recent: VecDeque<(Duration, usize)>,
     /// Unsettled messages: ID → the epoch and seq at which this node took it (published,
     /// adopted).
     pub own: BTreeMap<u64, (u64, u64)>,
+    /// Where each adopted message of `own` came from (none: published here).
+    pub src: BTreeMap<u64, Src>,
     pub pubs: BTreeMap<u64, Pending>,
     pub fenced: bool,
     pub backlogs: BTreeMap<(u64, u64), Bl>,
@@ -85,7 +91,9 @@ impl Node {
             epoch: 1,
             seq: 0,
             log: Vec::new(),
+            recent: VecDeque::new(),
             own: BTreeMap::new(),
+            src: BTreeMap::new(),
             pubs: BTreeMap::new(),
             fenced: false,
             backlogs: BTreeMap::new(),
@@ -171,6 +179,10 @@ impl World {
             }
         }
         self.core_event(i, Event::Tick);
+        self.check_claims(i);
+        if self.nodes[i].ticks.is_multiple_of(8) {
+            self.check_follows(i);
+        }
         let n = &mut self.nodes[i];
         n.ticks += 1;
         if n.ticks.is_multiple_of(4) {
@@ -187,6 +199,7 @@ impl World {
                 self.fail(format!("n{i} delivered {id}, never published by a member"));
             }
             *self.deliveries.entry(id).or_insert(0) += 1;
+            self.record_delivery(i, id);
             if let Some((d, _)) = self.dead_forever {
                 if self.acked.get(&id) == Some(&d) {
                     self.last_dead_delivery = Some(self.now);
@@ -204,6 +217,23 @@ impl World {
         let seq = n.seq;
         let frame = f(seq);
         n.log.push((seq, frame.clone()));
+        let (id, epoch) = (n.id, n.epoch);
+        let ids = match &frame {
+            Frame::Pub(_, v) | Frame::Fin(_, v) => v.len(),
+            _ => 0,
+        };
+        n.recent.push_back((self.now, ids));
+        while n
+            .recent
+            .front()
+            .is_some_and(|(t, _)| self.now.saturating_sub(*t) > super::FOLLOW_WITHIN)
+        {
+            n.recent.pop_front();
+        }
+        self.log_at
+            .entry((id, epoch))
+            .or_default()
+            .push((seq, self.now));
         let sids: Vec<u64> = n.out_sids.values().copied().collect();
         for sid in sids {
             if self.sessions.get(&sid).is_some_and(|s| s.streaming) {
@@ -241,6 +271,48 @@ impl World {
         adopted.extend(new.iter().copied());
         let at = (n.epoch, n.seq + 1);
         n.own.extend(new.iter().map(|&id| (id, at)));
+        let (origin, epoch) = key;
+        let src = match why {
+            Pending::Handoff(from, ..) => Src::Handoff {
+                from,
+                origin,
+                epoch,
+            },
+            _ => Src::Taken {
+                origin,
+                epoch,
+                upto: n.backlogs.get(&key).map_or(0, |b| b.last_seq),
+                origin_alive: false,
+                complete: n.backlogs.get(&key).is_some_and(|b| b.complete),
+            },
+        };
+        let src = match src {
+            Src::Taken {
+                origin,
+                epoch,
+                upto,
+                complete,
+                ..
+            } => Src::Taken {
+                origin,
+                epoch,
+                upto,
+                complete,
+                origin_alive: self
+                    .nodes
+                    .iter()
+                    .any(|o| o.alive && o.id == origin && o.epoch == epoch),
+            },
+            s => s,
+        };
+        let n = &mut self.nodes[i];
+        n.src.extend(new.iter().map(|&id| (id, src)));
+        let me = n.id;
+        for &id in &new {
+            if self.deliveries.contains_key(&id) {
+                self.retaken.entry((me, id)).or_default().push(at);
+            }
+        }
         self.watch(&new, || format!("n{i} adopts for {key:x?} ({why:?})"));
         if new.iter().any(|&id| id >= STRANGER_IDS) {
             self.fail(format!("n{i} adopted a stranger's message"));
@@ -317,6 +389,7 @@ impl World {
                 self.send(sid, i, Frame::CatchupEnd(seq));
                 if let Some(s) = self.sessions.get_mut(&sid) {
                     s.streaming = true;
+                    s.opened = self.now;
                 }
             }
             Command::Resume { peer, from } => {
@@ -342,6 +415,7 @@ impl World {
                 }
                 if let Some(s) = self.sessions.get_mut(&sid) {
                     s.streaming = true;
+                    s.opened = self.now;
                 }
             }
             Command::AckPublish { seq } => match self.nodes[i].pubs.remove(&seq) {
@@ -401,10 +475,33 @@ impl World {
             Command::StartTakeover { origin, epoch } => {
                 let run = self.nodes[i].tick_gen;
                 let earlier = self.takers.entry((origin, epoch)).or_default();
-                let concurrent = earlier.iter().any(|&(id, n, r)| {
-                    id != me && self.nodes[n].alive && self.nodes[n].tick_gen == r
-                });
+                let alive: Vec<u64> = earlier
+                    .iter()
+                    .filter(|&&(id, n, r)| {
+                        // Alive, and its claim still stands (a takeover its origin's return
+                        // into the same epoch dropped is no claim).
+                        id != me
+                            && self.nodes[n].alive
+                            && self.nodes[n].tick_gen == r
+                            && self.nodes[n].core.as_ref().is_some_and(|c| {
+                                c.status_now().iter().any(|e| {
+                                    (e.origin, e.epoch) == (origin, epoch)
+                                        && matches!(
+                                            e.state,
+                                            BacklogState::TakingOver | BacklogState::TakenOver
+                                        )
+                                })
+                            })
+                    })
+                    .map(|&(id, _, _)| id)
+                    .collect();
+                let concurrent = !alive.is_empty();
+                // A retry of this member's takeover is no new decision.
+                let retry = earlier.iter().any(|&(id, _, r)| id == me && r == run);
                 earlier.push((me, i, run));
+                for first in alive.into_iter().filter(|_| !retry) {
+                    self.second_taker(origin, epoch, me, first);
+                }
                 if concurrent {
                     self.concurrent_takers.insert((origin, epoch));
                 }
@@ -506,6 +603,10 @@ impl World {
         }
         match frame {
             Frame::Core(msg) => {
+                if let Msg::Status(entries) = &msg {
+                    let to_id = self.nodes[to].id;
+                    self.saw_status(to_id, peer, entries);
+                }
                 self.core_event(
                     to,
                     Event::Received {
@@ -657,6 +758,8 @@ impl World {
             )
         });
         self.report.crashes += 1;
+        let id = self.nodes[i].id;
+        self.taker_died(id);
         if wipe {
             self.report.wipes += 1;
         }
@@ -668,6 +771,7 @@ impl World {
         n.alive = false;
         n.core = None;
         n.own.clear();
+        n.src.clear();
         n.pubs.clear();
         n.adopted.clear();
         n.handoffs_in.clear();
