@@ -68,7 +68,10 @@ impl Link {
         loop {
             if let Some(f) = replication::decode(&mut self.buf, replication::MIN_MAX_FRAME).unwrap()
             {
-                if matches!(f, Frame::Heartbeat | Frame::Status(_)) {
+                if matches!(
+                    f,
+                    Frame::Heartbeat | Frame::Status(_) | Frame::Ping { .. } | Frame::Pong { .. }
+                ) {
                     continue;
                 }
                 return Some(f);

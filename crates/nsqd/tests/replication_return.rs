@@ -48,7 +48,8 @@ struct Fake {
     /// Bumped to end every open session.
     cut: watch::Sender<u64>,
     /// The epochs of every DROP received.
-    drops: Arc<Mutex<Vec<u64>>>,
+    /// DROP frames received: (epoch, taker).
+    drops: Arc<Mutex<Vec<(u64, u64)>>>,
 }
 
 impl Fake {
@@ -135,7 +136,7 @@ async fn serve(
     ids: Arc<Mutex<HashMap<String, MessageId>>>,
     plan: Arc<Mutex<VecDeque<Answer>>>,
     mut cut: watch::Receiver<u64>,
-    drops: Arc<Mutex<Vec<u64>>>,
+    drops: Arc<Mutex<Vec<(u64, u64)>>>,
 ) -> Option<()> {
     let mut magic = [0u8; 4];
     s.read_exact(&mut magic).await.ok()?;
@@ -187,6 +188,7 @@ async fn serve(
                     epoch,
                     by_node: FAKE_NODE,
                     entries: n as u64,
+                    last_seq: 0,
                 },
                 &mut out,
             );
@@ -215,7 +217,7 @@ async fn serve(
             Frame::ManifestApplied { epoch } => {
                 let _ = applied.send(*epoch);
             }
-            Frame::Drop { epoch } => drops.lock().push(*epoch),
+            Frame::Drop { epoch, taker } => drops.lock().push((*epoch, *taker)),
             Frame::Pub(p) => {
                 let mut m = ids.lock();
                 for x in &p.messages {
@@ -413,7 +415,9 @@ async fn after_an_unclean_stop_delivery_waits_for_the_manifest_and_it_survives_a
     let h = fake.hello().await;
     assert!(!h.previous_unclean, "{h:?}");
     assert_eq!(h.epoch, e + 1);
-    eventually(async || fake.drops.lock().contains(&e)).await;
+    // DROP names the taker whose manifest was applied (link version 3): a copy of epoch e
+    // goes to it as a handoff, never to a second takeover.
+    eventually(async || fake.drops.lock().contains(&(e, FAKE_NODE))).await;
     drop(sub);
     // d's m2 was not met yet: the manifest stays, and a restart applies it again.
     assert_eq!(taken_files(dir.path()), 1);

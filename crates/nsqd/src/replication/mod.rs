@@ -8,6 +8,7 @@
 //! NSQ has nothing like it (nsqd/tcp.go, `Handle`, refuses any magic but `"  V2"`); with
 //! replication off none of this exists and the daemon behaves as NSQ does.
 
+mod driver;
 pub mod identity;
 mod link;
 pub mod log;
@@ -173,6 +174,9 @@ pub(crate) struct Backlog {
     pub store: Mutex<ReplicaStore>,
     /// The link session writing to it; a newer session ends an older one.
     pub session: AtomicU64,
+    /// The stamp of the newest PING its origin's session sent (the origin's clock, ns):
+    /// STATUS echoes it while replicating, the origin's proof that this member heard it.
+    pub(crate) ping_echo: AtomicU64,
     /// The origin's link as the takeover watch sees it.
     pub(crate) link: Mutex<LinkState>,
     /// The origin's broadcast address and TCP port from its HELLO (how nsqlookupd lists it),
@@ -320,6 +324,11 @@ pub struct Replication {
     publish_failures: AtomicU64,
     /// Backlogs of peers this node took over (docs/replication.md, Takeover).
     takeovers: AtomicU64,
+    /// The `last_seq` of the copy each kept manifest was taken from (TAKEN_OVER carries it);
+    /// not known for a manifest found at startup (0).
+    taken_seq: Mutex<HashMap<(u64, u64), u64>>,
+    /// The start of this node's monotonic clock, which PING stamps count from.
+    clock_base: Instant,
     /// Link sessions that began with a catch-up instead of resuming (origin side).
     catchups: AtomicU64,
     /// Return (`returning.rs`): the current epoch, the startup hold.
@@ -336,6 +345,8 @@ pub struct Replication {
     gossip: Mutex<HashMap<u64, Vec<nsq_protocol::replication::StatusEntry>>>,
     /// Bumped when a backlog's takeover state changes: served links send STATUS at once.
     status_changed: watch::Sender<u64>,
+    /// The replication core's task (`driver.rs`), with `--replicas` ≥ 2.
+    driver: OnceLock<driver::Driver>,
 }
 
 /// Why replication could not start.
@@ -419,6 +430,8 @@ impl Replication {
             publish_waiting: AtomicU64::new(0),
             publish_failures: AtomicU64::new(0),
             takeovers: AtomicU64::new(0),
+            taken_seq: Mutex::new(HashMap::new()),
+            clock_base: Instant::now(),
             catchups: AtomicU64::new(0),
             ret: returning::State::new(identity.epoch),
             taken: Mutex::new(BTreeMap::new()),
@@ -426,6 +439,7 @@ impl Replication {
             takeover_lock: tokio::sync::Mutex::new(()),
             gossip: Mutex::new(HashMap::new()),
             status_changed: watch::channel(0).0,
+            driver: OnceLock::new(),
             settings,
             secret,
             link_tls,
@@ -517,6 +531,7 @@ impl Replication {
             epoch,
             store: Mutex::new(store),
             session: AtomicU64::new(0),
+            ping_echo: AtomicU64::new(0),
             // No session yet: down from now (a replica restarted while its origin was gone
             // counts the absence from its own start).
             link: Mutex::new(LinkState {
@@ -557,6 +572,18 @@ impl Replication {
                 tracing::error!("REPLICATION: failed to delete {} - {e}", dir.display());
             }
         }
+    }
+
+    /// This node's monotonic clock: the time since replication started (PING stamps, and
+    /// the time the replication core is fed with).
+    pub(crate) fn clock(&self) -> Duration {
+        self.clock_base.elapsed()
+    }
+
+    /// How often an origin's session sends PING: the link's proof of life that fencing
+    /// counts (several per fencing interval, T/2; at most every second).
+    pub(crate) fn ping_every(&self) -> Duration {
+        (self.settings.takeover_timeout / 8).clamp(Duration::from_millis(50), HEARTBEAT)
     }
 
     /// The group's shared secret, if it has one.
@@ -700,6 +727,7 @@ impl Replication {
         }
         let n = self.group.lock().peers.len();
         self.start_return(n);
+        self.start_driver();
         let mut tasks = self.tasks.lock();
         for i in 0..n {
             let r = self.clone();
