@@ -4,16 +4,20 @@
 //! [`TICK`]. Time is this node's monotonic clock ([`Replication::clock`]), the one PING
 //! stamps carry.
 //!
-//! As wired so far the core decides the origin's **fencing**: its link sessions (`origin.rs`)
-//! report the sessions (up once the replica proved its membership, down when they end), the
-//! WELCOME (whose echo is the local time HELLO was sent: the answer proves the replica heard
-//! it after that), each PONG, each STATUS and each TAKEN_OVER, and the return
-//! (`returning.rs`) each manifest applied; the core answers `Fence`/`Unfence`, carried out
-//! by the engine's delivery fence ([`nsq_core::Engine::fence_delivery`]). The other
-//! decisions (acknowledgement, takeover, handoff, the answer to HELLO) are still made by the
-//! rest of this module; the core's commands for them are not carried out here, and the PINGs
-//! are sent by the sessions' writers at the core's pace ([`Replication::ping_every`]) with
-//! the same clock.
+//! As wired so far the core decides the origin's side: **fencing** and the **publish
+//! acknowledgement**. Its link sessions (`origin.rs`) report the sessions (up once the
+//! replica proved its membership, down when they end), the WELCOME (with the log's position
+//! before it, whether the session resumes, and as its echo the local time HELLO was sent:
+//! the answer proves the replica heard it after that), each ACK, PONG, STATUS and
+//! TAKEN_OVER; the return (`returning.rs`) each manifest applied; a publish that has to wait
+//! its seq ([`Replication::wait_replicated`]: one event, no round trip). The core answers
+//! `Fence`/`Unfence`, carried out by the engine's delivery fence
+//! ([`nsq_core::Engine::fence_delivery`]), and `AckPublish`/`FailPublish`, published to the
+//! waiting publishes as the highest seq acknowledged and the highest failed. The holder's
+//! decisions (takeover, handoff, the answer to HELLO) are still made by the rest of this
+//! module; the core's commands for them are not carried out here, and the PINGs are sent by
+//! the sessions' writers at the core's pace ([`Replication::ping_every`]) with the same
+//! clock.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +57,11 @@ impl<'a> CoreLink<'a> {
             link: Link::Out,
         });
         CoreLink { repl, peer }
+    }
+
+    /// The log's last seq now (before the session's WELCOME: a resume point is within it).
+    pub(crate) fn logged(&self, seq: u64) {
+        self.repl.core_event(Event::Logged { seq });
     }
 
     /// A frame of this session, as the core reads it.
@@ -160,10 +169,30 @@ async fn run(repl: Arc<Replication>, mut member: Member, mut rx: mpsc::Unbounded
                 );
             }
         }
+        // Acknowledgements and failures are published once per event (one wake-up of the
+        // waiting publishes, however many seqs it settles).
+        let (mut acked, mut failed) = (0, 0);
         for c in member.handle(repl.clock(), ev) {
-            execute(&repl, c);
+            match c {
+                Command::AckPublish { seq } => acked = acked.max(seq),
+                Command::FailPublish { seq } => failed = failed.max(seq),
+                c => execute(&repl, c),
+            }
         }
+        raise(&repl.committed, acked);
+        raise(&repl.failed, failed);
     }
+}
+
+/// Moves a watched seq up to `seq` (never down), waking its waiters only then.
+fn raise(w: &tokio::sync::watch::Sender<u64>, seq: u64) {
+    w.send_if_modified(|v| {
+        let up = seq > *v;
+        if up {
+            *v = seq;
+        }
+        up
+    });
 }
 
 /// Carries out one command of the core (see the module docs for what is wired).
@@ -191,6 +220,7 @@ fn execute(repl: &Replication, c: Command) {
         | Command::Close { .. }
         | Command::StartCatchup { .. }
         | Command::Resume { .. }
+        // Published by `run` (above).
         | Command::AckPublish { .. }
         | Command::FailPublish { .. }
         | Command::PollLookupds

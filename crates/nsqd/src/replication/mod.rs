@@ -118,8 +118,10 @@ struct Peer {
     last_seen: Option<Instant>,
 }
 
-/// The replica set and the acknowledgements (docs/replication.md, "Who holds which origin's
-/// messages").
+/// The replica set and the acknowledgements as the views (`/stats`), the outbox's trimming
+/// and the clean stop see them (docs/replication.md, "Who holds which origin's messages").
+/// Whether a publish is acknowledged is the core's decision (`driver.rs`), by the same
+/// rule (`nsq_core::replication::Group`).
 struct Group {
     me: u64,
     need: usize,
@@ -146,17 +148,6 @@ impl Group {
         for i in candidates.into_iter().take(self.need - members) {
             self.peers[i].in_set = true;
         }
-    }
-
-    /// The highest seq that N−1 members of the set acknowledged, if the set is full.
-    fn committed(&self) -> Option<u64> {
-        let acks: Vec<u64> = self
-            .peers
-            .iter()
-            .filter(|p| p.in_set)
-            .map(|p| p.acked)
-            .collect();
-        (acks.len() >= self.need && self.need > 0).then(|| acks.into_iter().min().unwrap_or(0))
     }
 
     fn acked_by(&self, seq: u64) -> usize {
@@ -310,8 +301,12 @@ pub struct Replication {
     /// The origin's log; also the engine's replicator.
     pub log: Arc<OriginLog>,
     group: Mutex<Group>,
-    /// The highest seq N−1 replicas acknowledged (publishes wait on it).
-    committed: watch::Sender<u64>,
+    /// The highest seq N−1 replicas acknowledged (publishes wait on it): the core's
+    /// `AckPublish` (`driver.rs`).
+    pub(crate) committed: watch::Sender<u64>,
+    /// The highest seq whose publish the core failed (`FailPublish`: no N−1 acknowledgements
+    /// within `--replication-ack-timeout`, or its epoch was taken over).
+    pub(crate) failed: watch::Sender<u64>,
     backlogs: Mutex<HashMap<(u64, u64), Arc<Backlog>>>,
     /// The bytes of each origin's backlogs, all its epochs together: the bound
     /// `--replication-max-backlog-bytes` applies to this sum.
@@ -420,6 +415,7 @@ impl Replication {
             }),
             log: OriginLog::new(identity.start_seq),
             committed: watch::channel(identity.start_seq).0,
+            failed: watch::channel(0).0,
             identity,
             data_path: data_path.to_path_buf(),
             backlogs: Mutex::new(HashMap::new()),
@@ -766,17 +762,9 @@ impl Replication {
 
     // ---- the group ---------------------------------------------------------------------
 
+    /// The acknowledgements themselves are the core's (`driver.rs`); this group keeps what
+    /// the outbox and the views need.
     fn update_committed(&self, g: &Group) {
-        if let Some(c) = g.committed() {
-            self.committed.send_if_modified(|v| {
-                if c > *v {
-                    *v = c;
-                    true
-                } else {
-                    false
-                }
-            });
-        }
         // The outbox keeps what some live link still needs.
         if let Some(floor) = g.peers.iter().filter(|p| p.live).map(|p| p.floor).min() {
             self.log.trim_to(floor);
@@ -845,6 +833,10 @@ impl Replication {
         if !self.replicates_own() || *rx.borrow_and_update() >= seq {
             return Ok(());
         }
+        // The core decides (`driver.rs`): one event per waiting publish on its channel, no
+        // round trip; its answers arrive as `committed` and `failed`.
+        let mut failed = self.failed.subscribe();
+        self.core_event(nsq_core::replication::Event::Published { seq });
         // Counted while waiting, also if the wait is dropped (a connection that closes with
         // pipelined publishes pending: protocol_v2.rs, `Reader::pending`).
         struct Waiting<'a>(&'a AtomicU64);
@@ -855,9 +847,19 @@ impl Replication {
         }
         self.publish_waiting.fetch_add(1, Ordering::Relaxed);
         let waiting = Waiting(&self.publish_waiting);
-        let r = tokio::time::timeout(self.settings.ack_timeout, rx.wait_for(|c| *c >= seq)).await;
+        // The core fails it after the ack timeout on its clock (ticked every 100 ms); this
+        // bound only covers a core that stopped (shutdown).
+        let bound = self.settings.ack_timeout + Duration::from_secs(1);
+        let acked = tokio::time::timeout(bound, async {
+            tokio::select! {
+                r = rx.wait_for(|c| *c >= seq) => r.is_ok(),
+                _ = failed.wait_for(|f| *f >= seq) => false,
+            }
+        })
+        .await;
         drop(waiting);
-        if matches!(r, Ok(Ok(_))) {
+        // A later publish's failure may pass this one: it counts as acknowledged when it was.
+        if acked.unwrap_or(false) || *self.committed.borrow() >= seq {
             return Ok(());
         }
         self.publish_failures.fetch_add(1, Ordering::Relaxed);

@@ -225,14 +225,7 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
         repl.identity_replaced(old, replica, &at);
     }
     let welcome = match read_frame(&mut rd, &mut buf, s.max_frame).await {
-        Ok(Frame::Welcome(w)) if w.node_id == replica => {
-            core.received(Msg::Welcome {
-                epoch,
-                resume: None,
-                echo: hello_at,
-            });
-            w
-        }
+        Ok(Frame::Welcome(w)) if w.node_id == replica => w,
         Ok(Frame::Welcome(w)) => {
             return End::NotEstablished(format!(
                 "WELCOME from {:016x} after CHALLENGE from {replica:016x}",
@@ -281,6 +274,15 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     } else {
         (last + 1, last)
     };
+    // The core counts this session's ACKs from `floor` when it resumes, from its catch-up's
+    // end otherwise (the same rule as `Group`); the log's position first, so that it knows
+    // the replica's `last_seq` is within it.
+    core.logged(last);
+    core.received(Msg::Welcome {
+        epoch,
+        resume: resume.then_some(welcome.last_seq),
+        echo: hello_at,
+    });
     // Epochs of this node a peer took over: this peer's copies of them are not needed (it
     // may hold one without having been the taker), DROP before anything else.
     let taken = repl.taken_epoch();
@@ -591,7 +593,10 @@ async fn reader(
 ) -> String {
     loop {
         match read_frame(rd, &mut buf, repl.settings.max_frame).await {
-            Ok(Frame::Ack { seq }) => repl.on_ack(i, seq),
+            Ok(Frame::Ack { seq }) => {
+                core.received(Msg::Ack { seq });
+                repl.on_ack(i, seq);
+            }
             Ok(Frame::Status(entries)) => {
                 core.received(Msg::Status(entries.iter().map(status_entry).collect()));
                 repl.seen_frame(i, Frame::Status(entries));
