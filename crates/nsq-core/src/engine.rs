@@ -297,6 +297,22 @@ impl Engine {
         }
     }
 
+    /// Fences delivery of replicated messages (the replication core's `Fence`: see
+    /// [`Returning::is_fenced`]): channels with a replicator hand nothing to consumers until
+    /// [`Engine::unfence_delivery`]. Messages already in flight stay so (their FIN, REQ and
+    /// timeout work as ever).
+    pub fn fence_delivery(&self) {
+        self.returning.set_fence(true);
+    }
+
+    /// Ends [`Engine::fence_delivery`] and wakes every consumer.
+    pub fn unfence_delivery(&self) {
+        self.returning.set_fence(false);
+        for c in self.channels() {
+            c.wake_consumers();
+        }
+    }
+
     /// Applies a manifest of what a peer took over (`manifest`: its MANIFEST frames): none of
     /// the listed messages is delivered here afterwards. Messages in flight or deferred are
     /// settled at once (as a FIN); those waiting in a memory queue or unread in a diskqueue

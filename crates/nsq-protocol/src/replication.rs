@@ -25,10 +25,12 @@ use crate::message::MessageId;
 /// The 4-byte magic an origin sends first on a replication link.
 pub const MAGIC_R1: &[u8; 4] = b"  R1";
 /// The link protocol version carried in HELLO and WELCOME. Version 2 added the membership
-/// proof (HELLO's nonce, CHALLENGE, AUTH); a HELLO of another version is decoded only as far
+/// proof (HELLO's nonce, CHALLENGE, AUTH); version 3 the replication core's facts (PING and
+/// PONG carrying the origin's clock, STATUS entries' `complete` flag, `echo` and state `gone`,
+/// TAKEN_OVER's `last_seq`, DROP's taker). A HELLO of another version is decoded only as far
 /// as its version and node ID (the first two fields of every version), so that it can be
 /// refused as unsupported or as not in the group.
-pub const LINK_VERSION: u16 = 2;
+pub const LINK_VERSION: u16 = 3;
 /// The bytes of a handshake nonce (HELLO, CHALLENGE).
 pub const NONCE_LEN: usize = 16;
 /// The most bytes of a membership proof (CHALLENGE, AUTH).
@@ -54,6 +56,7 @@ pub mod frame_type {
     pub const HANDOFF: u8 = 0x0d;
     pub const HANDOFF_END: u8 = 0x0e;
     pub const AUTH: u8 = 0x0f;
+    pub const PING: u8 = 0x10;
     pub const HEARTBEAT: u8 = 0x40;
     pub const STATUS: u8 = 0x41;
     pub const ERROR: u8 = 0x42;
@@ -64,6 +67,7 @@ pub mod frame_type {
     pub const MANIFEST_END: u8 = 0x85;
     pub const HANDOFF_DONE: u8 = 0x86;
     pub const CHALLENGE: u8 = 0x87;
+    pub const PONG: u8 = 0x88;
 }
 
 use frame_type as ft;
@@ -309,7 +313,15 @@ pub struct StatusEntry {
     pub last_seq: u64,
     pub messages: u64,
     pub bytes: u64,
+    /// The backlog's catch-up ended: it holds every message of the epoch unsettled at
+    /// `last_seq` (flag bit 1 on the wire).
+    pub complete: bool,
+    /// While `Replicating`: the stamp of the newest PING the sender received from the origin
+    /// (the origin's clock, nanoseconds), its proof that a member heard it then; 0 otherwise.
+    pub echo: u64,
 }
+
+const STATUS_COMPLETE: u8 = 1;
 
 /// The state of a backlog in a STATUS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,6 +332,8 @@ pub enum BacklogState {
     TakingOver = 3,
     /// Taken over; the manifest is kept until the origin applies it.
     TakenOver = 4,
+    /// The origin is gone for the sender, which takes it over if it is the first candidate.
+    Gone = 5,
 }
 
 /// The code of an ERROR frame.
@@ -354,8 +368,12 @@ pub enum Frame {
     Goodbye {
         seq: u64,
     },
+    /// You are not my replica of epochs up to `epoch` (any more): `taker` took them over
+    /// (0: none named), so a copy of them goes to `taker` as a handoff, never to a second
+    /// takeover.
     Drop {
         epoch: u64,
+        taker: u64,
     },
     ManifestApplied {
         epoch: u64,
@@ -375,6 +393,14 @@ pub enum Frame {
         proof: Bytes,
     },
     Heartbeat,
+    /// The origin's heartbeat carrying its monotonic clock (nanoseconds); answered with PONG.
+    Ping {
+        stamp: u64,
+    },
+    /// The replica's answer to PING, echoing its stamp.
+    Pong {
+        stamp: u64,
+    },
     Status(Vec<StatusEntry>),
     Error {
         code: LinkErrorCode,
@@ -388,6 +414,9 @@ pub enum Frame {
         epoch: u64,
         by_node: u64,
         entries: u64,
+        /// The `last_seq` of the copy that was taken over: a listed message leaves the
+        /// origin only if it took it in an earlier epoch or in `epoch` up to this seq.
+        last_seq: u64,
     },
     Manifest(Manifest),
     ManifestEnd {
@@ -420,6 +449,8 @@ impl Frame {
             Frame::HandoffEnd { .. } => ft::HANDOFF_END,
             Frame::Auth { .. } => ft::AUTH,
             Frame::Heartbeat => ft::HEARTBEAT,
+            Frame::Ping { .. } => ft::PING,
+            Frame::Pong { .. } => ft::PONG,
             Frame::Status(_) => ft::STATUS,
             Frame::Error { .. } => ft::ERROR,
             Frame::Welcome(_) => ft::WELCOME,
@@ -597,9 +628,12 @@ pub fn encode_payload(frame: &Frame, out: &mut impl BufMut) -> Result<(), FrameE
         | Frame::CatchupEnd { seq }
         | Frame::Goodbye { seq }
         | Frame::Ack { seq } => out.put_u64(*seq),
-        Frame::Drop { epoch } | Frame::ManifestApplied { epoch } | Frame::ManifestEnd { epoch } => {
-            out.put_u64(*epoch)
+        Frame::ManifestApplied { epoch } | Frame::ManifestEnd { epoch } => out.put_u64(*epoch),
+        Frame::Drop { epoch, taker } => {
+            out.put_u64(*epoch);
+            out.put_u64(*taker);
         }
+        Frame::Ping { stamp } | Frame::Pong { stamp } => out.put_u64(*stamp),
         Frame::Handoff {
             origin,
             epoch,
@@ -629,6 +663,8 @@ pub fn encode_payload(frame: &Frame, out: &mut impl BufMut) -> Result<(), FrameE
                 out.put_u64(e.last_seq);
                 out.put_u64(e.messages);
                 out.put_u64(e.bytes);
+                out.put_u8(if e.complete { STATUS_COMPLETE } else { 0 });
+                out.put_u64(e.echo);
             }
         }
         Frame::Error { code, text } => {
@@ -650,10 +686,12 @@ pub fn encode_payload(frame: &Frame, out: &mut impl BufMut) -> Result<(), FrameE
             epoch,
             by_node,
             entries,
+            last_seq,
         } => {
             out.put_u64(*epoch);
             out.put_u64(*by_node);
             out.put_u64(*entries);
+            out.put_u64(*last_seq);
         }
         Frame::Manifest(m) => {
             out.put_u64(m.epoch);
@@ -900,7 +938,12 @@ pub fn decode_payload(frame_type: u8, payload: Bytes) -> Result<Frame, FrameErro
         ft::CATCHUP_BEGIN => Frame::CatchupBegin { seq: r.u64()? },
         ft::CATCHUP_END => Frame::CatchupEnd { seq: r.u64()? },
         ft::GOODBYE => Frame::Goodbye { seq: r.u64()? },
-        ft::DROP => Frame::Drop { epoch: r.u64()? },
+        ft::DROP => Frame::Drop {
+            epoch: r.u64()?,
+            taker: r.u64()?,
+        },
+        ft::PING => Frame::Ping { stamp: r.u64()? },
+        ft::PONG => Frame::Pong { stamp: r.u64()? },
         ft::MANIFEST_APPLIED => Frame::ManifestApplied { epoch: r.u64()? },
         ft::HANDOFF => Frame::Handoff {
             origin: r.u64()?,
@@ -915,7 +958,7 @@ pub fn decode_payload(frame_type: u8, payload: Bytes) -> Result<Frame, FrameErro
         ft::AUTH => Frame::Auth { proof: r.proof()? },
         ft::HEARTBEAT => Frame::Heartbeat,
         ft::STATUS => {
-            let n = r.count16(8 + 8 + 1 + 8 + 8 + 8)?;
+            let n = r.count16(8 + 8 + 1 + 8 + 8 + 8 + 1 + 8)?;
             let mut entries = Vec::with_capacity(n);
             for _ in 0..n {
                 let origin = r.u64()?;
@@ -925,15 +968,20 @@ pub fn decode_payload(frame_type: u8, payload: Bytes) -> Result<Frame, FrameErro
                     2 => BacklogState::Detached,
                     3 => BacklogState::TakingOver,
                     4 => BacklogState::TakenOver,
+                    5 => BacklogState::Gone,
                     v => return Err(r.bad("STATUS state", v.into())),
                 };
+                let (last_seq, messages, bytes) = (r.u64()?, r.u64()?, r.u64()?);
+                let flags = r.u8()?;
                 entries.push(StatusEntry {
                     origin,
                     epoch,
                     state,
-                    last_seq: r.u64()?,
-                    messages: r.u64()?,
-                    bytes: r.u64()?,
+                    last_seq,
+                    messages,
+                    bytes,
+                    complete: flags & STATUS_COMPLETE != 0,
+                    echo: r.u64()?,
                 });
             }
             Frame::Status(entries)
@@ -973,6 +1021,7 @@ pub fn decode_payload(frame_type: u8, payload: Bytes) -> Result<Frame, FrameErro
             epoch: r.u64()?,
             by_node: r.u64()?,
             entries: r.u64()?,
+            last_seq: r.u64()?,
         },
         ft::MANIFEST => Frame::Manifest(Manifest {
             epoch: r.u64()?,

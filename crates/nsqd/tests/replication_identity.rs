@@ -185,7 +185,10 @@ async fn raw_origin(to: SocketAddr, node: u64, port: u16, body: &str) -> TcpStre
     let mut buf = BytesMut::new();
     let mut next = async |s: &mut TcpStream| loop {
         if let Some(f) = replication::decode(&mut buf, replication::MIN_MAX_FRAME).unwrap() {
-            if !matches!(f, Frame::Heartbeat | Frame::Status(_)) {
+            if !matches!(
+                f,
+                Frame::Heartbeat | Frame::Status(_) | Frame::Ping { .. } | Frame::Pong { .. }
+            ) {
                 return f;
             }
             continue;

@@ -8,8 +8,9 @@ mod common;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use nsq_protocol::replication::{
@@ -25,6 +26,9 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
+
+/// DROP frames received: (epoch, taker).
+type Drops = Arc<Mutex<Vec<(u64, u64)>>>;
 
 const FAKE_NODE: u64 = 0x7a6b_0000_0000_0001;
 
@@ -47,8 +51,10 @@ struct Fake {
     plan: Arc<Mutex<VecDeque<Answer>>>,
     /// Bumped to end every open session.
     cut: watch::Sender<u64>,
-    /// The epochs of every DROP received.
-    drops: Arc<Mutex<Vec<u64>>>,
+    /// DROP frames received: (epoch, taker).
+    drops: Drops,
+    /// Cleared: the fake stores nothing (it ACKs no frame).
+    acks: Arc<AtomicBool>,
 }
 
 impl Fake {
@@ -61,15 +67,17 @@ impl Fake {
         let plan = Arc::new(Mutex::new(VecDeque::new()));
         let cut = watch::channel(0).0;
         let drops = Arc::new(Mutex::new(Vec::new()));
+        let acks = Arc::new(AtomicBool::new(true));
         let (ids2, plan2, cut2, drops2) = (ids.clone(), plan.clone(), cut.clone(), drops.clone());
+        let acks2 = acks.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((s, _)) = l.accept().await else { return };
                 let (htx, atx, ids, plan) = (htx.clone(), atx.clone(), ids2.clone(), plan2.clone());
                 let cut = cut2.subscribe();
-                let drops = drops2.clone();
+                let (drops, acks) = (drops2.clone(), acks2.clone());
                 tokio::spawn(async move {
-                    let _ = serve(s, htx, atx, ids, plan, cut, drops).await;
+                    let _ = serve(s, htx, atx, ids, plan, cut, (drops, acks)).await;
                 });
             }
         });
@@ -81,6 +89,7 @@ impl Fake {
             plan,
             cut,
             drops,
+            acks,
         }
     }
 
@@ -135,7 +144,7 @@ async fn serve(
     ids: Arc<Mutex<HashMap<String, MessageId>>>,
     plan: Arc<Mutex<VecDeque<Answer>>>,
     mut cut: watch::Receiver<u64>,
-    drops: Arc<Mutex<Vec<u64>>>,
+    (drops, acks): (Drops, Arc<AtomicBool>),
 ) -> Option<()> {
     let mut magic = [0u8; 4];
     s.read_exact(&mut magic).await.ok()?;
@@ -187,6 +196,7 @@ async fn serve(
                     epoch,
                     by_node: FAKE_NODE,
                     entries: n as u64,
+                    last_seq: 0,
                 },
                 &mut out,
             );
@@ -215,7 +225,7 @@ async fn serve(
             Frame::ManifestApplied { epoch } => {
                 let _ = applied.send(*epoch);
             }
-            Frame::Drop { epoch } => drops.lock().push(*epoch),
+            Frame::Drop { epoch, taker } => drops.lock().push((*epoch, *taker)),
             Frame::Pub(p) => {
                 let mut m = ids.lock();
                 for x in &p.messages {
@@ -224,7 +234,7 @@ async fn serve(
             }
             _ => {}
         }
-        if let Some(seq) = f.seq() {
+        if let Some(seq) = f.seq().filter(|_| acks.load(Ordering::Relaxed)) {
             out.clear();
             replication::encode(&Frame::Ack { seq }, &mut out);
             s.write_all(&out).await.ok()?;
@@ -413,7 +423,9 @@ async fn after_an_unclean_stop_delivery_waits_for_the_manifest_and_it_survives_a
     let h = fake.hello().await;
     assert!(!h.previous_unclean, "{h:?}");
     assert_eq!(h.epoch, e + 1);
-    eventually(async || fake.drops.lock().contains(&e)).await;
+    // DROP names the taker whose manifest was applied (link version 3): a copy of epoch e
+    // goes to it as a handoff, never to a second takeover.
+    eventually(async || fake.drops.lock().contains(&(e, FAKE_NODE))).await;
     drop(sub);
     // d's m2 was not met yet: the manifest stays, and a restart applies it again.
     assert_eq!(taken_files(dir.path()), 1);
@@ -472,5 +484,48 @@ async fn the_manifests_of_two_takers_are_both_applied() {
     assert_eq!(receive(&mut sub, 2).await, ["m2", "m4"]);
     nothing_for(&mut sub, Duration::from_millis(300)).await;
     assert_eq!(dat(dir.path())["epoch"], e + 1);
+    a.shutdown().await;
+}
+
+/// A publish still waiting for its replica when the epoch it was logged in is taken over fails
+/// as soon as the manifest is applied (the core's `FailPublish` when it moves to the next
+/// epoch: the publish's copies went with the old one), not after `--replication-ack-timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_waiting_when_its_epoch_is_taken_over_fails_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut fake = Fake::start().await;
+    fake.acks.store(false, Ordering::Relaxed);
+    let o = common::options(
+        dir.path(),
+        &[
+            "--replicas=2".to_string(),
+            format!("--replication-peer={}", fake.addr),
+            "--replication-ack-timeout=1m".to_string(),
+        ],
+    );
+    let a = nsqd::start(o).await.unwrap();
+    let e = fake.hello().await.epoch;
+    // Linked (its catch-up sent): the publish goes to the fake as a PUB frame.
+    let repl = a.nsqd.replication.as_ref().unwrap();
+    eventually(async || repl.peers().iter().all(|p| p.connected)).await;
+    let mut c = FrameConn::connect(a.tcp_addr(), b"  V2").await;
+    c.send(&sized("PUB t\n", b"x")).await;
+    fake.id("x").await;
+    fake.then(Answer::TakenOver {
+        epoch: e,
+        delay: Duration::ZERO,
+        entries: vec![],
+    });
+    let cut = Instant::now();
+    fake.cut_links();
+    assert_eq!(fake.applied().await, e);
+    c.expect_fatal("E_PUB_FAILED PUB failed not enough replicas: 0 of 1 stored it within 1m0s")
+        .await;
+    assert!(
+        cut.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        cut.elapsed()
+    );
+    assert_eq!(repl.epoch(), e + 1);
     a.shutdown().await;
 }

@@ -12,8 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::{Bytes, BytesMut};
 use nsq_protocol::message::MessageId;
 use nsq_protocol::replication::{
-    self, Admin, AdminOp, Fin, Frame, Hello, Pub, PubMessage, Req, ReqEntry, WelcomeAnswer,
-    LINK_VERSION, MAGIC_R1, NONCE_LEN,
+    self, Admin, AdminOp, BacklogState, Fin, Frame, Hello, Pub, PubMessage, Req, ReqEntry,
+    WelcomeAnswer, LINK_VERSION, MAGIC_R1, NONCE_LEN,
 };
 use nsq_testkit::http::request;
 use nsq_testkit::wait::eventually;
@@ -91,15 +91,25 @@ impl Origin {
         self.s.write_all(&b).await.unwrap();
     }
 
-    /// The next frame that is not a HEARTBEAT or a STATUS.
+    /// The next frame that is not a HEARTBEAT, a STATUS or a PONG.
     async fn recv(&mut self) -> Frame {
+        loop {
+            let f = self.any().await;
+            if !matches!(
+                f,
+                Frame::Heartbeat | Frame::Status(_) | Frame::Ping { .. } | Frame::Pong { .. }
+            ) {
+                return f;
+            }
+        }
+    }
+
+    /// The next frame, whatever it is.
+    async fn any(&mut self) -> Frame {
         loop {
             if let Some(f) = replication::decode(&mut self.buf, replication::MIN_MAX_FRAME).unwrap()
             {
-                if !matches!(f, Frame::Heartbeat | Frame::Status(_)) {
-                    return f;
-                }
-                continue;
+                return f;
             }
             let n = tokio::time::timeout(Duration::from_secs(10), self.s.read_buf(&mut self.buf))
                 .await
@@ -332,7 +342,9 @@ async fn a_returning_origin_gets_the_manifest() {
             Frame::TakenOver {
                 epoch: 1,
                 by_node: node,
-                entries: 4
+                entries: 4,
+                // B restarted: the copy's last_seq is not kept with the manifest.
+                last_seq: 0,
             }
         );
         let mut ids = Vec::new();
@@ -388,12 +400,18 @@ async fn an_unclean_restart_ends_the_epoch_at_once() {
     drop(o);
     let (mut o, answer) = Origin::hello(&b, 2, Some(1)).await;
     let Frame::TakenOver {
-        epoch: 1, entries, ..
+        epoch: 1,
+        entries,
+        last_seq,
+        ..
     } = answer
     else {
         panic!("{answer:?}")
     };
     assert_eq!(entries, 4);
+    // The copy taken went up to seq 12 (link version 3: the origin applies the manifest only
+    // to what it took up to there).
+    assert_eq!(last_seq, 12);
     assert_eq!(repl(&b).takeovers(), 1);
     assert!(b.nsqd.engine.get_topic("t").is_some());
     loop {
@@ -724,5 +742,51 @@ async fn a_manifest_gone_from_the_disk_does_not_refuse_the_origin() {
     let (_o, answer) = Origin::hello(&b, 2, None).await;
     assert!(matches!(answer, Frame::Welcome(_)), "{answer:?}");
     assert!(repl(&b).backlogs().iter().all(|x| x.state != "taken over"));
+    b.shutdown().await;
+}
+
+/// Link version 3's stamps: a PING carrying the origin's clock is answered with a PONG
+/// echoing it, and the replica's STATUS then gives that stamp as the `echo` of the origin's
+/// epoch, `replicating` and `complete` once its catch-up ended — each the origin's proof
+/// that a member heard it then (its fencing counts them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ping_is_answered_with_its_stamp_and_echoed_in_status() {
+    let dir = TempDir::new().unwrap();
+    let b = start_b(dir.path(), &[]).await;
+    let (mut o, answer) = Origin::hello(&b, 1, None).await;
+    assert!(matches!(answer, Frame::Welcome(_)), "{answer:?}");
+    o.send(&Frame::CatchupBegin { seq: 0 }).await;
+    o.send(&Frame::CatchupEnd { seq: 0 }).await;
+    const STAMP: u64 = 123_456_789;
+    o.send(&Frame::Ping { stamp: STAMP }).await;
+    loop {
+        match o.any().await {
+            Frame::Pong { stamp } => {
+                assert_eq!(stamp, STAMP);
+                break;
+            }
+            Frame::Heartbeat | Frame::Status(_) | Frame::Ack { .. } => {}
+            other => panic!("expected PONG, got {other:?}"),
+        }
+    }
+    // The next STATUS (they come every second) echoes it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no STATUS echoed the PING"
+        );
+        let Frame::Status(entries) = o.any().await else {
+            continue;
+        };
+        let Some(e) = entries.iter().find(|e| e.origin == ORIGIN && e.epoch == 1) else {
+            continue;
+        };
+        if e.echo == STAMP {
+            assert_eq!(e.state, BacklogState::Replicating);
+            assert!(e.complete, "{e:?}");
+            break;
+        }
+    }
     b.shutdown().await;
 }

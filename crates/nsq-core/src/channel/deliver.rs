@@ -59,6 +59,10 @@ impl Channel {
             // A returning origin waits for its peers' manifests (`returning.rs`).
             return 0;
         }
+        if self.repl.is_some() && ret.is_some_and(|r| r.is_fenced()) {
+            // A fenced origin: a peer may be taking these messages over (`returning.rs`).
+            return 0;
+        }
         let now = Instant::now().into_std();
         let mut rng = (sample_rate > 0).then(rand::thread_rng);
         let mut g = self.lock();

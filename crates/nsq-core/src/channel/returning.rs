@@ -31,6 +31,12 @@ use crate::message::Message;
 pub struct Returning {
     /// Channels hand nothing to consumers while set.
     hold: AtomicBool,
+    /// The replication core's fence (docs/replication.md, The core, "Fencing"): while set,
+    /// replicated channels hand nothing to consumers — this origin cannot prove a member or
+    /// nsqlookupd heard it lately, or a member claims its epoch, so a peer may be delivering
+    /// the same messages. Channels without a replicator (ephemeral ones, or replication of
+    /// this node's publishes off) deliver as before: no peer holds their messages.
+    fence: AtomicBool,
     /// The skip set is not empty (a take looks at it only then).
     active: AtomicBool,
     skips: Mutex<Skips>,
@@ -106,6 +112,15 @@ impl Returning {
 
     pub(crate) fn set_hold(&self, hold: bool) {
         self.hold.store(hold, Ordering::Release);
+    }
+
+    /// Whether replicated channels are fenced now.
+    pub fn is_fenced(&self) -> bool {
+        self.fence.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_fence(&self, fence: bool) {
+        self.fence.store(fence, Ordering::Release);
     }
 
     /// IDs still to be skipped (topic entries count once).

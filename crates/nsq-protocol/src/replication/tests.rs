@@ -52,23 +52,25 @@ fn hello_bytes() {
             http_port: 4151,
             nonce: *b"0123456789abcdef",
         }),
-        "00000043 01 0002 0102030405060708 0000000000000003 03 0000000000000009 \
+        "00000043 01 0003 0102030405060708 0000000000000003 03 0000000000000009 \
          0000000000000002 0002 01000000 0269 02 6831 1036 1037 {id}",
     );
 }
 
 #[test]
 fn a_hello_of_another_version_is_read_only_as_far_as_its_version_and_node_id() {
-    // A version 1 HELLO (no nonce) and future ones: they decode to their version and node
-    // ID alone, so the replica can answer "unsupported version" (or "not in group").
+    // Version 1 and 2 HELLOs (version 1 had no nonce) and future ones: they decode to their
+    // version and node ID alone, so the replica can answer "unsupported version" (or "not in
+    // group").
     for (version, rest, node_id) in [
         (
             1u16,
             "0102030405060708 0000000000000003 03 0000000000000009",
             0x0102030405060708,
         ),
-        (3, "0000000000000009", 9),
-        (3, "ffff", 0),
+        (2, "0000000000000009", 9),
+        (4, "0000000000000009", 9),
+        (4, "ffff", 0),
     ] {
         let payload = hex(&format!("{version:04x} {rest}"));
         let mut bytes = hex(&format!("{:08x} 01", payload.len() + 1));
@@ -148,6 +150,8 @@ fn lists_longer_than_their_u16_count_are_an_encoding_error() {
         last_seq: 0,
         messages: 0,
         bytes: 0,
+        complete: false,
+        echo: 0,
     };
     let most = Frame::Status(vec![entry; usize::from(u16::MAX)]);
     let mut out = Vec::new();
@@ -278,7 +282,11 @@ fn small_origin_frames_bytes() {
         "00000009 09 000000000000000d",
     );
     check(Frame::Goodbye { seq: 14 }, "00000009 0a 000000000000000e");
-    check(Frame::Drop { epoch: 3 }, "00000009 0b 0000000000000003");
+    check(
+        Frame::Drop { epoch: 3, taker: 9 },
+        "00000011 0b 0000000000000003 0000000000000009",
+    );
+    check(Frame::Ping { stamp: 17 }, "00000009 10 0000000000000011");
     check(
         Frame::ManifestApplied { epoch: 3 },
         "00000009 0c 0000000000000003",
@@ -327,9 +335,25 @@ fn either_direction_bytes() {
             last_seq: 3,
             messages: 4,
             bytes: 5,
+            complete: true,
+            echo: 6,
         }]),
-        "0000002c 41 0001 0000000000000001 0000000000000002 03 0000000000000003 \
-         0000000000000004 0000000000000005",
+        "00000035 41 0001 0000000000000001 0000000000000002 03 0000000000000003 \
+         0000000000000004 0000000000000005 01 0000000000000006",
+    );
+    check(
+        Frame::Status(vec![StatusEntry {
+            origin: 1,
+            epoch: 2,
+            state: BacklogState::Gone,
+            last_seq: 3,
+            messages: 0,
+            bytes: 0,
+            complete: false,
+            echo: 0,
+        }]),
+        "00000035 41 0001 0000000000000001 0000000000000002 05 0000000000000003 \
+         0000000000000000 0000000000000000 00 0000000000000000",
     );
     check(
         Frame::Error {
@@ -358,9 +382,11 @@ fn replica_frames_bytes() {
             epoch: 2,
             by_node: 10,
             entries: 7,
+            last_seq: 8,
         },
-        "00000019 83 0000000000000002 000000000000000a 0000000000000007",
+        "00000021 83 0000000000000002 000000000000000a 0000000000000007 0000000000000008",
     );
+    check(Frame::Pong { stamp: 17 }, "00000009 88 0000000000000011");
     check(
         Frame::Manifest(Manifest {
             epoch: 2,
@@ -389,7 +415,16 @@ fn directions_and_seqs() {
     );
     assert_eq!(Frame::Goodbye { seq: 4 }.seq(), Some(4));
     assert_eq!(Frame::Ack { seq: 4 }.seq(), None);
-    assert_eq!(Frame::Drop { epoch: 4 }.seq(), None);
+    assert_eq!(Frame::Drop { epoch: 4, taker: 1 }.seq(), None);
+    assert_eq!(
+        Frame::Ping { stamp: 1 }.direction(),
+        Direction::OriginToReplica
+    );
+    assert_eq!(
+        Frame::Pong { stamp: 1 }.direction(),
+        Direction::ReplicaToOrigin
+    );
+    assert_eq!(Frame::Ping { stamp: 4 }.seq(), None);
 }
 
 #[test]
@@ -538,7 +573,7 @@ fn unknown_hello_flags_are_refused() {
 
 #[test]
 fn names_too_long_for_their_field_are_an_encoding_error() {
-    let frame = Frame::Drop { epoch: 1 };
+    let frame = Frame::Drop { epoch: 1, taker: 2 };
     assert!(try_encode(&frame, &mut Vec::new()).is_ok());
     let frame = Frame::Fin(Fin {
         seq: 1,
@@ -744,7 +779,9 @@ fn frame() -> impl Strategy<Value = Frame> {
         any::<u64>().prop_map(|seq| Frame::CatchupBegin { seq }),
         any::<u64>().prop_map(|seq| Frame::CatchupEnd { seq }),
         any::<u64>().prop_map(|seq| Frame::Goodbye { seq }),
-        any::<u64>().prop_map(|epoch| Frame::Drop { epoch }),
+        any::<(u64, u64)>().prop_map(|(epoch, taker)| Frame::Drop { epoch, taker }),
+        any::<u64>().prop_map(|stamp| Frame::Ping { stamp }),
+        any::<u64>().prop_map(|stamp| Frame::Pong { stamp }),
         any::<u64>().prop_map(|epoch| Frame::ManifestApplied { epoch }),
         (any::<u64>(), any::<u64>(), item()).prop_map(|(origin, epoch, item)| Frame::Handoff {
             origin,
@@ -757,12 +794,12 @@ fn frame() -> impl Strategy<Value = Frame> {
             items
         }),
         Just(Frame::Heartbeat),
-        proptest::collection::vec(any::<(u64, u64, u64, u64, u64)>(), 0..4).prop_map(|v| {
+        proptest::collection::vec(any::<(u64, u64, u64, u64, u64, u64)>(), 0..4).prop_map(|v| {
             Frame::Status(
                 v.into_iter()
                     .enumerate()
                     .map(
-                        |(i, (origin, epoch, last_seq, messages, bytes))| StatusEntry {
+                        |(i, (origin, epoch, last_seq, messages, bytes, echo))| StatusEntry {
                             origin,
                             epoch,
                             state: [
@@ -770,10 +807,13 @@ fn frame() -> impl Strategy<Value = Frame> {
                                 BacklogState::Detached,
                                 BacklogState::TakingOver,
                                 BacklogState::TakenOver,
-                            ][i % 4],
+                                BacklogState::Gone,
+                            ][i % 5],
                             last_seq,
                             messages,
                             bytes,
+                            complete: i % 2 == 0,
+                            echo,
                         },
                     )
                     .collect(),
@@ -804,10 +844,13 @@ fn frame() -> impl Strategy<Value = Frame> {
             })
         ),
         any::<u64>().prop_map(|seq| Frame::Ack { seq }),
-        any::<(u64, u64, u64)>().prop_map(|(epoch, by_node, entries)| Frame::TakenOver {
-            epoch,
-            by_node,
-            entries
+        any::<(u64, u64, u64, u64)>().prop_map(|(epoch, by_node, entries, last_seq)| {
+            Frame::TakenOver {
+                epoch,
+                by_node,
+                entries,
+                last_seq,
+            }
         }),
         (any::<u64>(), name(), name(), ids()).prop_map(|(epoch, topic, channel, ids)| {
             Frame::Manifest(Manifest {

@@ -8,6 +8,7 @@
 //! NSQ has nothing like it (nsqd/tcp.go, `Handle`, refuses any magic but `"  V2"`); with
 //! replication off none of this exists and the daemon behaves as NSQ does.
 
+mod driver;
 pub mod identity;
 mod link;
 pub mod log;
@@ -117,8 +118,10 @@ struct Peer {
     last_seen: Option<Instant>,
 }
 
-/// The replica set and the acknowledgements (docs/replication.md, "Who holds which origin's
-/// messages").
+/// The replica set and the acknowledgements as the views (`/stats`), the outbox's trimming
+/// and the clean stop see them (docs/replication.md, "Who holds which origin's messages").
+/// Whether a publish is acknowledged is the core's decision (`driver.rs`), by the same
+/// rule (`nsq_core::replication::Group`).
 struct Group {
     me: u64,
     need: usize,
@@ -147,17 +150,6 @@ impl Group {
         }
     }
 
-    /// The highest seq that N−1 members of the set acknowledged, if the set is full.
-    fn committed(&self) -> Option<u64> {
-        let acks: Vec<u64> = self
-            .peers
-            .iter()
-            .filter(|p| p.in_set)
-            .map(|p| p.acked)
-            .collect();
-        (acks.len() >= self.need && self.need > 0).then(|| acks.into_iter().min().unwrap_or(0))
-    }
-
     fn acked_by(&self, seq: u64) -> usize {
         self.peers
             .iter()
@@ -173,6 +165,9 @@ pub(crate) struct Backlog {
     pub store: Mutex<ReplicaStore>,
     /// The link session writing to it; a newer session ends an older one.
     pub session: AtomicU64,
+    /// The stamp of the newest PING its origin's session sent (the origin's clock, ns):
+    /// STATUS echoes it while replicating, the origin's proof that this member heard it.
+    pub(crate) ping_echo: AtomicU64,
     /// The origin's link as the takeover watch sees it.
     pub(crate) link: Mutex<LinkState>,
     /// The origin's broadcast address and TCP port from its HELLO (how nsqlookupd lists it),
@@ -306,8 +301,12 @@ pub struct Replication {
     /// The origin's log; also the engine's replicator.
     pub log: Arc<OriginLog>,
     group: Mutex<Group>,
-    /// The highest seq N−1 replicas acknowledged (publishes wait on it).
-    committed: watch::Sender<u64>,
+    /// The highest seq N−1 replicas acknowledged (publishes wait on it): the core's
+    /// `AckPublish` (`driver.rs`).
+    pub(crate) committed: watch::Sender<u64>,
+    /// The highest seq whose publish the core failed (`FailPublish`: no N−1 acknowledgements
+    /// within `--replication-ack-timeout`, or its epoch was taken over).
+    pub(crate) failed: watch::Sender<u64>,
     backlogs: Mutex<HashMap<(u64, u64), Arc<Backlog>>>,
     /// The bytes of each origin's backlogs, all its epochs together: the bound
     /// `--replication-max-backlog-bytes` applies to this sum.
@@ -320,6 +319,11 @@ pub struct Replication {
     publish_failures: AtomicU64,
     /// Backlogs of peers this node took over (docs/replication.md, Takeover).
     takeovers: AtomicU64,
+    /// The `last_seq` of the copy each kept manifest was taken from (TAKEN_OVER carries it);
+    /// not known for a manifest found at startup (0).
+    taken_seq: Mutex<HashMap<(u64, u64), u64>>,
+    /// The start of this node's monotonic clock, which PING stamps count from.
+    clock_base: Instant,
     /// Link sessions that began with a catch-up instead of resuming (origin side).
     catchups: AtomicU64,
     /// Return (`returning.rs`): the current epoch, the startup hold.
@@ -336,6 +340,8 @@ pub struct Replication {
     gossip: Mutex<HashMap<u64, Vec<nsq_protocol::replication::StatusEntry>>>,
     /// Bumped when a backlog's takeover state changes: served links send STATUS at once.
     status_changed: watch::Sender<u64>,
+    /// The replication core's task (`driver.rs`), with `--replicas` ≥ 2.
+    driver: OnceLock<driver::Driver>,
 }
 
 /// Why replication could not start.
@@ -409,6 +415,7 @@ impl Replication {
             }),
             log: OriginLog::new(identity.start_seq),
             committed: watch::channel(identity.start_seq).0,
+            failed: watch::channel(0).0,
             identity,
             data_path: data_path.to_path_buf(),
             backlogs: Mutex::new(HashMap::new()),
@@ -419,6 +426,8 @@ impl Replication {
             publish_waiting: AtomicU64::new(0),
             publish_failures: AtomicU64::new(0),
             takeovers: AtomicU64::new(0),
+            taken_seq: Mutex::new(HashMap::new()),
+            clock_base: Instant::now(),
             catchups: AtomicU64::new(0),
             ret: returning::State::new(identity.epoch),
             taken: Mutex::new(BTreeMap::new()),
@@ -426,6 +435,7 @@ impl Replication {
             takeover_lock: tokio::sync::Mutex::new(()),
             gossip: Mutex::new(HashMap::new()),
             status_changed: watch::channel(0).0,
+            driver: OnceLock::new(),
             settings,
             secret,
             link_tls,
@@ -517,6 +527,7 @@ impl Replication {
             epoch,
             store: Mutex::new(store),
             session: AtomicU64::new(0),
+            ping_echo: AtomicU64::new(0),
             // No session yet: down from now (a replica restarted while its origin was gone
             // counts the absence from its own start).
             link: Mutex::new(LinkState {
@@ -557,6 +568,18 @@ impl Replication {
                 tracing::error!("REPLICATION: failed to delete {} - {e}", dir.display());
             }
         }
+    }
+
+    /// This node's monotonic clock: the time since replication started (PING stamps, and
+    /// the time the replication core is fed with).
+    pub(crate) fn clock(&self) -> Duration {
+        self.clock_base.elapsed()
+    }
+
+    /// How often an origin's session sends PING: the link's proof of life that fencing
+    /// counts (several per fencing interval, T/2; at most every second).
+    pub(crate) fn ping_every(&self) -> Duration {
+        (self.settings.takeover_timeout / 8).clamp(Duration::from_millis(50), HEARTBEAT)
     }
 
     /// The group's shared secret, if it has one.
@@ -700,6 +723,7 @@ impl Replication {
         }
         let n = self.group.lock().peers.len();
         self.start_return(n);
+        self.start_driver();
         let mut tasks = self.tasks.lock();
         for i in 0..n {
             let r = self.clone();
@@ -738,17 +762,9 @@ impl Replication {
 
     // ---- the group ---------------------------------------------------------------------
 
+    /// The acknowledgements themselves are the core's (`driver.rs`); this group keeps what
+    /// the outbox and the views need.
     fn update_committed(&self, g: &Group) {
-        if let Some(c) = g.committed() {
-            self.committed.send_if_modified(|v| {
-                if c > *v {
-                    *v = c;
-                    true
-                } else {
-                    false
-                }
-            });
-        }
         // The outbox keeps what some live link still needs.
         if let Some(floor) = g.peers.iter().filter(|p| p.live).map(|p| p.floor).min() {
             self.log.trim_to(floor);
@@ -817,6 +833,10 @@ impl Replication {
         if !self.replicates_own() || *rx.borrow_and_update() >= seq {
             return Ok(());
         }
+        // The core decides (`driver.rs`): one event per waiting publish on its channel, no
+        // round trip; its answers arrive as `committed` and `failed`.
+        let mut failed = self.failed.subscribe();
+        self.core_event(nsq_core::replication::Event::Published { seq });
         // Counted while waiting, also if the wait is dropped (a connection that closes with
         // pipelined publishes pending: protocol_v2.rs, `Reader::pending`).
         struct Waiting<'a>(&'a AtomicU64);
@@ -827,9 +847,19 @@ impl Replication {
         }
         self.publish_waiting.fetch_add(1, Ordering::Relaxed);
         let waiting = Waiting(&self.publish_waiting);
-        let r = tokio::time::timeout(self.settings.ack_timeout, rx.wait_for(|c| *c >= seq)).await;
+        // The core fails it after the ack timeout on its clock (ticked every 100 ms); this
+        // bound only covers a core that stopped (shutdown).
+        let bound = self.settings.ack_timeout + Duration::from_secs(1);
+        let acked = tokio::time::timeout(bound, async {
+            tokio::select! {
+                r = rx.wait_for(|c| *c >= seq) => r.is_ok(),
+                _ = failed.wait_for(|f| *f >= seq) => false,
+            }
+        })
+        .await;
         drop(waiting);
-        if matches!(r, Ok(Ok(_))) {
+        // A later publish's failure may pass this one: it counts as acknowledged when it was.
+        if acked.unwrap_or(false) || *self.committed.borrow() >= seq {
             return Ok(());
         }
         self.publish_failures.fetch_add(1, Ordering::Relaxed);

@@ -19,6 +19,9 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use nsq_core::replication::Msg;
+
+use super::driver::{status_entry, CoreLink};
 use super::link::{LinkRead, LinkStream, LinkWrite};
 use super::log::Take;
 use super::membership;
@@ -195,6 +198,8 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     if let Err(e) = replication::try_encode(&Frame::Hello(hello.clone()), &mut out) {
         return End::NotEstablished(format!("cannot encode HELLO - {e}"));
     }
+    // An answer to this HELLO proves the replica heard this node after now (fencing).
+    let hello_at = repl.clock();
     if let Err(e) = stream.write_all(&out).await {
         return End::NotEstablished(e.to_string());
     }
@@ -207,6 +212,8 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
         Err(end) => return end,
     };
     let replica = c.node_id;
+    // The core knows of the session from here to its end, however it ends.
+    let core = CoreLink::up(repl, replica, addr);
     // Another node ID than the one that answered at this peer address before, or at the
     // broadcast address of an origin this node holds: that member is gone (Node identity).
     let before = repl.group.lock().peers[i].node_id;
@@ -232,14 +239,17 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
             epoch,
             by_node,
             entries,
+            last_seq,
         }) => {
-            // Return (docs/replication.md): apply the manifest, then a new session.
+            // Return (docs/replication.md): apply the manifest, then a new session. The core
+            // fences this node's delivery meanwhile (the taker delivers those messages).
+            core.received(Msg::TakenOver { epoch, last_seq });
             return match super::returning::taken_over(
                 repl,
                 &mut rd,
                 &mut wr,
                 &mut buf,
-                (epoch, by_node, entries),
+                (epoch, by_node, entries, last_seq),
             )
             .await
             {
@@ -264,12 +274,28 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     } else {
         (last + 1, last)
     };
+    // The core counts this session's ACKs from `floor` when it resumes, from its catch-up's
+    // end otherwise (the same rule as `Group`); the log's position first, so that it knows
+    // the replica's `last_seq` is within it.
+    core.logged(last);
+    core.received(Msg::Welcome {
+        epoch,
+        resume: resume.then_some(welcome.last_seq),
+        echo: hello_at,
+    });
     // Epochs of this node a peer took over: this peer's copies of them are not needed (it
     // may hold one without having been the taker), DROP before anything else.
     let taken = repl.taken_epoch();
     if taken > 0 && taken < epoch {
         let mut b = BytesMut::new();
-        replication::encode(&Frame::Drop { epoch: taken }, &mut b);
+        let taker = repl.taken_by();
+        replication::encode(
+            &Frame::Drop {
+                epoch: taken,
+                taker,
+            },
+            &mut b,
+        );
         if let Err(e) = wr.write_all(&b).await {
             return End::Lost(e.to_string());
         }
@@ -292,7 +318,7 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     let max_frame = welcome.max_frame.max(replication::MIN_MAX_FRAME);
     tokio::select! {
         e = writer(repl, &mut wr, next, catchup, max_frame) => End::Lost(e),
-        e = reader(repl, i, &mut rd, buf) => End::Lost(e),
+        e = reader(repl, i, &core, &mut rd, buf) => End::Lost(e),
         _ = epoch_watch.wait_for(|e| *e != epoch) => {
             End::Lost(format!("epoch {epoch} ended (taken over), reconnecting in epoch {}", repl.epoch()))
         }
@@ -446,7 +472,16 @@ async fn writer(
         replication::encode(&Frame::CatchupBegin { seq: next - 1 }, &mut out);
     }
     let mut last_write = Instant::now();
+    // PING goes out at its own pace, busy link or idle: its PONG is the proof of life that
+    // fencing counts (docs/replication.md, The core).
+    let ping_every = repl.ping_every();
+    let mut next_ping = Instant::now();
     loop {
+        if Instant::now() >= next_ping {
+            let stamp = u64::try_from(repl.clock().as_nanos()).unwrap_or(u64::MAX);
+            replication::encode(&Frame::Ping { stamp }, &mut out);
+            next_ping = Instant::now() + ping_every;
+        }
         rx.borrow_and_update();
         if let Some(c) = catchup.as_mut() {
             if c.items.is_empty() && !c.complete {
@@ -511,6 +546,7 @@ async fn writer(
                 _ = tokio::time::sleep_until(beat) => {
                     replication::encode(&Frame::Heartbeat, &mut out);
                 }
+                _ = tokio::time::sleep_until(next_ping) => {}
                 chunk = async { catchup.as_mut().expect("guarded").chunks.recv().await }, if waiting => {
                     let c = catchup.as_mut().expect("guarded");
                     match chunk {
@@ -548,11 +584,30 @@ impl Catchup {
 }
 
 /// Takes ACKs (and heartbeats) until the link fails.
-async fn reader(repl: &Replication, i: usize, rd: &mut LinkRead, mut buf: BytesMut) -> String {
+async fn reader(
+    repl: &Replication,
+    i: usize,
+    core: &CoreLink<'_>,
+    rd: &mut LinkRead,
+    mut buf: BytesMut,
+) -> String {
     loop {
         match read_frame(rd, &mut buf, repl.settings.max_frame).await {
-            Ok(Frame::Ack { seq }) => repl.on_ack(i, seq),
-            Ok(f @ (Frame::Heartbeat | Frame::Status(_))) => repl.seen_frame(i, f),
+            Ok(Frame::Ack { seq }) => {
+                core.received(Msg::Ack { seq });
+                repl.on_ack(i, seq);
+            }
+            Ok(Frame::Status(entries)) => {
+                core.received(Msg::Status(entries.iter().map(status_entry).collect()));
+                repl.seen_frame(i, Frame::Status(entries));
+            }
+            Ok(f @ Frame::Heartbeat) => repl.seen_frame(i, f),
+            Ok(Frame::Pong { stamp }) => {
+                core.received(Msg::Pong {
+                    stamp: Duration::from_nanos(stamp),
+                });
+                repl.seen_frame(i, Frame::Heartbeat);
+            }
             Ok(Frame::Error { code, text }) => {
                 return format!("error from replica ({code:?}): {text}")
             }

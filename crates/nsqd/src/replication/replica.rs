@@ -283,10 +283,17 @@ async fn answer_taken_over(
         manifest::count(&records)
     );
     let mut out = BytesMut::new();
+    let last_seq = repl
+        .taken_seq
+        .lock()
+        .get(&(origin, epoch))
+        .copied()
+        .unwrap_or(0);
     let mut frames = vec![Frame::TakenOver {
         epoch,
         by_node: repl.identity.node_id,
         entries: manifest::count(&records),
+        last_seq,
     }];
     frames.extend(records.into_iter().map(Frame::Manifest));
     frames.push(Frame::ManifestEnd { epoch });
@@ -310,6 +317,7 @@ async fn answer_taken_over(
                     // entry and the file go together.
                     let guard = repl.takeover_lock.lock().await;
                     repl.taken.lock().remove(&(origin, epoch));
+                    repl.taken_seq.lock().remove(&(origin, epoch));
                     let r = tokio::task::spawn_blocking(move || std::fs::remove_file(&path)).await;
                     drop(guard);
                     match r {
@@ -328,7 +336,7 @@ async fn answer_taken_over(
                     let _ = stream.shutdown().await;
                     return;
                 }
-                Ok(Some(Frame::Heartbeat | Frame::Status(_))) => {}
+                Ok(Some(Frame::Heartbeat | Frame::Status(_) | Frame::Ping { .. })) => {}
                 Ok(Some(other)) => {
                     let text = format!(
                         "expected MANIFEST_APPLIED, got type 0x{:02x}",
@@ -412,6 +420,7 @@ async fn session_loop(
         // Frames already buffered (HELLO may have come with more) are handled first.
         let mut records = Vec::new();
         let mut drop_epoch = None;
+        let mut ping = None;
         let buffered = buf.len();
         loop {
             match replication::decode(&mut buf, max_frame) {
@@ -425,7 +434,9 @@ async fn session_loop(
                     | Frame::CatchupBegin { .. }
                     | Frame::CatchupEnd { .. } => records.push(Record::Frame(f)),
                     Frame::Heartbeat | Frame::Status(_) | Frame::Goodbye { .. } => {}
-                    Frame::Drop { epoch } => drop_epoch = Some(epoch),
+                    Frame::Drop { epoch, .. } => drop_epoch = Some(epoch),
+                    // Answered once per read, with the newest stamp (below).
+                    Frame::Ping { stamp } => ping = ping.max(Some(stamp)),
                     Frame::Error { code, text } => {
                         return Err((None, format!("error from origin ({code:?}): {text}")))
                     }
@@ -496,6 +507,14 @@ async fn session_loop(
                     return Err((Some(LinkErrorCode::Internal), e.to_string()));
                 }
             }
+        }
+        if let Some(stamp) = ping {
+            // The origin's proof that a member heard it at `stamp` (its fencing counts it).
+            backlog.ping_echo.fetch_max(stamp, Ordering::AcqRel);
+            send(stream, &Frame::Pong { stamp })
+                .await
+                .map_err(|e| (None, e.to_string()))?;
+            last_write = Instant::now();
         }
         if let Some(epoch) = drop_epoch {
             let (r, origin) = (repl.clone(), backlog.origin);

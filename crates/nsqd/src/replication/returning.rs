@@ -49,6 +49,9 @@ pub(crate) struct State {
     /// HELLOs do not call it unclean, and every new session tells the peer to DROP its copies
     /// of it, so that a holder that was not the taker does not take it over again.
     taken: AtomicU64,
+    /// The taker whose manifest of `taken` was applied (DROP names it: a copy of that epoch
+    /// goes to it as a handoff, never to a second takeover); 0 when not known.
+    taken_by: AtomicU64,
 }
 
 impl State {
@@ -59,6 +62,7 @@ impl State {
             answered: tokio::sync::Notify::new(),
             files: Mutex::new(()),
             taken: AtomicU64::new(0),
+            taken_by: AtomicU64::new(0),
         }
     }
 }
@@ -70,6 +74,15 @@ pub fn taken_dir(data_path: &Path) -> PathBuf {
 
 fn manifest_file(data_path: &Path, by_node: u64, epoch: u64) -> PathBuf {
     taken_dir(data_path).join(format!("{by_node:016x}.{epoch}.manifest"))
+}
+
+/// The taker named by a stored manifest's file name (`<taker>.<epoch>.manifest`).
+fn taker_of(path: &Path) -> u64 {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split_once('.'))
+        .and_then(|(t, _)| u64::from_str_radix(t, 16).ok())
+        .unwrap_or(0)
 }
 
 /// The stored manifests: `(path, epoch)`.
@@ -105,6 +118,18 @@ impl Replication {
         self.ret.taken.load(Ordering::Acquire)
     }
 
+    /// The taker of [`Replication::taken_epoch`] (0: not known).
+    pub(super) fn taken_by(&self) -> u64 {
+        self.ret.taken_by.load(Ordering::Acquire)
+    }
+
+    /// A manifest of `epoch` from `by_node` is applied: the newest such epoch and its taker.
+    fn note_taken(&self, epoch: u64, by_node: u64) {
+        if self.ret.taken.fetch_max(epoch, Ordering::AcqRel) <= epoch {
+            self.ret.taken_by.store(by_node, Ordering::Release);
+        }
+    }
+
     pub(super) fn epoch_watch(&self) -> watch::Receiver<u64> {
         self.ret.epoch.subscribe()
     }
@@ -128,8 +153,8 @@ impl Replication {
         };
         let kept = stored(&self.data_path);
         let have_stored = !kept.is_empty();
-        if let Some(newest) = kept.iter().map(|(_, e)| *e).max() {
-            self.ret.taken.fetch_max(newest, Ordering::AcqRel);
+        if let Some((path, newest)) = kept.iter().max_by_key(|(_, e)| *e) {
+            self.note_taken(*newest, taker_of(path));
         }
         let unclean = self.identity.previous_unclean.is_some();
         if unclean || have_stored {
@@ -250,7 +275,7 @@ impl Replication {
             .map(|x| (x.topic.clone(), x.channel.clone(), x.ids.clone()));
         manifest::write(&path, epoch, entries).map_err(|e| format!("{} - {e}", path.display()))?;
         let settled = engine.apply_manifest(m);
-        self.ret.taken.fetch_max(epoch, Ordering::AcqRel);
+        self.note_taken(epoch, by_node);
         Ok(settled)
     }
 
@@ -280,7 +305,7 @@ pub(super) async fn taken_over<R, W>(
     rd: &mut R,
     wr: &mut W,
     buf: &mut BytesMut,
-    (epoch, by_node, entries): (u64, u64, u64),
+    (epoch, by_node, entries, _last_seq): (u64, u64, u64, u64),
 ) -> Result<String, String>
 where
     R: AsyncRead + Unpin,
@@ -291,7 +316,7 @@ where
         match read_frame(rd, buf, repl.settings.max_frame).await? {
             Frame::Manifest(x) if x.epoch == epoch => m.push(x),
             Frame::ManifestEnd { epoch: e } if e == epoch => break,
-            Frame::Heartbeat | Frame::Status(_) => {}
+            Frame::Heartbeat | Frame::Status(_) | Frame::Pong { .. } => {}
             other => {
                 return Err(format!(
                     "unexpected frame type 0x{:02x} in the manifest of epoch {epoch}",
@@ -314,6 +339,11 @@ where
     })
     .await
     .map_err(|e| e.to_string())??;
+    // The core moves to the next epoch with it and lifts the fence TAKEN_OVER set.
+    repl.core_event(nsq_core::replication::Event::ManifestApplied {
+        taker: by_node,
+        epoch,
+    });
     let mut out = BytesMut::new();
     replication::encode(&Frame::ManifestApplied { epoch }, &mut out);
     // The manifest is stored and applied: if this write is lost, the peer sends it again

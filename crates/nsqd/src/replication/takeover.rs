@@ -206,6 +206,8 @@ impl Replication {
                     last_seq: 0,
                     messages: 0,
                     bytes: 0,
+                    complete: false,
+                    echo: 0,
                 })
                 .collect()
         };
@@ -215,6 +217,12 @@ impl Replication {
         let retired: Vec<StatusEntry> = retired
             .into_iter()
             .filter(|e| !held.contains(&(e.origin, e.epoch)))
+            .collect();
+        let echoes: HashMap<(u64, u64), u64> = self
+            .backlogs
+            .lock()
+            .iter()
+            .map(|(&k, b)| (k, b.ping_echo.load(Ordering::Acquire)))
             .collect();
         self.backlogs()
             .into_iter()
@@ -231,6 +239,14 @@ impl Replication {
                 last_seq: b.last_seq,
                 messages: b.messages,
                 bytes: b.bytes,
+                // Listed only once its catch-up ended (above); a manifest's copy was whole
+                // when it was taken.
+                complete: true,
+                echo: if b.state == "replicating" {
+                    echoes.get(&(b.origin, b.epoch)).copied().unwrap_or(0)
+                } else {
+                    0
+                },
             })
             .chain(retired)
             .take(usize::from(u16::MAX))
@@ -449,6 +465,8 @@ impl Replication {
         self.status_change();
         // A session still writing to it stores nothing more.
         b.session.fetch_add(1, Ordering::AcqRel);
+        // The copy taken ends here (TAKEN_OVER tells the origin how far it went).
+        let last_seq = b.store.lock().last_seq();
         let began = std::time::Instant::now();
         tracing::info!("REPLICATION: taking over {origin:016x} epoch {epoch} ({why})");
         let path = manifest::manifest_path(&self.data_path, origin, epoch);
@@ -476,6 +494,7 @@ impl Replication {
         // The messages are in this node's queues: from now on a returning origin is answered
         // with the manifest (so that it drops them), also while the backlog is kept below.
         self.taken.lock().insert((origin, epoch), done.ids);
+        self.taken_seq.lock().insert((origin, epoch), last_seq);
         drop(g);
         let summary = format!(
             "{} messages ({} puts) in {} topics, {} unreadable",
