@@ -28,6 +28,15 @@ const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
 /// Background retry pace for an unreachable lookupd.
 const RETRY_BACKOFF: Duration = Duration::from_secs(5);
 
+/// Replication's fencing (docs/replication.md, "Fencing") counts an nsqlookupd's answer to
+/// a PING as proof that this node is heard: with it the loop PINGs every `every` (more often
+/// than NSQ's 15 s, several times per fencing interval) and calls `heard` with the lookupd's
+/// index and the time each answered PING was sent.
+pub struct LookupProof {
+    pub every: Duration,
+    pub heard: Box<dyn Fn(usize, std::time::Instant) + Send + Sync>,
+}
+
 enum Event {
     Command(LookupCommand),
     SetAddresses(Vec<String>),
@@ -105,6 +114,7 @@ pub async fn run(
     addrs: Vec<String>,
     max_body: usize,
     r: LookupReceiver,
+    proof: Option<LookupProof>,
 ) {
     let LookupReceiver { mut rx, http_addrs } = r;
     let ctx = Ctx {
@@ -115,8 +125,11 @@ pub async fn run(
     };
     let mut peers: Vec<Peer> = Vec::new();
     add_peers(&ctx, &mut peers, addrs).await;
-    let mut ping =
-        tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
+    let every = proof
+        .as_ref()
+        .map_or(PING_INTERVAL, |p| p.every.min(PING_INTERVAL));
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut check = tokio::time::interval(RECONNECT_INTERVAL);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -133,8 +146,21 @@ pub async fn run(
                 }
             }
             _ = ping.tick() => {
-                for p in peers.iter_mut() {
-                    p.command(&ctx, Some(&LookupCommand::Ping)).await;
+                for (i, p) in peers.iter_mut().enumerate() {
+                    // The frequent PINGs of fencing do not redial an unreachable lookupd
+                    // before its backoff ends (NSQ's 15 s PING always tries).
+                    if proof.is_some()
+                        && p.conn.is_none()
+                        && tokio::time::Instant::now() < p.retry_at
+                    {
+                        continue;
+                    }
+                    let sent = std::time::Instant::now();
+                    if p.command(&ctx, Some(&LookupCommand::Ping)).await {
+                        if let Some(proof) = &proof {
+                            (proof.heard)(i, sent);
+                        }
+                    }
                 }
             }
             ev = rx.recv() => match ev {
@@ -181,24 +207,26 @@ struct Ctx {
 
 impl Peer {
     /// Sends `cmd` (connecting, identifying and re-registering first if needed); errors close
-    /// the connection and are only logged, as the reference.
-    async fn command(&mut self, ctx: &Ctx, cmd: Option<&LookupCommand>) {
+    /// the connection and are only logged, as the reference. True if `cmd` was answered.
+    async fn command(&mut self, ctx: &Ctx, cmd: Option<&LookupCommand>) -> bool {
         if self.conn.is_none() {
             match self.connect(ctx).await {
                 Ok(c) => self.conn = Some(c),
                 Err(e) => {
                     tracing::error!("LOOKUPD({}): error connecting - {e}", self.addr);
                     self.retry_at = tokio::time::Instant::now() + RETRY_BACKOFF;
-                    return;
+                    return false;
                 }
             }
         }
-        let Some(cmd) = cmd else { return };
+        let Some(cmd) = cmd else { return false };
         let (stream, buf) = self.conn.as_mut().expect("connected above");
         if let Err(e) = round_trip(stream, buf, cmd, ctx.max_body).await {
             tracing::error!("LOOKUPD({}): error sending command - {e}", self.addr);
             self.conn = None;
+            return false;
         }
+        true
     }
 
     async fn connect(&mut self, ctx: &Ctx) -> Result<(TcpStream, BytesMut), LookupError> {

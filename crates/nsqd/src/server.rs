@@ -221,6 +221,7 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, StartError> {
         nsqd.opts.lookupd_tcp_addresses.clone(),
         nsqd.tcp.limits.max_body_size.max(0) as usize,
         lookup_rx,
+        nsqd.replication.as_ref().and_then(|r| r.lookup_proof()),
     ));
     let done = tokio::spawn(run(
         nsqd.clone(),

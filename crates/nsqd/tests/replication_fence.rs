@@ -6,11 +6,17 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use common::pair::Pair;
+use nsq_protocol::lookup::{put_lookup_response, LookupCommand, LookupDecoder, LookupLimits};
 use nsq_testkit::frames::{sized, FrameConn};
 use nsq_testkit::wait::eventually;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 /// T = 2 s: A fences 1 s after the last PONG.
 const T: &str = "--replication-takeover-timeout=2s";
@@ -101,4 +107,72 @@ async fn a_node_that_does_not_replicate_its_publishes_never_fences() {
     sub.send(b"RDY 1\n").await;
     assert_eq!(&sub.message().await.body[..], b"one");
     a.shutdown().await;
+}
+
+/// An nsqlookupd stand-in (TCP V1) that answers every command while `answering` is set and
+/// none after: a lookupd this node reaches, then one it no longer reaches.
+async fn lookupd_answering_while(answering: Arc<AtomicBool>) -> String {
+    let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = tcp.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = tcp.accept().await.unwrap();
+            let answering = answering.clone();
+            tokio::spawn(async move {
+                let mut magic = [0u8; 4];
+                if s.read_exact(&mut magic).await.is_err() {
+                    return;
+                }
+                let mut dec = LookupDecoder::new(LookupLimits::default());
+                let mut buf = BytesMut::new();
+                loop {
+                    while let Ok(Some(cmd)) = dec.decode(&mut buf, |_, _| Ok(())) {
+                        if !answering.load(Ordering::SeqCst) {
+                            continue;
+                        }
+                        let resp: &[u8] = match cmd {
+                            LookupCommand::Identify { .. } => {
+                                br#"{"broadcast_address":"127.0.0.1","hostname":"fake","http_port":1,"tcp_port":1,"version":"1.3.0"}"#
+                            }
+                            _ => b"OK",
+                        };
+                        let mut out = BytesMut::new();
+                        put_lookup_response(&mut out, resp);
+                        if s.write_all(&out).await.is_err() {
+                            return;
+                        }
+                    }
+                    if s.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The issue's rule: an origin fences when it has heard neither a member nor an nsqlookupd
+/// for the fencing interval. With B gone but the lookupd answering A's PINGs (sent every
+/// T/8, at least 250 ms, while replicating), A keeps delivering; once the lookupd stops
+/// answering too, A fences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_a_lookupd_hears_keeps_delivering_without_its_members() {
+    let answering = Arc::new(AtomicBool::new(true));
+    let lookupd = lookupd_answering_while(answering.clone()).await;
+    let mut p = Pair::start(&[T, &format!("--lookupd-tcp-address={lookupd}")]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    p.b.take().unwrap().shutdown().await;
+    // Three fencing intervals without B.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!fenced(&p), "A fenced while the lookupd answers its PINGs");
+    answering.store(false, Ordering::SeqCst);
+    let silent = Instant::now();
+    eventually(async || fenced(&p)).await;
+    assert!(
+        silent.elapsed() >= Duration::from_millis(500),
+        "fenced {:?} after the lookupd went silent",
+        silent.elapsed()
+    );
+    p.shutdown().await;
 }

@@ -137,6 +137,24 @@ impl Replication {
         }
     }
 
+    /// What the nsqlookupd loop reports to the core: each answered PING is a proof that this
+    /// node is heard (fencing), sent several times per fencing interval. `None` without a
+    /// core (`--replicas=1`).
+    pub fn lookup_proof(self: &Arc<Self>) -> Option<crate::lookup::LookupProof> {
+        self.driver.get()?;
+        let me = Arc::downgrade(self);
+        Some(crate::lookup::LookupProof {
+            every: (self.settings.takeover_timeout / 8)
+                .clamp(Duration::from_millis(250), Duration::from_secs(15)),
+            heard: Box::new(move |lookupd, sent| {
+                if let Some(r) = me.upgrade() {
+                    let sent_at = sent.saturating_duration_since(r.clock_base);
+                    r.core_event(Event::LookupdPong { lookupd, sent_at });
+                }
+            }),
+        })
+    }
+
     /// Whether the core fenced this node's delivery of replicated messages.
     pub fn fenced(&self) -> bool {
         self.engine().is_some_and(|e| e.returning().is_fenced())

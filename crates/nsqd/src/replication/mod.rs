@@ -323,7 +323,7 @@ pub struct Replication {
     /// not known for a manifest found at startup (0).
     taken_seq: Mutex<HashMap<(u64, u64), u64>>,
     /// The start of this node's monotonic clock, which PING stamps count from.
-    clock_base: Instant,
+    pub(super) clock_base: Instant,
     /// Link sessions that began with a catch-up instead of resuming (origin side).
     catchups: AtomicU64,
     /// Return (`returning.rs`): the current epoch, the startup hold.
