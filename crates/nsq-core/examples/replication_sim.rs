@@ -37,6 +37,7 @@ fn main() {
     // and of runs with them, and what each acknowledged.
     let (mut crash_dups, mut part_dups) = (sim::DupStats::default(), sim::DupStats::default());
     let (mut crash_acked, mut part_acked) = (0u64, 0u64);
+    let mut lag_seed = 0;
     while steps < steps_goal {
         let p = sim::Params::from_seed(seed, run_for);
         let r = sim::World::new(p.clone()).run();
@@ -61,6 +62,11 @@ fn main() {
         }
         total.two_taker_window = total.two_taker_window.max(r.two_taker_window);
         total.dropped_takeovers += r.dropped_takeovers;
+        total.takeovers_dropped += r.takeovers_dropped;
+        if r.partition_lag_lookupds > total.partition_lag_lookupds {
+            total.partition_lag_lookupds = r.partition_lag_lookupds;
+            lag_seed = seed;
+        }
         total.linked_second_takers += r.linked_second_takers;
         drained_max = drained_max.max(r.dead_origin_drained.unwrap_or_default());
         if verbose {
@@ -105,6 +111,14 @@ fn main() {
     println!(
         "two takers of one epoch both claiming it, unaware of each other, for at most {:?} ({} such windows ended by a takeover dropped; {} second takers started while linked to the first)",
         total.two_taker_window, total.dropped_takeovers, total.linked_second_takers
+    );
+    println!(
+        "partitions with nsqlookupds: a taker re-delivered what its origin settled at most {:?} after the copy's last frame (seed {lag_seed})",
+        total.partition_lag_lookupds
+    );
+    println!(
+        "takeovers dropped (stopped without `taken over`): {}",
+        total.takeovers_dropped
     );
     if failed.is_empty() {
         println!("no failure");

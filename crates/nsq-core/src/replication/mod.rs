@@ -16,6 +16,7 @@
 //! NSQ has no replication; where a rule leans on NSQ's own behaviour (nsqlookupd's
 //! `last_update`, nsqd's lookup PINGs), the module that uses it cites the Go source.
 
+mod chooser;
 mod holder;
 mod member;
 

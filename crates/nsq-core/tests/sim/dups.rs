@@ -202,6 +202,12 @@ impl World {
                 ));
             }
         }
+        if let (Class::PartitionUnstreamed, Some(l), true) = (class, lag, self.p.lookupds > 0) {
+            // With nsqlookupds, a member takes over only once every lookupd had the origin
+            // absent for T, while the origin unfenced on a lookupd's answer is listed there.
+            let r = &mut self.report;
+            r.partition_lag_lookupds = r.partition_lag_lookupds.max(l);
+        }
         let s = &mut self.report.dups;
         *s.count.entry(class).or_default() += 1;
         if let Some(l) = lag {

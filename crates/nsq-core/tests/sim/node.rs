@@ -330,7 +330,34 @@ impl World {
         let Some(core) = self.nodes[i].core.as_mut() else {
             return;
         };
+        let taking = |c: &Member| -> Vec<(u64, u64)> {
+            c.status_now()
+                .iter()
+                .filter(|e| e.state == BacklogState::TakingOver)
+                .map(|e| (e.origin, e.epoch))
+                .collect()
+        };
+        let before = taking(core);
         let cmds = core.handle(now, ev);
+        if !before.is_empty() {
+            // A takeover should end only as `taken over` (or by a restart, which builds a
+            // new core): one that stops silently leaves origin and taker both delivering.
+            let after = core.status_now();
+            let dropped: Vec<(u64, u64)> = before
+                .into_iter()
+                .filter(|&k| {
+                    !after.iter().any(|e| {
+                        (e.origin, e.epoch) == k
+                            && matches!(e.state, BacklogState::TakingOver | BacklogState::TakenOver)
+                    })
+                })
+                .collect();
+            for (o, e) in dropped {
+                self.report.takeovers_dropped += 1;
+                // Counted, not failed: the open core defect (see the report's field).
+                self.log_event(|| format!("n{i} dropped its takeover of ({o:x}, {e})"));
+            }
+        }
         for c in cmds {
             self.exec(i, c);
         }
