@@ -10,12 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use common::pair::Pair;
-use nsq_protocol::lookup::{put_lookup_response, LookupCommand, LookupDecoder, LookupLimits};
 use nsq_testkit::frames::{sized, FrameConn};
 use nsq_testkit::wait::eventually;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 /// T = 2 s: A fences 1 s after the last PONG.
@@ -109,46 +106,11 @@ async fn a_node_that_does_not_replicate_its_publishes_never_fences() {
     a.shutdown().await;
 }
 
-/// An nsqlookupd stand-in (TCP V1) that answers every command while `answering` is set and
-/// none after: a lookupd this node reaches, then one it no longer reaches.
+/// An nsqlookupd stand-in that answers while `answering` is set (`common::lookupd_tcp`).
 async fn lookupd_answering_while(answering: Arc<AtomicBool>) -> String {
     let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = tcp.local_addr().unwrap().to_string();
-    tokio::spawn(async move {
-        loop {
-            let (mut s, _) = tcp.accept().await.unwrap();
-            let answering = answering.clone();
-            tokio::spawn(async move {
-                let mut magic = [0u8; 4];
-                if s.read_exact(&mut magic).await.is_err() {
-                    return;
-                }
-                let mut dec = LookupDecoder::new(LookupLimits::default());
-                let mut buf = BytesMut::new();
-                loop {
-                    while let Ok(Some(cmd)) = dec.decode(&mut buf, |_, _| Ok(())) {
-                        if !answering.load(Ordering::SeqCst) {
-                            continue;
-                        }
-                        let resp: &[u8] = match cmd {
-                            LookupCommand::Identify { .. } => {
-                                br#"{"broadcast_address":"127.0.0.1","hostname":"fake","http_port":1,"tcp_port":1,"version":"1.3.0"}"#
-                            }
-                            _ => b"OK",
-                        };
-                        let mut out = BytesMut::new();
-                        put_lookup_response(&mut out, resp);
-                        if s.write_all(&out).await.is_err() {
-                            return;
-                        }
-                    }
-                    if s.read_buf(&mut buf).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                }
-            });
-        }
-    });
+    common::lookupd_tcp::serve(tcp, 1, answering);
     addr
 }
 

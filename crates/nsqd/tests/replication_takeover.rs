@@ -504,7 +504,6 @@ async fn of_two_holders_one_takes_over_and_the_other_drops_its_copy() {
 /// A fake nsqlookupd: TCP V1 (answers IDENTIFY with its HTTP port, OK to anything else) and
 /// HTTP answering every request with the current `debug` text as JSON (`/debug`).
 async fn fake_lookupd(debug: std::sync::Arc<parking_lot::Mutex<String>>) -> String {
-    use nsq_protocol::lookup::{put_lookup_response, LookupCommand, LookupDecoder, LookupLimits};
     let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let http_port = http.local_addr().unwrap().port();
@@ -530,37 +529,11 @@ async fn fake_lookupd(debug: std::sync::Arc<parking_lot::Mutex<String>>) -> Stri
         }
     });
     let addr = tcp.local_addr().unwrap().to_string();
-    tokio::spawn(async move {
-        loop {
-            let (mut s, _) = tcp.accept().await.unwrap();
-            tokio::spawn(async move {
-                let mut magic = [0u8; 4];
-                if s.read_exact(&mut magic).await.is_err() {
-                    return;
-                }
-                let mut dec = LookupDecoder::new(LookupLimits::default());
-                let mut buf = BytesMut::new();
-                loop {
-                    while let Ok(Some(cmd)) = dec.decode(&mut buf, |_, _| Ok(())) {
-                        let resp = match cmd {
-                            LookupCommand::Identify { .. } => format!(
-                                r#"{{"broadcast_address":"127.0.0.1","hostname":"fake","http_port":{http_port},"tcp_port":1,"version":"1.3.0"}}"#
-                            ),
-                            _ => "OK".to_string(),
-                        };
-                        let mut out = BytesMut::new();
-                        put_lookup_response(&mut out, resp.as_bytes());
-                        if s.write_all(&out).await.is_err() {
-                            return;
-                        }
-                    }
-                    if s.read_buf(&mut buf).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                }
-            });
-        }
-    });
+    common::lookupd_tcp::serve(
+        tcp,
+        http_port,
+        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+    );
     addr
 }
 

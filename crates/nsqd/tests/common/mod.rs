@@ -5,6 +5,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod lookupd_tcp;
 pub mod pair;
 
 use std::net::SocketAddr;
