@@ -8,6 +8,7 @@
 //! NSQ has nothing like it (nsqd/tcp.go, `Handle`, refuses any magic but `"  V2"`); with
 //! replication off none of this exists and the daemon behaves as NSQ does.
 
+mod deliver;
 mod driver;
 pub mod identity;
 mod link;

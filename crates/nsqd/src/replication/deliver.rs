@@ -1,0 +1,126 @@
+//! The blocking part of a takeover (docs/replication.md, "Takeover"): the manifest written,
+//! every topic and channel of the backlog created, every unsettled message put with its
+//! original ID. The watch that decides when is `takeover.rs`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use nsq_core::message::{now_nanos, Message};
+use nsq_core::receipt::PutReceipt;
+use nsq_core::replica::adopt::{self, Put};
+use nsq_core::replica::manifest;
+use nsq_core::Engine;
+
+use super::Backlog;
+
+/// Messages put into one queue per `Topic::adopt` call.
+const ADOPT_BATCH: usize = 256;
+
+/// What [`deliver`] did.
+pub(super) struct Delivered {
+    pub(super) receipt: PutReceipt,
+    pub(super) messages: u64,
+    /// Manifest entries (puts).
+    pub(super) ids: u64,
+    pub(super) topics: usize,
+    pub(super) unreadable: u64,
+}
+
+/// Messages for one queue: `(topic, channel)` (no channel: the topic) and the messages.
+type Batch = ((String, Option<String>), Vec<Message>);
+
+/// The blocking part of a takeover: manifest, topics and channels, puts.
+pub(super) fn deliver(engine: &Arc<Engine>, b: &Backlog, path: &Path) -> Result<Delivered, String> {
+    let store = b.store.lock();
+    let now = now_nanos();
+    let mut m = adopt::Manifest::default();
+    for (_, item) in store.index().unsettled() {
+        adopt::puts(item, now, &mut m);
+    }
+    let ids = m.len() as u64;
+    manifest::write(path, b.epoch, m.into_entries())
+        .map_err(|e| format!("failed to write {} - {e}", path.display()))?;
+    let undo = |e: String| {
+        let _ = std::fs::remove_file(path);
+        e
+    };
+    let topics = store.topics();
+    for t in &topics {
+        let (topic, _) = engine
+            .get_or_create_topic(&t.topic)
+            .map_err(|e| undo(format!("failed to create topic {} - {e}", t.topic)))?;
+        if t.paused {
+            topic.pause();
+        }
+        for c in &t.channels {
+            let (ch, _) = topic.get_or_create_channel(&c.name).map_err(|e| {
+                undo(format!(
+                    "failed to create channel {}:{} - {e}",
+                    t.topic, c.name
+                ))
+            })?;
+            if c.paused {
+                ch.pause();
+            }
+        }
+    }
+    let mut receipt = PutReceipt::default();
+    let mut messages = 0u64;
+    let mut batch: Option<Batch> = None;
+    let mut failed: Option<String> = None;
+    let mut flush = |batch: &mut Option<Batch>, failed: &mut Option<String>| {
+        let Some(((topic, channel), msgs)) = batch.take() else {
+            return;
+        };
+        if failed.is_some() {
+            return;
+        }
+        let r = engine
+            .get_or_create_topic(&topic)
+            .and_then(|(t, _)| t.adopt(channel.as_deref(), msgs));
+        match r {
+            Ok(mut r) => receipt.absorb(&mut r),
+            Err(e) => {
+                *failed = Some(format!(
+                    "failed to put into {topic}:{} - {e}",
+                    channel.as_deref().unwrap_or("")
+                ))
+            }
+        }
+    };
+    let mut scratch = adopt::Manifest::default();
+    let unreadable = store
+        .for_each_unsettled(|item| {
+            messages += 1;
+            for put in adopt::puts(item, now, &mut scratch) {
+                let (key, msg) = match put {
+                    Put::Channel {
+                        topic,
+                        channel,
+                        message,
+                    } => ((topic, Some(channel)), message),
+                    Put::Topic { topic, message } => ((topic, None), message),
+                };
+                if batch
+                    .as_ref()
+                    .is_some_and(|(k, v)| *k != key || v.len() >= ADOPT_BATCH)
+                {
+                    flush(&mut batch, &mut failed);
+                }
+                batch.get_or_insert_with(|| (key, Vec::new())).1.push(msg);
+            }
+        })
+        .map_err(|e| undo(format!("failed to read the backlog - {e}")))?;
+    flush(&mut batch, &mut failed);
+    if let Some(e) = failed {
+        // What was put stays (duplicates if the takeover is repeated, never loss).
+        return Err(undo(e));
+    }
+    Ok(Delivered {
+        receipt,
+        messages,
+        ids,
+        topics: topics.len(),
+        unreadable,
+    })
+}
