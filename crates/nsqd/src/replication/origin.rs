@@ -488,7 +488,7 @@ async fn writer(
                 match c.chunks.try_recv() {
                     Ok(chunk) => {
                         if let Err(e) = c.take(chunk) {
-                            return e;
+                            return flush_and_end(wr, &out, e).await;
                         }
                     }
                     Err(mpsc::error::TryRecvError::Empty) => {}
@@ -552,7 +552,7 @@ async fn writer(
                     match chunk {
                         Some(chunk) => {
                             if let Err(e) = c.take(chunk) {
-                                return e;
+                                return flush_and_end(wr, &out, e).await;
                             }
                         }
                         None => return "catch-up snapshot ended without completing".into(),
@@ -569,6 +569,18 @@ async fn writer(
         out.clear();
         last_write = Instant::now();
     }
+}
+
+/// A catch-up that cannot go on ends the session, but what was queued before it (its
+/// CATCHUP_BEGIN, live frames) goes out first: the replica then knows its copy is being
+/// caught up and stays incomplete, whichever of the two the writer noticed first.
+async fn flush_and_end(wr: &mut LinkWrite, out: &[u8], e: String) -> String {
+    if !out.is_empty() {
+        if let Err(w) = wr.write_all(out).await {
+            return format!("{e} (and the link failed - {w})");
+        }
+    }
+    e
 }
 
 impl Catchup {
