@@ -7,13 +7,11 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use nsq_protocol::message::MessageId;
+use bytes::Bytes;
 use nsq_protocol::replication::{
-    self, Admin, AdminOp, BacklogState, Fin, Frame, Hello, Pub, PubMessage, Req, ReqEntry,
-    WelcomeAnswer, LINK_VERSION, MAGIC_R1, NONCE_LEN,
+    self, AdminOp, BacklogState, Fin, Frame, Pub, PubMessage, Req, ReqEntry, WelcomeAnswer,
 };
 use nsq_testkit::http::request;
 use nsq_testkit::wait::eventually;
@@ -21,141 +19,8 @@ use nsq_testkit::FrameConn;
 use nsqd::NsqdHandle;
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
-const ORIGIN: u64 = 0x00ab_cdef_0123_4567;
-
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64
-}
-
-fn id(n: u8) -> MessageId {
-    let mut b = *b"0000000000000000";
-    b[15] = b'0' + n;
-    MessageId(b)
-}
-
-/// The origin, played by hand.
-struct Origin {
-    s: TcpStream,
-    buf: BytesMut,
-}
-
-impl Origin {
-    /// Dials `b`, sends the magic and HELLO of `epoch`; returns the origin and the answer.
-    async fn hello(b: &NsqdHandle, epoch: u64, previous_unclean: Option<u64>) -> (Origin, Frame) {
-        let mut s = TcpStream::connect(b.tcp_addr()).await.unwrap();
-        s.write_all(MAGIC_R1).await.unwrap();
-        let mut o = Origin {
-            s,
-            buf: BytesMut::new(),
-        };
-        o.send(&Frame::Hello(Hello {
-            version: LINK_VERSION,
-            node_id: ORIGIN,
-            epoch,
-            resume: false,
-            sync: false,
-            previous_unclean: previous_unclean.is_some(),
-            resume_seq: 0,
-            previous_epoch: previous_unclean.unwrap_or(0),
-            replicas: 2,
-            max_frame: replication::MIN_MAX_FRAME,
-            nsqd_node_id: 1001,
-            broadcast_address: "127.0.0.1".into(),
-            tcp_port: 1,
-            http_port: 2,
-            nonce: [1; NONCE_LEN],
-        }))
-        .await;
-        // The membership handshake of a group without a secret (B lists 127.0.0.1 as a
-        // peer): empty proofs both ways.
-        match o.recv().await {
-            Frame::Challenge(c) => assert!(c.proof.is_empty()),
-            other => return (o, other),
-        }
-        o.send(&Frame::Auth {
-            proof: Default::default(),
-        })
-        .await;
-        let answer = o.recv().await;
-        (o, answer)
-    }
-
-    async fn send(&mut self, f: &Frame) {
-        let mut b = BytesMut::new();
-        replication::encode(f, &mut b);
-        self.s.write_all(&b).await.unwrap();
-    }
-
-    /// The next frame that is not a HEARTBEAT, a STATUS or a PONG.
-    async fn recv(&mut self) -> Frame {
-        loop {
-            let f = self.any().await;
-            if !matches!(
-                f,
-                Frame::Heartbeat | Frame::Status(_) | Frame::Ping { .. } | Frame::Pong { .. }
-            ) {
-                return f;
-            }
-        }
-    }
-
-    /// The next frame, whatever it is.
-    async fn any(&mut self) -> Frame {
-        loop {
-            if let Some(f) = replication::decode(&mut self.buf, replication::MIN_MAX_FRAME).unwrap()
-            {
-                return f;
-            }
-            let n = tokio::time::timeout(Duration::from_secs(10), self.s.read_buf(&mut self.buf))
-                .await
-                .expect("a frame within 10 s")
-                .unwrap();
-            assert!(n > 0, "closed");
-        }
-    }
-
-    /// Reads until an ACK of `seq`.
-    async fn acked(&mut self, seq: u64) {
-        loop {
-            match self.recv().await {
-                Frame::Ack { seq: s } if s >= seq => return,
-                Frame::Ack { .. } => {}
-                other => panic!("expected ACK, got {other:?}"),
-            }
-        }
-    }
-}
-
-fn admin(seq: u64, op: AdminOp, topic: &str, channel: &str) -> Frame {
-    Frame::Admin(Admin {
-        seq,
-        op,
-        topic: topic.into(),
-        channel: channel.into(),
-    })
-}
-
-fn publish(seq: u64, topic: &str, channels: &[&str], defer_until: i64, ids: &[u8]) -> Frame {
-    Frame::Pub(Pub {
-        seq,
-        topic: topic.into(),
-        defer_until,
-        channels: channels.iter().map(|c| c.to_string()).collect(),
-        messages: ids
-            .iter()
-            .map(|&n| PubMessage {
-                id: id(n),
-                timestamp: 1_600_000_000_000_000_000 + i64::from(n),
-                body: Bytes::from(format!("body-{n}")),
-            })
-            .collect(),
-    })
-}
+use common::origin::{admin, id, now_ns, publish, Origin, ORIGIN};
 
 /// B: `--replication-peer` (so replication is on; with `--replicas=1` it dials nobody) and
 /// `extra`.
@@ -321,7 +186,8 @@ async fn a_lost_origin_is_taken_over_after_the_timeout() {
 
 /// After the takeover, a HELLO of the taken-over epoch (or a later one) is answered with
 /// TAKEN_OVER, the manifest and MANIFEST_END instead of WELCOME; MANIFEST_APPLIED deletes the
-/// manifest, and the origin's next epoch is welcomed. A restarted B still knows the manifest.
+/// manifest (and the record of the copy taken beside it), and the origin's next epoch is
+/// welcomed. A restarted B still knows the manifest and how far the copy taken went.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_returning_origin_gets_the_manifest() {
     let dir = TempDir::new().unwrap();
@@ -343,8 +209,8 @@ async fn a_returning_origin_gets_the_manifest() {
                 epoch: 1,
                 by_node: node,
                 entries: 4,
-                // B restarted: the copy's last_seq is not kept with the manifest.
-                last_seq: 0,
+                // B restarted: how far the copy taken went is kept beside the manifest.
+                last_seq: 12,
             }
         );
         let mut ids = Vec::new();
@@ -381,6 +247,7 @@ async fn a_returning_origin_gets_the_manifest() {
         } else {
             o.send(&Frame::ManifestApplied { epoch: 1 }).await;
             eventually(async || !manifest.exists() && repl(&b).backlogs().is_empty()).await;
+            assert!(!manifest.with_extension("taken").exists());
         }
     }
     // The origin's next epoch is replicated as usual.
@@ -422,15 +289,6 @@ async fn an_unclean_restart_ends_the_epoch_at_once() {
     b.shutdown().await;
 }
 
-/// A free TCP port on 127.0.0.1 (bound to `:0`, then released for the daemon to take).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Two holders of the same epoch, linked to each other (`--replicas=2` both ways, so each
 /// gets the other's STATUS): after the origin is lost, exactly one takes the epoch over (the
 /// first after the origin in ring order), and the other drops its copy once the taker's
@@ -439,7 +297,7 @@ fn free_port() -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_holders_one_takes_over_and_the_other_drops_its_copy() {
     let (b_dir, c_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
-    let (b_port, c_port) = (free_port(), free_port());
+    let (b_port, c_port) = (common::origin::free_port(), common::origin::free_port());
     let b_args = [
         format!("--tcp-address=127.0.0.1:{b_port}"),
         format!("--replication-peer=127.0.0.1:{c_port}"),
@@ -591,7 +449,7 @@ async fn an_origin_still_listed_by_nsqlookupd_is_not_taken_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_keeps_the_backlog_until_the_takers_replicas_acknowledge() {
     let (dir, c_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
-    let c_port = free_port();
+    let c_port = common::origin::free_port();
     let b = start_b(
         dir.path(),
         &[

@@ -26,11 +26,56 @@ pub(super) struct Delivered {
     pub(super) unreadable: u64,
 }
 
+/// The copy a takeover took: up to which seq of the origin's log, and whether its catch-up
+/// had ended. TAKEN_OVER and STATUS carry it, so it is kept beside the manifest
+/// ([`Taken::path`]) for as long as the manifest is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Taken {
+    pub(crate) last_seq: u64,
+    pub(crate) complete: bool,
+}
+
+impl Taken {
+    /// Beside the manifest at `manifest`: `<origin>.<epoch>.taken`.
+    pub(crate) fn path(manifest: &Path) -> std::path::PathBuf {
+        manifest.with_extension("taken")
+    }
+
+    /// Reads the record beside the manifest at `manifest` (`None`: absent or unreadable,
+    /// then nothing is known of the copy).
+    pub(crate) fn read(manifest: &Path) -> Option<Taken> {
+        let bytes = std::fs::read(Taken::path(manifest)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Writes the record beside the manifest at `manifest` (before the manifest: a manifest
+    /// found without it is of a copy nothing is known of).
+    fn write(&self, manifest: &Path) -> std::io::Result<()> {
+        let json = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        std::fs::write(Taken::path(manifest), json)
+    }
+
+    /// Deletes the record beside the manifest at `manifest` (with the manifest).
+    pub(crate) fn remove(manifest: &Path) {
+        match std::fs::remove_file(Taken::path(manifest)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::error!("REPLICATION: failed to delete a takeover record - {e}");
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Messages for one queue: `(topic, channel)` (no channel: the topic) and the messages.
 type Batch = ((String, Option<String>), Vec<Message>);
 
 /// The blocking part of a takeover: manifest, topics and channels, puts.
-pub(super) fn deliver(engine: &Arc<Engine>, b: &Backlog, path: &Path) -> Result<Delivered, String> {
+pub(super) fn deliver(
+    engine: &Arc<Engine>,
+    b: &Backlog,
+    path: &Path,
+    taken: Taken,
+) -> Result<Delivered, String> {
     let store = b.store.lock();
     let now = now_nanos();
     let mut m = adopt::Manifest::default();
@@ -38,12 +83,16 @@ pub(super) fn deliver(engine: &Arc<Engine>, b: &Backlog, path: &Path) -> Result<
         adopt::puts(item, now, &mut m);
     }
     let ids = m.len() as u64;
-    manifest::write(path, b.epoch, m.into_entries())
-        .map_err(|e| format!("failed to write {} - {e}", path.display()))?;
+    taken
+        .write(path)
+        .map_err(|e| format!("failed to write {} - {e}", Taken::path(path).display()))?;
     let undo = |e: String| {
         let _ = std::fs::remove_file(path);
+        Taken::remove(path);
         e
     };
+    manifest::write(path, b.epoch, m.into_entries())
+        .map_err(|e| undo(format!("failed to write {} - {e}", path.display())))?;
     let topics = store.topics();
     for t in &topics {
         let (topic, _) = engine

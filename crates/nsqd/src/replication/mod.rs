@@ -283,9 +283,9 @@ pub struct Replication {
     publish_failures: AtomicU64,
     /// Backlogs of peers this node took over (docs/replication.md, Takeover).
     takeovers: AtomicU64,
-    /// The `last_seq` of the copy each kept manifest was taken from (TAKEN_OVER carries it);
-    /// not known for a manifest found at startup (0).
-    taken_seq: Mutex<HashMap<(u64, u64), u64>>,
+    /// The copy each kept manifest was taken from (TAKEN_OVER and STATUS carry it), from
+    /// the record beside the manifest (`deliver::Taken`).
+    taken_seq: Mutex<HashMap<(u64, u64), deliver::Taken>>,
     /// The start of this node's monotonic clock, which PING stamps count from.
     pub(super) clock_base: Instant,
     /// Link sessions that began with a catch-up instead of resuming (origin side).
@@ -294,9 +294,10 @@ pub struct Replication {
     ret: returning::State,
     /// Manifests kept, by (origin, epoch): the IDs taken over (until MANIFEST_APPLIED).
     taken: Mutex<BTreeMap<(u64, u64), u64>>,
-    /// Epochs taken over here whose manifest their origin applied, and when (STATUS still
-    /// announces them as taken over for a while: `takeover.rs`).
-    retired: Mutex<HashMap<(u64, u64), Instant>>,
+    /// Epochs taken over here whose manifest their origin applied (or whose origin is gone
+    /// for good), when, and the copy STATUS still announces as taken over for a while
+    /// (`takeover.rs`).
+    retired: Mutex<HashMap<(u64, u64), (Instant, deliver::Taken)>>,
     /// Serialises takeovers with the start of link sessions (a session that starts while a
     /// backlog is taken over finds the manifest, not the backlog).
     takeover_lock: tokio::sync::Mutex<()>,
@@ -425,6 +426,9 @@ impl Replication {
                             Ok(m) => {
                                 let n = nsq_core::replica::manifest::count(&m);
                                 self.taken.lock().insert((origin, epoch), n);
+                                if let Some(t) = deliver::Taken::read(&e.path()) {
+                                    self.taken_seq.lock().insert((origin, epoch), t);
+                                }
                             }
                             Err(err) => tracing::error!(
                                 "REPLICATION: manifest {} refused - {err}",
@@ -651,13 +655,29 @@ impl Replication {
             .collect();
         for epoch in epochs {
             let path = nsq_core::replica::manifest::manifest_path(&self.data_path, origin, epoch);
-            let removed = tokio::task::spawn_blocking(move || std::fs::remove_file(&path)).await;
+            let removed = tokio::task::spawn_blocking(move || {
+                deliver::Taken::remove(&path);
+                std::fs::remove_file(&path)
+            })
+            .await;
             if let Ok(Err(e)) = removed {
                 tracing::error!("REPLICATION: failed to delete a manifest - {e}");
                 continue;
             }
             self.taken.lock().remove(&(origin, epoch));
-            self.retired.lock().insert((origin, epoch), Instant::now());
+            // Gone for good: what the copy taken lacked is only with the other holders, who
+            // still deliver theirs (unknown copy: incomplete).
+            let taken = self
+                .taken_seq
+                .lock()
+                .remove(&(origin, epoch))
+                .unwrap_or(deliver::Taken {
+                    last_seq: 0,
+                    complete: false,
+                });
+            self.retired
+                .lock()
+                .insert((origin, epoch), (Instant::now(), taken));
             tracing::info!(
                 "REPLICATION: the manifest of {origin:016x} epoch {epoch} is deleted: {origin:016x} is gone for good"
             );

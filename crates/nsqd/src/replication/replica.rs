@@ -287,8 +287,7 @@ async fn answer_taken_over(
         .taken_seq
         .lock()
         .get(&(origin, epoch))
-        .copied()
-        .unwrap_or(0);
+        .map_or(0, |t| t.last_seq);
     let mut frames = vec![Frame::TakenOver {
         epoch,
         by_node: repl.identity.node_id,
@@ -318,7 +317,11 @@ async fn answer_taken_over(
                     let guard = repl.takeover_lock.lock().await;
                     repl.taken.lock().remove(&(origin, epoch));
                     repl.taken_seq.lock().remove(&(origin, epoch));
-                    let r = tokio::task::spawn_blocking(move || std::fs::remove_file(&path)).await;
+                    let r = tokio::task::spawn_blocking(move || {
+                        super::deliver::Taken::remove(&path);
+                        std::fs::remove_file(&path)
+                    })
+                    .await;
                     drop(guard);
                     match r {
                         Ok(Err(e)) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -326,9 +329,15 @@ async fn answer_taken_over(
                         }
                         _ => {}
                     }
+                    // The origin is back and keeps what the manifest did not take: no
+                    // holder's copy of the epoch is needed any more.
+                    let whole = super::deliver::Taken {
+                        last_seq: u64::MAX,
+                        complete: true,
+                    };
                     repl.retired
                         .lock()
-                        .insert((origin, epoch), std::time::Instant::now());
+                        .insert((origin, epoch), (std::time::Instant::now(), whole));
                     repl.status_change();
                     tracing::info!(
                         "REPLICATION: {origin:016x} applied the manifest of epoch {epoch}"

@@ -23,7 +23,7 @@ use nsq_core::replica::manifest;
 use nsq_core::replica::takeover::{taker, GoneWatch, Ring};
 use nsq_protocol::replication::{BacklogState, StatusEntry};
 
-use super::deliver::deliver;
+use super::deliver::{deliver, Taken};
 use super::{Backlog, Replication};
 use crate::lookup::Lookup;
 
@@ -35,6 +35,38 @@ const POLL_EVERY: Duration = Duration::from_secs(1);
 const RETIRED_FOR: Duration = Duration::from_secs(600);
 /// How soon a takeover whose messages are not yet synced or replicated tries again.
 const CONFIRM_RETRY: Duration = Duration::from_secs(1);
+
+/// How a takeover goes ahead ([`Replication::take_over`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taking {
+    /// Not if the origin's link is live again, nor if another member takes it over.
+    UnlessLive,
+    /// Not if another member takes it over (its origin ended the epoch).
+    Alone,
+    /// Beside the member that took it over, whose copy may lack some of this one's: the
+    /// union of the holders is delivered (duplicates of what both hold, never loss).
+    Beside,
+}
+
+/// A member that took, or is taking, an epoch over, as its STATUS says.
+#[derive(Debug, Clone, Copy)]
+struct OtherTaker {
+    member: u64,
+    state: BacklogState,
+    /// The copy it took: up to this seq, and whether its catch-up had ended.
+    last_seq: u64,
+    complete: bool,
+}
+
+impl OtherTaker {
+    /// Its copy holds every message of this node's copy, which ends at `mine`: a complete
+    /// copy holds every message of the epoch unsettled at its `last_seq`, so one at least as
+    /// far holds all of it. Otherwise this node's copy is delivered too (there is no
+    /// HANDOFF: each holder delivers its own, docs/replication.md "Takeover").
+    fn subsumes(&self, mine: u64) -> bool {
+        self.complete && self.last_seq >= mine
+    }
+}
 
 /// One producer of nsqlookupd's `/debug` (the fields the watch reads).
 #[derive(serde::Deserialize)]
@@ -128,15 +160,33 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
         for (b, ended) in down {
             let key = (b.origin, b.epoch);
             // Another member's STATUS says it took this epoch over (or is doing so): this
-            // copy is not needed (or not yet).
+            // copy is not needed if the taker's holds all of it, else it is delivered here
+            // too (below); while the other takes over, this one waits.
             match repl.other_taker(b.origin, b.epoch) {
-                Some((m, BacklogState::TakenOver)) => {
-                    tracing::info!(
-                        "REPLICATION: {m:016x} took over {:016x} epoch {}; dropping this copy",
-                        b.origin,
-                        b.epoch
-                    );
-                    repl.drop_copy(b.origin, b.epoch).await;
+                Some(t) if t.state == BacklogState::TakenOver => {
+                    let mine = b.store.lock().last_seq();
+                    if t.subsumes(mine) {
+                        tracing::info!(
+                            "REPLICATION: {:016x} took over {:016x} epoch {}; dropping this copy",
+                            t.member,
+                            b.origin,
+                            b.epoch
+                        );
+                        repl.drop_copy(b.origin, b.epoch).await;
+                    } else {
+                        let why = format!(
+                            "{:016x} took it over from a copy that may lack some of this one's ({}, up to seq {}; this one up to {mine})",
+                            t.member,
+                            if t.complete { "complete" } else { "incomplete" },
+                            t.last_seq
+                        );
+                        if !repl
+                            .take_over(b.origin, b.epoch, &why, Taking::Beside)
+                            .await
+                        {
+                            continue;
+                        }
+                    }
                     watches.remove(&key);
                     announced.remove(&key);
                     continue;
@@ -156,10 +206,12 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
                 } else {
                     format!("gone for {}", nsq_go::duration::format(timeout))
                 };
-                if repl
-                    .take_over(b.origin, b.epoch, &why, ended.is_none())
-                    .await
-                {
+                let taking = if ended.is_none() {
+                    Taking::UnlessLive
+                } else {
+                    Taking::Alone
+                };
+                if repl.take_over(b.origin, b.epoch, &why, taking).await {
                     watches.remove(&key);
                     announced.remove(&key);
                 }
@@ -183,25 +235,30 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
 }
 
 impl Replication {
-    /// This node's backlogs and their states, for STATUS. A backlog whose catch-up has not
-    /// ended is left out: it may lack messages, so it must not make a complete holder defer
-    /// to it (see [`Replication::holds`]).
+    /// This node's backlogs and their states, for STATUS: every backlog, `complete` once its
+    /// catch-up ended (only complete ones count as holders for the chooser, see
+    /// [`Replication::holds`]; the others still tell a taker's other holders what they
+    /// hold); a kept manifest as `taken over` with the `last_seq` and completeness of the
+    /// copy taken.
     pub(crate) fn status_entries(&self) -> Vec<StatusEntry> {
         // Epochs taken over here whose manifest the origin applied (`retired`) are still
         // announced as taken over for a while: a holder that did not see this node's takeover
-        // before the manifest went must not take the epoch over again.
+        // before the manifest went must not take the epoch over again. One whose origin
+        // applied the manifest is announced as complete to the end of the epoch (the origin
+        // keeps every message the manifest did not take: no holder's copy is needed); one
+        // whose origin is gone for good, as the copy taken was.
         let retired: Vec<StatusEntry> = {
             let mut r = self.retired.lock();
-            r.retain(|_, at| at.elapsed() < RETIRED_FOR);
-            r.keys()
-                .map(|&(origin, epoch)| StatusEntry {
+            r.retain(|_, (at, _)| at.elapsed() < RETIRED_FOR);
+            r.iter()
+                .map(|(&(origin, epoch), (_, t))| StatusEntry {
                     origin,
                     epoch,
                     state: BacklogState::TakenOver,
-                    last_seq: 0,
+                    last_seq: t.last_seq,
                     messages: 0,
                     bytes: 0,
-                    complete: false,
+                    complete: t.complete,
                     echo: 0,
                 })
                 .collect()
@@ -219,29 +276,40 @@ impl Replication {
             .iter()
             .map(|(&k, b)| (k, b.ping_echo.load(Ordering::Acquire)))
             .collect();
+        let taken = self.taken_seq.lock().clone();
         self.backlogs()
             .into_iter()
-            .filter(|b| !b.catching_up)
-            .map(|b| StatusEntry {
-                origin: b.origin,
-                epoch: b.epoch,
-                state: match b.state {
+            .map(|b| {
+                let state = match b.state {
                     "replicating" => BacklogState::Replicating,
                     "taking over" => BacklogState::TakingOver,
                     "taken over" => BacklogState::TakenOver,
                     _ => BacklogState::Detached,
-                },
-                last_seq: b.last_seq,
-                messages: b.messages,
-                bytes: b.bytes,
-                // Listed only once its catch-up ended (above); a manifest's copy was whole
-                // when it was taken.
-                complete: true,
-                echo: if b.state == "replicating" {
-                    echoes.get(&(b.origin, b.epoch)).copied().unwrap_or(0)
+                };
+                // A kept manifest (no backlog): the copy it was taken from. Not known for one
+                // whose record is lost (incomplete, 0: every other holder delivers its copy
+                // too — duplicates, never loss).
+                let (last_seq, complete) = if state == BacklogState::TakenOver {
+                    taken
+                        .get(&(b.origin, b.epoch))
+                        .map_or((0, false), |t| (t.last_seq, t.complete))
                 } else {
-                    0
-                },
+                    (b.last_seq, !b.catching_up)
+                };
+                StatusEntry {
+                    origin: b.origin,
+                    epoch: b.epoch,
+                    state,
+                    last_seq,
+                    messages: b.messages,
+                    bytes: b.bytes,
+                    complete,
+                    echo: if state == BacklogState::Replicating {
+                        echoes.get(&(b.origin, b.epoch)).copied().unwrap_or(0)
+                    } else {
+                        0
+                    },
+                }
             })
             .chain(retired)
             .take(usize::from(u16::MAX))
@@ -249,8 +317,9 @@ impl Replication {
     }
 
     /// A member other than this node whose STATUS says it took `(origin, epoch)` over, or is
-    /// taking it over (only believed of a member alive now).
-    fn other_taker(&self, origin: u64, epoch: u64) -> Option<(u64, BacklogState)> {
+    /// taking it over (only believed of a member alive now); a member that took it over
+    /// first.
+    fn other_taker(&self, origin: u64, epoch: u64) -> Option<OtherTaker> {
         let me = self.identity.node_id;
         let gossip = self.gossip.lock().clone();
         let mut taking = None;
@@ -262,11 +331,15 @@ impl Replication {
                 .iter()
                 .filter(|e| e.origin == origin && e.epoch == epoch)
             {
+                let t = OtherTaker {
+                    member: m,
+                    state: e.state,
+                    last_seq: e.last_seq,
+                    complete: e.complete,
+                };
                 match e.state {
-                    BacklogState::TakenOver => return Some((m, BacklogState::TakenOver)),
-                    BacklogState::TakingOver if self.alive(m) => {
-                        taking = Some((m, BacklogState::TakingOver))
-                    }
+                    BacklogState::TakenOver => return Some(t),
+                    BacklogState::TakingOver if self.alive(m) => taking = Some(t),
                     _ => {}
                 }
             }
@@ -275,9 +348,9 @@ impl Replication {
     }
 
     /// Whether member `m` holds a backlog of `(origin, epoch)` to take over: another member
-    /// does if its last STATUS lists it (only complete backlogs are listed), or when it sent
-    /// none (not known: assumed); this node does, unless its copy's catch-up has not ended
-    /// and a live member lists a complete one.
+    /// does if its last STATUS lists a complete one, or when it sent none (not known:
+    /// assumed); this node does, unless its copy's catch-up has not ended and a live member
+    /// lists a complete one.
     ///
     /// Of the holders, only those that hold the most of the epoch count (the highest
     /// `last_seq` this node knows of among live holders, its own included): a member that
@@ -312,7 +385,7 @@ impl Replication {
         self.gossip.lock().get(&m).and_then(|entries| {
             entries
                 .iter()
-                .find(|e| e.origin == origin && e.epoch == epoch)
+                .find(|e| e.origin == origin && e.epoch == epoch && e.complete)
                 .map(|e| e.last_seq)
         })
     }
@@ -323,7 +396,7 @@ impl Replication {
             self.gossip.lock().get(&m).is_none_or(|entries| {
                 entries
                     .iter()
-                    .any(|e| e.origin == origin && e.epoch == epoch)
+                    .any(|e| e.origin == origin && e.epoch == epoch && e.complete)
             })
         };
         let me = self.identity.node_id;
@@ -416,22 +489,29 @@ impl Replication {
         for b in ended {
             b.link.lock().ended.get_or_insert_with(Instant::now);
             if self.taker(origin, b.epoch, Duration::ZERO) == Some(self.identity.node_id) {
-                self.take_over(origin, b.epoch, "its previous epoch ended unclean", false)
-                    .await;
+                self.take_over(
+                    origin,
+                    b.epoch,
+                    "its previous epoch ended unclean",
+                    Taking::Alone,
+                )
+                .await;
             }
         }
     }
 
     /// Takes the backlog of `(origin, epoch)` over (see the module comment): `true` once its
     /// messages are delivered here (the backlog is deleted once they are confirmed stored,
-    /// [`Replication::confirmed`], at once or by [`Replication::confirm_takeover`]), `false` when that did not happen (gone already,
-    /// being taken over, the origin came back when `unless_live`, or it failed).
+    /// [`Replication::confirmed`], at once or by [`Replication::confirm_takeover`]), `false`
+    /// when that did not happen (gone already, being taken over here or — unless
+    /// [`Taking::Beside`] — by another member, the origin came back when
+    /// [`Taking::UnlessLive`], or it failed).
     pub(crate) async fn take_over(
         self: &Arc<Self>,
         origin: u64,
         epoch: u64,
         why: &str,
-        unless_live: bool,
+        taking: Taking,
     ) -> bool {
         let g = self.takeover_lock.lock().await;
         let Some(b) = self.backlogs.lock().get(&(origin, epoch)).cloned() else {
@@ -441,16 +521,23 @@ impl Replication {
             // Delivered already, its confirmation running ([`Replication::confirm_takeover`]).
             return false;
         }
-        if unless_live && b.link().live.is_some() {
+        if taking == Taking::UnlessLive && b.link().live.is_some() {
             return false;
         }
-        if let Some((m, state)) = self.other_taker(origin, epoch) {
-            // Another member took it over (or is doing so) meanwhile: the watch drops this
-            // copy once that member says it is done.
-            tracing::info!(
-                "REPLICATION: not taking over {origin:016x} epoch {epoch}: {m:016x} is ({state:?})"
-            );
-            return false;
+        match self.other_taker(origin, epoch) {
+            // Beside a taker whose copy may lack some of this one's (the watch's decision).
+            Some(t) if taking == Taking::Beside && t.state == BacklogState::TakenOver => {}
+            Some(t) => {
+                // Another member took it over (or is doing so) meanwhile: the watch decides
+                // once that member says it is done.
+                tracing::info!(
+                    "REPLICATION: not taking over {origin:016x} epoch {epoch}: {:016x} is ({:?})",
+                    t.member,
+                    t.state
+                );
+                return false;
+            }
+            None => {}
         }
         let Some(engine) = self.engine().cloned() else {
             tracing::error!("REPLICATION: cannot take over {origin:016x} epoch {epoch}: no engine");
@@ -460,13 +547,18 @@ impl Replication {
         self.status_change();
         // A session still writing to it stores nothing more.
         b.session.fetch_add(1, Ordering::AcqRel);
-        // The copy taken ends here (TAKEN_OVER tells the origin how far it went).
-        let last_seq = b.store.lock().last_seq();
+        // The copy taken ends here (TAKEN_OVER tells the origin how far it went, STATUS the
+        // other holders, with whether it was complete).
+        let (last_seq, complete) = {
+            let s = b.store.lock();
+            (s.last_seq(), !s.index().catching_up())
+        };
         let began = std::time::Instant::now();
         tracing::info!("REPLICATION: taking over {origin:016x} epoch {epoch} ({why})");
         let path = manifest::manifest_path(&self.data_path, origin, epoch);
         let (bb, p) = (b.clone(), path.clone());
-        let delivered = tokio::task::spawn_blocking(move || deliver(&engine, &bb, &p)).await;
+        let taken = Taken { last_seq, complete };
+        let delivered = tokio::task::spawn_blocking(move || deliver(&engine, &bb, &p, taken)).await;
         let done = match delivered {
             Ok(Ok(d)) => d,
             Ok(Err(e)) => {
@@ -489,7 +581,7 @@ impl Replication {
         // The messages are in this node's queues: from now on a returning origin is answered
         // with the manifest (so that it drops them), also while the backlog is kept below.
         self.taken.lock().insert((origin, epoch), done.ids);
-        self.taken_seq.lock().insert((origin, epoch), last_seq);
+        self.taken_seq.lock().insert((origin, epoch), taken);
         drop(g);
         let summary = format!(
             "{} messages ({} puts) in {} topics, {} unreadable",

@@ -6,6 +6,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod lookupd_tcp;
+pub mod origin;
 pub mod pair;
 
 use std::net::SocketAddr;
