@@ -4,6 +4,7 @@ use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 
 use super::*;
+use crate::message::MessageId;
 
 const ID: MessageId = MessageId(*b"0123456789abcdef");
 const ID_HEX: &str = "30313233343536373839616263646566";

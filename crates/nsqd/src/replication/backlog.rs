@@ -1,0 +1,269 @@
+//! The replica backlogs this node holds: [`Backlog`] and its link state, the origin's address
+//! (`origin.json`), and opening, dropping and looking them up.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use nsq_core::replica::{backlog_dir, ReplicaStore};
+use parking_lot::Mutex;
+
+use super::{Replication, ReplicationError};
+
+/// One replica backlog this node holds (docs/replication.md, "The replica store").
+pub(crate) struct Backlog {
+    pub origin: u64,
+    pub epoch: u64,
+    pub store: Mutex<ReplicaStore>,
+    /// The link session writing to it; a newer session ends an older one.
+    pub session: AtomicU64,
+    /// The stamp of the newest PING its origin's session sent (the origin's clock, ns):
+    /// STATUS echoes it while replicating, the origin's proof that this member heard it.
+    pub(crate) ping_echo: AtomicU64,
+    /// The origin's link as the takeover watch sees it.
+    pub(crate) link: Mutex<LinkState>,
+    /// The origin's broadcast address and TCP port from its HELLO (how nsqlookupd lists it),
+    /// kept in `origin.json` in the backlog directory so a restarted replica knows them.
+    pub(crate) address: Mutex<Option<(String, u16)>>,
+    /// A takeover of this backlog is running.
+    pub(crate) taking_over: AtomicBool,
+}
+
+/// Whether a session of the origin is live, and since when none is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LinkState {
+    pub live: Option<u64>,
+    pub down_since: Option<Instant>,
+    /// The origin said this epoch ended with an unclean stop (HELLO's PREVIOUS_UNCLEAN), then.
+    pub ended: Option<Instant>,
+}
+
+impl Backlog {
+    /// Session `session` is up (WELCOME sent, or a frame came).
+    pub(crate) fn link_up(&self, session: u64) {
+        let mut l = self.link.lock();
+        l.live = Some(session);
+        l.down_since = None;
+    }
+
+    /// Session `session` ended; the link is down unless a newer session is up.
+    pub(crate) fn link_down(&self, session: u64) {
+        let mut l = self.link.lock();
+        if l.live.is_none_or(|s| s == session) {
+            l.live = None;
+            l.down_since.get_or_insert_with(Instant::now);
+        }
+    }
+
+    pub(crate) fn link(&self) -> LinkState {
+        *self.link.lock()
+    }
+
+    /// `replicating`, `detached` (the origin's link is down) or `taking over`.
+    pub(crate) fn state(&self) -> &'static str {
+        if self.taking_over.load(Ordering::Acquire) {
+            "taking over"
+        } else if self.link.lock().live.is_some() {
+            "replicating"
+        } else {
+            "detached"
+        }
+    }
+
+    /// Records the origin's address (HELLO) in memory and, when it changed, in
+    /// `origin.json`. Blocking.
+    pub(crate) fn set_address(&self, addr: &str, tcp_port: u16) {
+        let new = Some((addr.to_string(), tcp_port));
+        if *self.address.lock() == new {
+            return;
+        }
+        *self.address.lock() = new;
+        let dir = self.store.lock().dir().to_path_buf();
+        let json = serde_json::json!({"broadcast_address": addr, "tcp_port": tcp_port});
+        if let Err(e) = std::fs::write(dir.join(ORIGIN_FILE), json.to_string()) {
+            tracing::warn!(
+                "REPLICATION: failed to record the origin's address in {} - {e}",
+                dir.display()
+            );
+        }
+    }
+}
+
+/// The file in a backlog directory naming the origin's broadcast address and TCP port.
+const ORIGIN_FILE: &str = "origin.json";
+
+fn read_address(dir: &Path) -> Option<(String, u16)> {
+    let text = std::fs::read_to_string(dir.join(ORIGIN_FILE)).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some((
+        v["broadcast_address"].as_str()?.to_string(),
+        u16::try_from(v["tcp_port"].as_u64()?).ok()?,
+    ))
+}
+
+impl Replication {
+    pub(super) fn open_backlogs(&self) -> Result<(), ReplicationError> {
+        let dir = self.data_path.join("replica");
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => return Err(ReplicationError::List { dir, source }),
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(key) = name.strip_suffix(".manifest") {
+                // A takeover's manifest, kept until the origin applied it.
+                if let Some((o, ep)) = key.split_once('.') {
+                    if let (Ok(origin), Ok(epoch)) = (u64::from_str_radix(o, 16), ep.parse()) {
+                        match nsq_core::replica::manifest::read(&e.path(), epoch) {
+                            Ok(m) => {
+                                let n = nsq_core::replica::manifest::count(&m);
+                                self.taken.lock().insert((origin, epoch), n);
+                                if let Some(t) = super::deliver::Taken::read(&e.path()) {
+                                    self.taken_seq.lock().insert((origin, epoch), t);
+                                }
+                            }
+                            Err(err) => tracing::error!(
+                                "REPLICATION: manifest {} refused - {err}",
+                                e.path().display()
+                            ),
+                        }
+                    }
+                }
+                continue;
+            }
+            let Some((o, ep)) = name.split_once('.') else {
+                continue;
+            };
+            let (Ok(origin), Ok(epoch)) = (u64::from_str_radix(o, 16), ep.parse::<u64>()) else {
+                continue;
+            };
+            if !e.path().is_dir() {
+                continue;
+            }
+            self.open_backlog(origin, epoch)?;
+        }
+        Ok(())
+    }
+
+    /// The backlog of `(origin, epoch)`, opened (recovered) or created. Blocking.
+    pub(crate) fn open_backlog(
+        &self,
+        origin: u64,
+        epoch: u64,
+    ) -> Result<Arc<Backlog>, ReplicationError> {
+        if let Some(b) = self.backlogs.lock().get(&(origin, epoch)) {
+            return Ok(b.clone());
+        }
+        let dir = backlog_dir(&self.data_path, origin, epoch);
+        let shared = {
+            let mut m = self.origin_bytes.lock();
+            // An origin none of whose stores is open any more is forgotten.
+            m.retain(|_, c| Arc::strong_count(c) > 1);
+            m.entry(origin).or_default().clone()
+        };
+        let (store, report) = ReplicaStore::open_shared(&dir, self.settings.store, shared)
+            .map_err(|source| ReplicationError::Backlog {
+                dir: dir.clone(),
+                source,
+            })?;
+        tracing::info!(
+            "REPLICATION: backlog of {origin:016x} epoch {epoch}: {} records replayed, {} messages, last seq {}{}{}",
+            report.records,
+            store.index().messages(),
+            store.last_seq(),
+            report
+                .truncated
+                .map(|(s, o, n)| format!(", torn tail of {n} bytes cut at {s}:{o}"))
+                .unwrap_or_default(),
+            if report.damaged.is_empty() {
+                String::new()
+            } else {
+                format!(", {} damaged stretches skipped", report.damaged.len())
+            }
+        );
+        let address = read_address(&dir);
+        let b = Arc::new(Backlog {
+            origin,
+            epoch,
+            store: Mutex::new(store),
+            session: AtomicU64::new(0),
+            ping_echo: AtomicU64::new(0),
+            // No session yet: down from now (a replica restarted while its origin was gone
+            // counts the absence from its own start).
+            link: Mutex::new(LinkState {
+                live: None,
+                down_since: Some(Instant::now()),
+                ended: None,
+            }),
+            address: Mutex::new(address),
+            taking_over: AtomicBool::new(false),
+        });
+        Ok(self
+            .backlogs
+            .lock()
+            .entry((origin, epoch))
+            .or_insert(b)
+            .clone())
+    }
+
+    /// Deletes the backlogs of `origin` of epochs ≤ `epoch` (DROP). Blocking.
+    pub(crate) fn drop_backlogs(&self, origin: u64, epoch: u64) {
+        let gone: Vec<Arc<Backlog>> = {
+            let mut m = self.backlogs.lock();
+            let keys: Vec<_> = m
+                .keys()
+                .filter(|(o, e)| *o == origin && *e <= epoch)
+                .copied()
+                .collect();
+            // A backlog being taken over goes when its takeover is confirmed (takeover.rs).
+            let keys: Vec<_> = keys
+                .into_iter()
+                .filter(|k| !m[k].taking_over.load(Ordering::Acquire))
+                .collect();
+            keys.iter().filter_map(|k| m.remove(k)).collect()
+        };
+        for b in gone {
+            let dir = b.store.lock().dir().to_path_buf();
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::error!("REPLICATION: failed to delete {} - {e}", dir.display());
+            }
+        }
+    }
+
+    /// The origins other than `except` whose backlogs here record `host:port` as their
+    /// broadcast address and TCP port (their HELLO, `origin.json`).
+    pub(crate) fn origins_at(&self, host: &str, port: u16, except: u64) -> Vec<u64> {
+        if host.is_empty() || port == 0 {
+            return Vec::new();
+        }
+        let mut v: Vec<u64> = self
+            .backlogs
+            .lock()
+            .values()
+            .filter(|b| b.origin != except)
+            .filter(|b| {
+                b.address
+                    .lock()
+                    .as_ref()
+                    .is_some_and(|(h, p)| h == host && *p == port)
+            })
+            .map(|b| b.origin)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Whether another origin than `origin` with a live link here announces `host:port`
+    /// (then nsqlookupd's entry at that address is that origin's, not `origin`'s).
+    pub(crate) fn replaced_at(&self, origin: u64, host: &str, port: u16) -> bool {
+        self.origins_at(host, port, origin).into_iter().any(|o| {
+            self.backlogs
+                .lock()
+                .values()
+                .any(|b| b.origin == o && b.link().live.is_some())
+        })
+    }
+}
