@@ -449,9 +449,10 @@ fn a_host_back_with_an_empty_data_dir_has_its_messages_delivered() {
 /// A frozen origin (SIGSTOP: its sockets stay open, its link heartbeats and nsqlookupd PINGs
 /// stop) is taken over within the bound docs/replication.md ("Takeover") states: between
 /// T + 4 s (the dead-link rule: 5 s after the last frame, a heartbeat at most 1 s before the
-/// freeze) and T + 22 s (its lookupd entry's last PING, at most 15 s before the freeze, plus
-/// 20 s without a change, seen at most a 1 s poll late, plus a 250 ms look and the polls'
-/// own time) after the freeze; 1 s more is allowed for a loaded machine.
+/// freeze) and T + 22 s (its lookupd entry goes stale 20 s after its last PING on the
+/// lookupd's clock, absent for T more on that clock; the clock is read from B's own PINGs,
+/// every T/8, at most a 1 s poll late, plus a 250 ms look and the polls' own time) after the
+/// freeze; 1 s more is allowed for a loaded machine.
 #[test]
 fn a_frozen_origin_is_taken_over_within_the_documented_bound() {
     const T: Duration = Duration::from_secs(3);

@@ -48,17 +48,22 @@ pub struct Lookup {
     tx: mpsc::UnboundedSender<Event>,
     /// `broadcast_address:http_port` of every identified lookupd (channel pre-creation).
     http_addrs: Arc<Mutex<Vec<(String, String)>>>,
+    /// The TCP addresses configured (`--lookupd-tcp-address`, then `PUT
+    /// /config/nsqlookupd_tcp_addresses`), identified or not.
+    configured: Arc<Mutex<Vec<String>>>,
 }
 
 impl Lookup {
-    /// Creates the handle and the receiving end the task will own.
-    pub fn new() -> (Lookup, LookupReceiver) {
+    /// Creates the handle (with `addrs` configured, those `run` starts with) and the
+    /// receiving end the task will own.
+    pub fn new(addrs: Vec<String>) -> (Lookup, LookupReceiver) {
         let (tx, rx) = mpsc::unbounded_channel();
         let http_addrs = Arc::new(Mutex::new(Vec::new()));
         (
             Lookup {
                 tx,
                 http_addrs: http_addrs.clone(),
+                configured: Arc::new(Mutex::new(addrs)),
             },
             LookupReceiver { rx, http_addrs },
         )
@@ -80,7 +85,21 @@ impl Lookup {
 
     /// `PUT /config/nsqlookupd_tcp_addresses`.
     pub fn set_addresses(&self, addrs: Vec<String>) {
+        *self.configured.lock() = addrs.clone();
         let _ = self.tx.send(Event::SetAddresses(addrs));
+    }
+
+    /// Every configured lookupd: its TCP address and, once identified, its HTTP address.
+    pub fn lookupds(&self) -> Vec<(String, Option<String>)> {
+        let http = self.http_addrs.lock().clone();
+        self.configured
+            .lock()
+            .iter()
+            .map(|tcp| {
+                let h = http.iter().find(|(t, _)| t == tcp).map(|(_, h)| h.clone());
+                (tcp.clone(), h)
+            })
+            .collect()
     }
 
     /// HTTP addresses (`host:port`) of the lookupds identified so far.

@@ -136,7 +136,7 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, StartError> {
     };
 
     let metadata_dirty = Arc::new(Notify::new());
-    let (lookup, lookup_rx) = Lookup::new();
+    let (lookup, lookup_rx) = Lookup::new(opts.lookupd_tcp_addresses.clone());
     let mut engine_opts = opts.engine_options();
     engine_opts.data_path = data_path.clone();
     let engine = Engine::new(

@@ -395,28 +395,49 @@ async fn fake_lookupd(debug: std::sync::Arc<parking_lot::Mutex<String>>) -> Stri
     addr
 }
 
+/// A `/debug` answer of a fake nsqlookupd whose clock reads `clock` milliseconds: the
+/// watcher's own entry (B, PINGing, `last_update` = the clock) and, when `origin` is Some,
+/// the origin's (its HELLO's broadcast address and TCP port) with that `last_update`.
+fn debug_answer(clock: i64, origin: Option<i64>) -> String {
+    let entry = |port: u16, id: &str, last: i64| {
+        format!(
+            r#"{{"broadcast_address":"127.0.0.1","hostname":"{id}","http_port":2,"id":"127.0.0.1:{port}","last_update":{},"tcp_port":{port},"tombstoned":false,"tombstoned_at":0,"version":"1.3.0"}}"#,
+            last * 1_000_000
+        )
+    };
+    let mut producers = vec![entry(9, "b", clock)];
+    if let Some(o) = origin {
+        producers.push(entry(1, "o", o));
+    }
+    format!(r#"{{"client::":[{}]}}"#, producers.join(","))
+}
+
+/// A fake nsqlookupd whose clock ticks every 250 ms; `origin` says whether the origin is
+/// listed, PINGing (its `last_update` follows the clock).
+async fn ticking_lookupd(
+    origin: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (String, tokio::task::JoinHandle<()>) {
+    let debug = std::sync::Arc::new(parking_lot::Mutex::new(debug_answer(0, Some(0))));
+    let d = debug.clone();
+    let ticker = tokio::spawn(async move {
+        for n in 1.. {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let clock = n * 250;
+            let listed = origin.load(std::sync::atomic::Ordering::SeqCst);
+            *d.lock() = debug_answer(clock, listed.then_some(clock));
+        }
+    });
+    (fake_lookupd(debug).await, ticker)
+}
+
 /// With an nsqlookupd configured, the lost link is not enough: while the lookupd lists the
 /// origin (its HELLO's broadcast address and TCP port) with a `last_update` that keeps
 /// changing, B does not take over; once the lookupd stops listing it, B takes over one
 /// timeout later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_origin_still_listed_by_nsqlookupd_is_not_taken_over() {
-    let debug = std::sync::Arc::new(parking_lot::Mutex::new(String::new()));
-    let listed = |n: i64| {
-        format!(
-            r#"{{"client::":[{{"broadcast_address":"127.0.0.1","hostname":"o","http_port":2,"id":"127.0.0.1:1","last_update":{n},"tcp_port":1,"tombstoned":false,"tombstoned_at":0,"version":"1.3.0"}}]}}"#
-        )
-    };
-    *debug.lock() = listed(0);
-    // The origin's PINGs: its entry's last_update changes.
-    let d = debug.clone();
-    let pinger = tokio::spawn(async move {
-        for n in 1.. {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            *d.lock() = listed(n);
-        }
-    });
-    let lookupd = fake_lookupd(debug.clone()).await;
+    let listed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (lookupd, _ticker) = ticking_lookupd(listed.clone()).await;
     let dir = TempDir::new().unwrap();
     let b = start_b(
         dir.path(),
@@ -433,11 +454,52 @@ async fn an_origin_still_listed_by_nsqlookupd_is_not_taken_over() {
     tokio::time::sleep(Duration::from_millis(3000)).await;
     assert_eq!(repl(&b).takeovers(), 0, "still listed by the lookupd");
     // It stops being listed (unregistered): gone one timeout later.
-    pinger.abort();
-    *debug.lock() = "{}".to_string();
+    listed.store(false, std::sync::atomic::Ordering::SeqCst);
     let unlisted = std::time::Instant::now();
     eventually(async || repl(&b).takeovers() == 1).await;
     assert!(unlisted.elapsed() >= Duration::from_millis(900));
+    b.shutdown().await;
+}
+
+/// Fail closed (issue 28, defect 6): with two nsqlookupds configured, one that never answers
+/// (B cannot reach it — it may be the one the origin still reaches) blocks the takeover,
+/// however long the other has not listed the origin; once the configuration lists only the
+/// answering one (`PUT /config/nsqlookupd_tcp_addresses`), B takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookupd_that_does_not_answer_blocks_the_takeover() {
+    let listed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (lookupd, _ticker) = ticking_lookupd(listed).await;
+    let unreachable = format!("127.0.0.1:{}", common::origin::free_port());
+    let dir = TempDir::new().unwrap();
+    let b = start_b(
+        dir.path(),
+        &[
+            "--replication-takeover-timeout=1s",
+            &format!("--lookupd-tcp-address={lookupd}"),
+            &format!("--lookupd-tcp-address={unreachable}"),
+        ],
+    )
+    .await;
+    eventually(async || !b.nsqd.lookup.http_addresses().is_empty()).await;
+    let o = replicate_epoch_1(&b, 0).await;
+    drop(o);
+    eventually(async || backlog_state(&b) == Some("detached")).await;
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    assert_eq!(
+        repl(&b).takeovers(),
+        0,
+        "a configured lookupd that does not answer blocks the takeover"
+    );
+    let r = request(
+        b.http_addr().unwrap(),
+        "PUT",
+        "/config/nsqlookupd_tcp_addresses",
+        &[],
+        format!(r#"["{lookupd}"]"#).as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    eventually(async || repl(&b).takeovers() == 1).await;
     b.shutdown().await;
 }
 

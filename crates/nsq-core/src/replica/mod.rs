@@ -8,7 +8,6 @@
 //! * [`record`]: the record format, sans-I/O.
 //! * [`index`]: what is pending where, the catch-up rules and the trimming rule, sans-I/O.
 //! * [`store`]: the segment files of one backlog on disk.
-//! * [`takeover`]: when an origin is gone and which member takes its backlog over.
 //! * [`manifest`]: what a takeover took, on disk, and the skip set of a returning origin.
 //! * [`adopt`]: a taken-over backlog item as the messages to put on this node.
 
@@ -17,7 +16,6 @@ pub mod index;
 pub mod manifest;
 pub mod record;
 pub mod store;
-pub mod takeover;
 
 pub use index::{Index, IndexError, Loc};
 pub use record::Record;

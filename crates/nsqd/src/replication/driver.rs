@@ -138,10 +138,10 @@ impl Replication {
     }
 
     /// What the nsqlookupd loop reports to the core: each answered PING is a proof that this
-    /// node is heard (fencing), sent several times per fencing interval. `None` without a
-    /// core (`--replicas=1`).
+    /// node is heard (fencing), sent several times per fencing interval. Also with
+    /// `--replicas=1` (no core to tell): the takeover watch reads each lookupd's clock from
+    /// the newest `last_update` it lists, which this node's own PINGs keep fresh.
     pub fn lookup_proof(self: &Arc<Self>) -> Option<crate::lookup::LookupProof> {
-        self.driver.get()?;
         let me = Arc::downgrade(self);
         Some(crate::lookup::LookupProof {
             every: (self.settings.takeover_timeout / 8)

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use nsq_core::receipt::PutReceipt;
 use nsq_core::replica::manifest;
-use nsq_core::replica::takeover::{taker, GoneWatch, Ring};
+use nsq_core::replication::ring::{taker, Ring};
+use nsq_core::replication::GoneWatch;
 use nsq_protocol::replication::{BacklogState, StatusEntry};
 
 use super::deliver::{deliver, Taken};
@@ -76,11 +77,47 @@ struct DebugProducer {
     last_update: i64,
 }
 
+/// What one nsqlookupd's `/debug` says: its clock — the newest `last_update` of any
+/// producer, a time on the lookupd's own clock at or before the answer (this node PINGs it
+/// every T/8 while it replicates, so the clock moves on with every answer) — and the
+/// producers (`broadcast_address`, `tcp_port`, `last_update`).
+struct DebugAnswer {
+    clock: Duration,
+    producers: Vec<DebugProducer>,
+}
+
+/// Polls nsqlookupd `http`'s `/debug` (None: no answer, or no producer to read a clock from).
+async fn poll_debug(client: &nsq_http::client::HttpClient, http: &str) -> Option<DebugAnswer> {
+    let url = format!("http://{http}/debug");
+    let answer = match client.get_v1(&url).await {
+        Ok(body) => serde_json::from_slice::<BTreeMap<String, Vec<DebugProducer>>>(&body)
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let producers = match answer {
+        Ok(mut m) => m.remove("client::").unwrap_or_default(),
+        Err(e) => {
+            tracing::debug!("REPLICATION: lookupd {http} /debug failed - {e}");
+            return None;
+        }
+    };
+    let clock = producers.iter().map(|p| p.last_update).max()?;
+    Some(DebugAnswer {
+        clock: Duration::from_nanos(u64::try_from(clock).ok()?),
+        producers,
+    })
+}
+
 /// Watches the backlogs until the daemon stops (see the module comment).
 pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::client::HttpClient) {
     let mut stop = repl.stopping();
     let timeout = repl.settings.takeover_timeout;
     let mut watches: HashMap<(u64, u64), GoneWatch> = HashMap::new();
+    // When (this node's clock) each watched backlog was first found gone, for the chooser's
+    // escalation.
+    let mut gone_at: HashMap<(u64, u64), Instant> = HashMap::new();
+    // The configured lookupds the watches count (a change starts every watch again).
+    let mut configured: Vec<String> = Vec::new();
     // The last "someone else takes it over" logged per backlog (logged on change only).
     let mut announced: HashMap<(u64, u64), Option<u64>> = HashMap::new();
     // The last nsqlookupd poll (every POLL_EVERY while this node holds a backlog).
@@ -92,8 +129,15 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
             _ = tick.tick() => {}
             _ = async { stop.wait_for(|s| *s).await.is_ok() } => return,
         }
+        let lookupds = lookup.lookupds();
+        let tcp: Vec<String> = lookupds.iter().map(|(t, _)| t.clone()).collect();
+        if tcp != configured {
+            configured = tcp;
+            watches.clear();
+        }
         let backlogs: Vec<Arc<Backlog>> = repl.backlogs.lock().values().cloned().collect();
         watches.retain(|k, _| backlogs.iter().any(|b| (b.origin, b.epoch) == *k));
+        let now = repl.clock();
         let mut down = Vec::new();
         for b in &backlogs {
             if b.taking_over.load(Ordering::Acquire) {
@@ -101,58 +145,59 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
             }
             let w = watches
                 .entry((b.origin, b.epoch))
-                .or_insert_with(|| GoneWatch::new(timeout, repl.settings.lookupds));
+                .or_insert_with(|| GoneWatch::new(timeout, configured.len(), now));
             let link = b.link();
             match link.down_since {
                 None => w.link_up(),
                 Some(at) => {
-                    w.link_down(at);
+                    w.link_down(at.saturating_duration_since(repl.clock_base));
                     down.push((b.clone(), link.ended));
                 }
             }
         }
         // nsqlookupd is polled while links are up too: an entry's `last_update` is then seen
-        // to change at most a poll after each PING, so a frozen origin's entry is stale
-        // STALE_AFTER after its last PING, not STALE_AFTER after its link was found down.
-        if repl.settings.lookupds
+        // at most a poll after each PING. Every configured lookupd counts (fail closed): one
+        // not identified or not answering blocks the takeover (`GoneWatch`).
+        if !configured.is_empty()
             && !backlogs.is_empty()
             && last_poll.is_none_or(|t: Instant| t.elapsed() >= POLL_EVERY)
         {
             last_poll = Some(Instant::now());
-            for addr in lookup.http_addresses() {
-                let url = format!("http://{addr}/debug");
-                let answer = match client.get_v1(&url).await {
-                    Ok(body) => {
-                        serde_json::from_slice::<BTreeMap<String, Vec<DebugProducer>>>(&body)
-                            .map_err(|e| e.to_string())
-                    }
-                    Err(e) => Err(e.to_string()),
+            for (i, (_, http)) in lookupds.iter().enumerate() {
+                let Some(http) = http else { continue };
+                let Some(answer) = poll_debug(&client, http).await else {
+                    continue;
                 };
-                let producers = match answer {
-                    Ok(mut m) => m.remove("client::").unwrap_or_default(),
-                    Err(e) => {
-                        tracing::debug!("REPLICATION: lookupd {addr} /debug failed - {e}");
-                        continue;
-                    }
-                };
-                let at = Instant::now();
+                let at = repl.clock();
                 for b in &backlogs {
                     // An entry at its address is another member's once a member with
                     // another node ID answers there (Node identity): not this origin's.
                     let address = b.address.lock().clone();
                     let address = address.filter(|(h, p)| !repl.replaced_at(b.origin, h, *p));
                     let entry = address.and_then(|(host, port)| {
-                        producers
+                        answer
+                            .producers
                             .iter()
                             .find(|p| p.broadcast_address == host && p.tcp_port == i64::from(port))
-                            .map(|p| p.last_update)
+                            .map(|p| {
+                                Duration::from_nanos(u64::try_from(p.last_update).unwrap_or(0))
+                            })
                     });
                     if let Some(w) = watches.get_mut(&(b.origin, b.epoch)) {
-                        w.lookupd_answer(&addr, at, entry);
+                        w.lookupd_answer(i, at, answer.clock, entry);
                     }
                 }
             }
         }
+        let now = repl.clock();
+        for (k, w) in &watches {
+            if w.is_gone(now) {
+                gone_at.entry(*k).or_insert_with(Instant::now);
+            } else {
+                gone_at.remove(k);
+            }
+        }
+        gone_at.retain(|k, _| watches.contains_key(k));
         if down.is_empty() {
             continue;
         }
@@ -195,8 +240,7 @@ pub async fn run(repl: Arc<Replication>, lookup: Lookup, client: nsq_http::clien
                 None => {}
             }
             // An epoch its origin declared ended is gone from then, without the timeout.
-            let gone_at = ended.or_else(|| watches.get(&key).and_then(|w| w.gone_since(now)));
-            let Some(gone_at) = gone_at else {
+            let Some(gone_at) = ended.or_else(|| gone_at.get(&key).copied()) else {
                 continue;
             };
             let chosen = repl.taker(b.origin, b.epoch, now.saturating_duration_since(gone_at));
