@@ -7,7 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::origin::{admin, free_port, publish, Origin};
+use common::origin::{admin, publish, Origin};
+use common::pair::free_port;
 use nsq_protocol::replication::{AdminOp, Frame, WelcomeAnswer};
 use nsq_testkit::wait::eventually;
 use nsqd::NsqdHandle;

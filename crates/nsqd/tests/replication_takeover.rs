@@ -297,7 +297,7 @@ async fn an_unclean_restart_ends_the_epoch_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_holders_one_takes_over_and_the_other_drops_its_copy() {
     let (b_dir, c_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
-    let (b_port, c_port) = (common::origin::free_port(), common::origin::free_port());
+    let (b_port, c_port) = (common::pair::free_port(), common::pair::free_port());
     let b_args = [
         format!("--tcp-address=127.0.0.1:{b_port}"),
         format!("--replication-peer=127.0.0.1:{c_port}"),
@@ -469,7 +469,7 @@ async fn an_origin_still_listed_by_nsqlookupd_is_not_taken_over() {
 async fn a_lookupd_that_does_not_answer_blocks_the_takeover() {
     let listed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (lookupd, _ticker) = ticking_lookupd(listed).await;
-    let unreachable = format!("127.0.0.1:{}", common::origin::free_port());
+    let unreachable = format!("127.0.0.1:{}", common::pair::free_port());
     let dir = TempDir::new().unwrap();
     let b = start_b(
         dir.path(),
@@ -511,7 +511,7 @@ async fn a_lookupd_that_does_not_answer_blocks_the_takeover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_keeps_the_backlog_until_the_takers_replicas_acknowledge() {
     let (dir, c_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
-    let c_port = common::origin::free_port();
+    let c_port = common::pair::free_port();
     let b = start_b(
         dir.path(),
         &[

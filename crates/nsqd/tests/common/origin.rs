@@ -150,12 +150,3 @@ pub fn publish(seq: u64, topic: &str, channels: &[&str], defer_until: i64, ids: 
             .collect(),
     })
 }
-
-/// A free TCP port on 127.0.0.1 (bound to `:0`, then released for the daemon to take).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
