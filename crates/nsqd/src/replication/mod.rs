@@ -14,6 +14,7 @@ mod driver;
 pub mod identity;
 mod link;
 pub mod log;
+mod lookupd_debug;
 pub mod membership;
 mod origin;
 mod replica;

@@ -13,7 +13,7 @@
 //! An epoch the origin itself declared ended (HELLO with PREVIOUS_UNCLEAN) is gone at once.
 //! NSQ has no counterpart.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,6 +25,7 @@ use nsq_core::replication::GoneWatch;
 use nsq_protocol::replication::{BacklogState, StatusEntry};
 
 use super::deliver::{deliver, Taken};
+use super::lookupd_debug::poll_debug;
 use super::{Backlog, Replication};
 use crate::lookup::Lookup;
 
@@ -67,45 +68,6 @@ impl OtherTaker {
     fn subsumes(&self, mine: u64) -> bool {
         self.complete && self.last_seq >= mine
     }
-}
-
-/// One producer of nsqlookupd's `/debug` (the fields the watch reads).
-#[derive(serde::Deserialize)]
-struct DebugProducer {
-    broadcast_address: String,
-    tcp_port: i64,
-    last_update: i64,
-}
-
-/// What one nsqlookupd's `/debug` says: its clock — the newest `last_update` of any
-/// producer, a time on the lookupd's own clock at or before the answer (this node PINGs it
-/// every T/8 while it replicates, so the clock moves on with every answer) — and the
-/// producers (`broadcast_address`, `tcp_port`, `last_update`).
-struct DebugAnswer {
-    clock: Duration,
-    producers: Vec<DebugProducer>,
-}
-
-/// Polls nsqlookupd `http`'s `/debug` (None: no answer, or no producer to read a clock from).
-async fn poll_debug(client: &nsq_http::client::HttpClient, http: &str) -> Option<DebugAnswer> {
-    let url = format!("http://{http}/debug");
-    let answer = match client.get_v1(&url).await {
-        Ok(body) => serde_json::from_slice::<BTreeMap<String, Vec<DebugProducer>>>(&body)
-            .map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    let producers = match answer {
-        Ok(mut m) => m.remove("client::").unwrap_or_default(),
-        Err(e) => {
-            tracing::debug!("REPLICATION: lookupd {http} /debug failed - {e}");
-            return None;
-        }
-    };
-    let clock = producers.iter().map(|p| p.last_update).max()?;
-    Some(DebugAnswer {
-        clock: Duration::from_nanos(u64::try_from(clock).ok()?),
-        producers,
-    })
 }
 
 /// Watches the backlogs until the daemon stops (see the module comment).
