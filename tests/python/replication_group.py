@@ -143,6 +143,9 @@ class Group:
     def start_nsqd(self, n, name=None):
         idx = NSQD_HOSTS.index(n) + 1
         self.nsqd[n] = self.cluster.start_nsqd(self.h[n], idx, self.lookupds, self.flags[n], name=name)
+        # /ping answers at once; the backlogs it holds are listed once their replay ends.
+        wait_for(f"{n}'s replica backlogs replayed",
+                 lambda: self.repl(n)["replay"] == "done" or None, timeout=120)
         return self.nsqd[n]
 
     def kill(self, n, sig=9):

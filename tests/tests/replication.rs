@@ -89,6 +89,33 @@ fn bad_replication_flags_are_fatal() {
     assert!(!dir.path().join("replication.dat").exists());
 }
 
+/// A replica backlog that cannot be replayed (here a segment that is a directory) is fatal,
+/// also now that the replay runs while nsqd already serves: exit status 1 and the reason.
+#[test]
+fn a_backlog_that_cannot_be_replayed_is_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = dir
+        .path()
+        .join("replica/00abcdef01234567.1/0000000000000001.seg");
+    std::fs::create_dir_all(&seg).unwrap();
+    let data = format!("--data-path={}", dir.path().display());
+    let peer = format!("--replication-peer=127.0.0.1:{}", free_port());
+    let args = [
+        "--tcp-address=127.0.0.1:0",
+        "--http-address=127.0.0.1:0",
+        data.as_str(),
+        peer.as_str(),
+    ];
+    let out = run_tool(&nsqd_bin(), &args, b"", Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let fatal = format!(
+        "FATAL: failed to start replication - failed to open replica backlog {}",
+        seg.parent().unwrap().display()
+    );
+    assert!(stderr.contains(&fatal), "{stderr}");
+}
+
 /// B is SIGKILLed while A publishes and restarted on its data directory: its backlog is
 /// recovered (a torn tail cut), A resumes the link, and B ends up holding exactly what A has
 /// not settled; once a consumer of A finished everything, B's backlog is empty.
@@ -151,7 +178,10 @@ fn a_killed_replica_recovers_its_backlog() {
             &format!("--replication-peer=127.0.0.1:{a_port}"),
         ],
     );
-    // The backlog was there at startup (recovered from its segments).
+    // The backlog is there once the replay at startup ends (recovered from its segments).
+    b.wait_stats("B's replay", Duration::from_secs(10), |s| {
+        s["replication"]["replay"] == "done"
+    });
     let bl = backlogs_of(&b.stats(), &origin);
     assert_eq!(bl.len(), 1, "{bl:?}");
     assert!(int(&bl[0], "messages") >= 1000, "{bl:?}");

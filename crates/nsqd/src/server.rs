@@ -120,8 +120,9 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, StartError> {
     let https_addr = https_listener.as_ref().and_then(|l| l.local_addr().ok());
     opts.apply_listeners(Some(tcp_addr.port()), http_addr.map(|a| a.port()));
 
-    // Replication (docs/replication.md): replication.dat and the replica backlogs, before the
-    // engine exists so that every topic it creates reports to the origin's log.
+    // Replication (docs/replication.md): replication.dat before the engine exists so that
+    // every topic it creates reports to the origin's log; the replica backlogs are replayed
+    // in the background once nsqd serves (below).
     let replication = if opts.replication_enabled() {
         let settings = crate::replication::Settings::from_options(&opts);
         let dp = data_path.clone();
@@ -203,6 +204,21 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, StartError> {
     let _ = tokio::time::timeout(Duration::ZERO, metadata_dirty.notified()).await;
 
     if let Some(r) = &nsqd.replication {
+        // A replay that fails is fatal, as at startup: nsqd shuts down cleanly and exits 1
+        // (`run_until_exit`).
+        let (r2, n) = (r.clone(), Arc::downgrade(&nsqd));
+        tokio::spawn(async move {
+            let replayed = tokio::task::spawn_blocking(move || r2.replay()).await;
+            let failure = match replayed {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => e.to_string(),
+                Err(e) => format!("replay task failed - {e}"),
+            };
+            tracing::error!("FATAL: failed to start replication - {failure}");
+            if let Some(n) = n.upgrade() {
+                n.drain.request_shutdown();
+            }
+        });
         r.start_links(tcp_addr.port(), http_addr.map(|a| a.port()));
         r.start_takeover_watch(nsqd.lookup.clone(), nsqd.http_client.clone());
     }
@@ -415,7 +431,11 @@ pub async fn run_until_exit(handle: NsqdHandle) {
             }
         }
     }
+    let failed = nsqd.replication.as_ref().is_some_and(|r| r.replay_failed());
     handle.shutdown().await;
+    if failed {
+        std::process::exit(1);
+    }
 }
 
 // Signals, drain mode and `PUT /config/shutdown` (crate::drain) replace the default serve.

@@ -39,9 +39,7 @@ async fn start(dir: &TempDir, port: u16, peer: u16, t: &str) -> NsqdHandle {
         format!("--replication-takeover-timeout={t}"),
         "--replication-ack-timeout=1s".into(),
     ];
-    nsqd::start(common::options(dir.path(), &args))
-        .await
-        .unwrap()
+    common::start_replayed(common::options(dir.path(), &args)).await
 }
 
 /// Replicates the origin's epoch 1 to `n` up to seq `upto` (3 or 4): topic t and channel c,
@@ -93,13 +91,16 @@ async fn a_holder_with_more_than_the_takers_copy_delivers_it_too() {
     eventually(async || depth(&c) == Some(2)).await;
     // B back, with a takeover timeout it never reaches here: whatever it does, it does on
     // C's word.
+    // C's takeovers may also count B's own (empty) epoch: B was down for as long as the
+    // origin, and a clean stop is only known at B's next HELLO.
     let b = start(&b_dir, b_port, c_port, "60s").await;
-    eventually(async || repl(&c).takeovers() == 1).await;
     eventually(async || repl(&b).takeovers() == 1 && depth(&b) == Some(3)).await;
     assert!(held(&b).is_none_or(|x| x.state == "taken over"));
+    let c_took = repl(&c).takeovers();
+    assert!((1..=2).contains(&c_took), "{c_took}");
     // Nothing more happens.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!((repl(&b).takeovers(), repl(&c).takeovers()), (1, 1));
+    assert_eq!((repl(&b).takeovers(), repl(&c).takeovers()), (1, c_took));
     assert_eq!((depth(&b), depth(&c)), (Some(3), Some(2)));
     b.shutdown().await;
     c.shutdown().await;

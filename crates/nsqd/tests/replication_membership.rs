@@ -179,7 +179,7 @@ fn not_in_group() -> Option<Frame> {
 
 /// A node that replicates nobody's publishes (`--replicas=1`) but serves links.
 async fn replica(dir: &Path, extra: &[String]) -> NsqdHandle {
-    nsqd::start(common::options(dir, extra)).await.unwrap()
+    common::start_replayed(common::options(dir, extra)).await
 }
 
 fn repl(h: &NsqdHandle) -> &nsqd::replication::Replication {
@@ -446,9 +446,7 @@ async fn an_origin_does_not_stream_to_an_impostor_replica() {
             format!("--replication-peer={}", l.local_addr().unwrap()),
         ];
         args.extend(secret.cloned());
-        let a = nsqd::start(common::options(dir.path(), &args))
-            .await
-            .unwrap();
+        let a = common::start_replayed(common::options(dir.path(), &args)).await;
         let (mut s, _) = l.accept().await.unwrap();
         let mut magic = [0u8; 4];
         s.read_exact(&mut magic).await.unwrap();

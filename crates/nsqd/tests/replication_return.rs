@@ -250,7 +250,7 @@ async fn start_a(dir: &Path, fake: &Fake) -> NsqdHandle {
             format!("--replication-peer={}", fake.addr),
         ],
     );
-    nsqd::start(o).await.unwrap()
+    common::start_replayed(o).await
 }
 
 async fn create_channel(h: &NsqdHandle, topic: &str, channel: &str) {
@@ -456,7 +456,7 @@ async fn the_manifests_of_two_takers_are_both_applied() {
             format!("--replication-peer={}", f2.addr),
         ],
     );
-    let a = nsqd::start(o).await.unwrap();
+    let a = common::start_replayed(o).await;
     let e = f1.hello().await.epoch;
     assert_eq!(f2.hello().await.epoch, e);
     create_channel(&a, "t", "c").await;
@@ -503,7 +503,7 @@ async fn a_publish_waiting_when_its_epoch_is_taken_over_fails_at_once() {
             "--replication-ack-timeout=1m".to_string(),
         ],
     );
-    let a = nsqd::start(o).await.unwrap();
+    let a = common::start_replayed(o).await;
     let e = fake.hello().await.epoch;
     // Linked (its catch-up sent): the publish goes to the fake as a PUB frame.
     let repl = a.nsqd.replication.as_ref().unwrap();

@@ -27,7 +27,7 @@ use common::origin::{admin, id, now_ns, publish, Origin, ORIGIN};
 async fn start_b(dir: &Path, extra: &[&str]) -> NsqdHandle {
     let mut args = vec!["--replication-peer=127.0.0.1:1".to_string()];
     args.extend(extra.iter().map(|s| s.to_string()));
-    nsqd::start(common::options(dir, &args)).await.unwrap()
+    common::start_replayed(common::options(dir, &args)).await
 }
 
 /// The origin's epoch 1 as B stores it: topic t with channel c (m1 finished, m2 requeued
@@ -310,12 +310,8 @@ async fn of_two_holders_one_takes_over_and_the_other_drops_its_copy() {
         "--replicas=2".into(),
         "--replication-takeover-timeout=1s".into(),
     ];
-    let b = nsqd::start(common::options(b_dir.path(), &b_args))
-        .await
-        .unwrap();
-    let c = nsqd::start(common::options(c_dir.path(), &c_args))
-        .await
-        .unwrap();
+    let b = common::start_replayed(common::options(b_dir.path(), &b_args)).await;
+    let c = common::start_replayed(common::options(c_dir.path(), &c_args)).await;
     eventually(async || repl(&b).peers()[0].connected && repl(&c).peers()[0].connected).await;
     let ob = replicate_epoch_1(&b, 0).await;
     let oc = replicate_epoch_1(&c, 0).await;
@@ -552,9 +548,7 @@ async fn a_takeover_keeps_the_backlog_until_the_takers_replicas_acknowledge() {
         format!("--tcp-address=127.0.0.1:{c_port}"),
         format!("--replication-peer={}", b.tcp_addr()),
     ];
-    let c = nsqd::start(common::options(c_dir.path(), &c_args))
-        .await
-        .unwrap();
+    let c = common::start_replayed(common::options(c_dir.path(), &c_args)).await;
     eventually(async || repl(&b).takeovers() == 1).await;
     assert!(!backlog.exists());
     assert_eq!(backlog_state(&b), Some("taken over"));

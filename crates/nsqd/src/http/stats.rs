@@ -39,6 +39,9 @@ struct ReplicationJson {
     epoch: u64,
     replicas: usize,
     peers: Vec<PeerJson>,
+    /// The replay of the backlogs at startup: `replaying` (the list is not complete yet),
+    /// `done` or `failed`.
+    replay: &'static str,
     backlogs: Vec<BacklogJson>,
     publish_waiting: u64,
     publish_failures: u64,
@@ -93,6 +96,7 @@ fn replication_json(r: &crate::replication::Replication) -> ReplicationJson {
                 last_seen_ms: p.last_seen_ms,
             })
             .collect(),
+        replay: r.replay_state(),
         backlogs: r
             .backlogs()
             .into_iter()

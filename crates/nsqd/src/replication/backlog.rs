@@ -102,8 +102,66 @@ fn read_address(dir: &Path) -> Option<(String, u16)> {
     ))
 }
 
+/// Where the replay of the replica backlogs stands ([`Replication::replay`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Replay {
+    Pending,
+    Done,
+    Failed,
+}
+
 impl Replication {
-    pub(super) fn open_backlogs(&self) -> Result<(), ReplicationError> {
+    /// Replays every replica backlog under `<data-path>/replica/`. Blocking; run after the
+    /// listeners serve, so a node holding a large backlog answers `/ping`, publishes and
+    /// consumers at once, not after seconds of replay. Everything that reads or writes
+    /// backlogs — served links, this node's sessions, the takeover watch, the return's hold —
+    /// waits for it ([`Replication::replayed`]); on failure none of that runs (nsqd stops:
+    /// `server.rs`).
+    pub fn replay(&self) -> Result<(), ReplicationError> {
+        let began = Instant::now();
+        let r = self.open_backlogs();
+        let state = if r.is_ok() {
+            Replay::Done
+        } else {
+            Replay::Failed
+        };
+        self.replay.send_replace(state);
+        if r.is_ok() {
+            tracing::info!(
+                "REPLICATION: {} replica backlogs replayed in {:.3}s",
+                self.backlogs.lock().len(),
+                began.elapsed().as_secs_f64()
+            );
+        }
+        r
+    }
+
+    /// Waits for [`Replication::replay`]: `true` once the backlogs are open, `false` when
+    /// the replay failed or the daemon stops first.
+    pub async fn replayed(&self) -> bool {
+        let mut rx = self.replay.subscribe();
+        let mut stop = self.stopping();
+        tokio::select! {
+            r = rx.wait_for(|s| *s != Replay::Pending) => r.is_ok_and(|s| *s == Replay::Done),
+            _ = stop.wait_for(|s| *s) => false,
+        }
+    }
+
+    /// The replay as `/stats` shows it: `replaying`, `done` or `failed`.
+    pub fn replay_state(&self) -> &'static str {
+        match *self.replay.borrow() {
+            Replay::Pending => "replaying",
+            Replay::Done => "done",
+            Replay::Failed => "failed",
+        }
+    }
+
+    /// Whether the replay failed (nsqd then exits with status 1).
+    pub fn replay_failed(&self) -> bool {
+        *self.replay.borrow() == Replay::Failed
+    }
+
+    fn open_backlogs(&self) -> Result<(), ReplicationError> {
         let dir = self.data_path.join("replica");
         let entries = match std::fs::read_dir(&dir) {
             Ok(e) => e,

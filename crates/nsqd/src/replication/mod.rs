@@ -161,6 +161,9 @@ pub struct Replication {
     status_changed: watch::Sender<u64>,
     /// The replication core's task (`driver.rs`), with `--replicas` ≥ 2.
     driver: OnceLock<driver::Driver>,
+    /// Whether the replica backlogs are replayed yet (`backlog.rs`, [`Replication::replay`]):
+    /// links, sessions and the takeover watch wait for it; clients need not.
+    replay: watch::Sender<backlog::Replay>,
 }
 
 /// Why replication could not start.
@@ -184,8 +187,9 @@ pub enum ReplicationError {
 }
 
 impl Replication {
-    /// Reads `replication.dat` (starting this run's epoch) and opens every replica backlog
-    /// under `<data-path>/replica/`. Blocking (startup).
+    /// Reads `replication.dat` (starting this run's epoch). Blocking (startup). The replica
+    /// backlogs under `<data-path>/replica/` are replayed afterwards by
+    /// [`Replication::replay`], while nsqd already serves its clients.
     pub fn open(data_path: &Path, settings: Settings) -> Result<Arc<Self>, ReplicationError> {
         let secret = if settings.secret_file.is_empty() {
             tracing::warn!(
@@ -255,11 +259,11 @@ impl Replication {
             gossip: Mutex::new(HashMap::new()),
             status_changed: watch::channel(0).0,
             driver: OnceLock::new(),
+            replay: watch::channel(backlog::Replay::Pending).0,
             settings,
             secret,
             link_tls,
         });
-        repl.open_backlogs()?;
         Ok(repl)
     }
 
@@ -405,7 +409,12 @@ impl Replication {
                 tcp_port,
                 http_port: http_port.unwrap_or(0),
             };
-            tasks.push(tokio::spawn(origin::run_peer(r, i, hello)));
+            // Sessions begin once the replica backlogs are open (STATUS lists them).
+            tasks.push(tokio::spawn(async move {
+                if r.replayed().await {
+                    origin::run_peer(r, i, hello).await;
+                }
+            }));
         }
     }
 
@@ -415,7 +424,12 @@ impl Replication {
         lookup: crate::lookup::Lookup,
         client: nsq_http::client::HttpClient,
     ) {
-        let t = tokio::spawn(takeover::run(self.clone(), lookup, client));
+        let r = self.clone();
+        let t = tokio::spawn(async move {
+            if r.replayed().await {
+                takeover::run(r, lookup, client).await;
+            }
+        });
         self.tasks.lock().push(t);
     }
 

@@ -41,6 +41,11 @@ async fn refuse(stream: &mut LinkStream, code: LinkErrorCode, text: String) {
 /// Serves one replication link (the magic has been read).
 pub(crate) async fn serve_link(repl: Arc<Replication>, tcp: TcpStream, peer: SocketAddr) {
     let _ = tcp.set_nodelay(true);
+    // Nothing of a link is served before the replica backlogs are open (`backlog.rs`); the
+    // peer waits (or dials again after its timeout).
+    if !repl.replayed().await {
+        return;
+    }
     // With a certificate, links are TLS: a HELLO in the clear is refused readably.
     let mut stream = match repl.link_tls() {
         None => LinkStream::Plain(tcp),

@@ -165,6 +165,11 @@ impl Replication {
         }
         let repl = self.clone();
         let task = tokio::spawn(async move {
+            // The peers are asked once this node's sessions run, after the replay of its
+            // replica backlogs; delivery stays held meanwhile (and for good if it fails).
+            if !repl.replayed().await {
+                return;
+            }
             let deadline = tokio::time::Instant::now() + STARTUP_HOLD;
             if have_stored {
                 let r = repl.clone();

@@ -43,6 +43,17 @@ pub async fn start_with<S: AsRef<str>>(extra: &[S]) -> (NsqdHandle, TempDir) {
     (h, dir)
 }
 
+/// Starts nsqd on `opts` and, with replication on, waits until the replica backlogs it holds
+/// are replayed (nsqd serves its clients before that: docs/replication.md, "The replica
+/// store").
+pub async fn start_replayed(opts: NsqdOptions) -> NsqdHandle {
+    let h = nsqd::start(opts).await.unwrap();
+    if let Some(r) = &h.nsqd.replication {
+        assert!(r.replayed().await, "replica backlogs replayed");
+    }
+    h
+}
+
 /// [`start_with`] no extra flags.
 pub async fn start() -> (NsqdHandle, TempDir) {
     start_with::<&str>(&[]).await

@@ -16,11 +16,12 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A daemon on `dir` with `extra` flags, a small replica segment size (so trimming shows).
+/// A daemon on `dir` with `extra` flags, a small replica segment size (so trimming shows),
+/// once the replica backlogs it holds are replayed.
 pub async fn start_on(dir: &Path, extra: &[String]) -> NsqdHandle {
     let mut o = super::options(dir, extra);
     o.replication_segment_bytes = 2048;
-    nsqd::start(o).await.unwrap()
+    super::start_replayed(o).await
 }
 
 pub struct Pair {
