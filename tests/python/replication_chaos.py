@@ -58,6 +58,10 @@ def log(msg, t0=[None]):  # noqa: B006 - start time kept across calls
     print(f"[{time.monotonic() - t0[0]:7.1f}s] {msg}", flush=True)
 
 
+# How many bodies of a wiped node's producer, from its restart on, channel t may lack (10 s
+# at the default rate): published before the channels were created there again.
+WIPE_GAP = 2000
+
 class Chaos:
     def __init__(self, args, tmp):
         self.args = args
@@ -69,6 +73,9 @@ class Chaos:
         self.faults = collections.Counter()
         self.samples = []
         self.restarts = collections.Counter()
+        # (producer prefix, index of its next body) at each wiped node's restart.
+        self.wipe_windows = []
+        self.producers = {}
         self.current = "-"
         self.timeout = args.takeover_timeout
 
@@ -155,7 +162,11 @@ class Chaos:
             wait_for(f"{n} to exit", lambda: self.g.nsqd[n].proc.poll() is not None, timeout=10)
             self.g.wipe(n)
             self.sleep(secs)
+            # A new, empty node: its channels again (the topic paused meanwhile); what its
+            # producer publishes in the moment before is the only gap channel t may have.
+            self.wipe_windows.append((self.producers[n].prefix, self.producers[n].next_index()))
             self.restart(n)
+            self.g.create_channels("g", "t", nodes=[n])
         elif kind == "freeze":
             secs = self.rng.uniform(2, 15 if not self.args.takeover else 3 * self.timeout)
             self.current = f"freeze {n} {secs:.0f}s"
@@ -195,7 +206,7 @@ class Chaos:
         g.create_channels("g", "t")
         cg = g.consumer("g")
         tail = g.nsq_tail("t")
-        producers = {n: g.producer(n, f"{n}{k}-", count=0, batch=a.batch, rate=a.rate, name=f"producer-{n}",
+        producers = self.producers = {n: g.producer(n, f"{n}{k}-", count=0, batch=a.batch, rate=a.rate, name=f"producer-{n}",
                                    pad=a.pad)
                      for k, n in enumerate(NSQD_HOSTS)}
         self.sample()
@@ -257,22 +268,33 @@ class Chaos:
                 print(f"  {n}: epoch {r['epoch']} backlogs "
                       + "; ".join(f"{b['origin'][:6]}.{b['epoch']} msgs {b['messages']} bytes {b['bytes']} "
                                   f"segs {b['segments']}" for b in r["backlogs"]))
+        # A wiped nsqd is a new, empty node: its producer's publish can create the topic there
+        # before the harness created the channels again (NSQ's nsqd.go GetTopic does the
+        # same), and a consumer that subscribes in that moment gets what the topic held: NSQ's
+        # channel semantics, not a loss. Only channel t's gaps of messages g delivered,
+        # published by that node's producer within WIPE_GAP bodies of its restart, are that.
+        gap = {b for b in missing["t"] - missing["g"] if self._in_wipe_window(b)}
+        if gap:
+            print(f"channel t lacks {len(gap)} acknowledged messages that g delivered, published "
+                  f"on a wiped node just after its restart ({sorted(gap)[:3]}...)")
+            missing["t"] -= gap
         lost = {ch: sorted(m)[:10] for ch, m in missing.items() if m}
-        if lost and not missing["g"] and self.faults["wipe"]:
-            # A wiped nsqd is a new, empty node: a producer's publish can create the topic
-            # there before any nsqlookupd answered it (no channel to pre-create: NSQ's
-            # nsqd.go GetTopic logs the same "no available nsqlookupd" and does the same),
-            # and the channel whose consumer subscribes first gets what the topic held.
-            # Every such message is delivered on g (its consumer is the first to subscribe
-            # everywhere); what t never had is NSQ's channel semantics, not a loss.
-            print(f"channel t lacks {len(missing['t'])} acknowledged messages that g delivered: "
-                  f"published on a wiped node before channel t existed there ({lost['t'][:3]}...)")
-            lost = {}
         if lost:
             print(f"LOST acknowledged messages: {lost}")
             return 1
         print("OK: every acknowledged message was delivered at least once on both channels")
         return 0
+
+    def _in_wipe_window(self, body):
+        for prefix, first in self.wipe_windows:
+            if body.startswith(prefix):
+                try:
+                    k = int(body[len(prefix):])
+                except ValueError:
+                    continue
+                if first <= k < first + WIPE_GAP:
+                    return True
+        return False
 
     def _drained(self):
         """The backlogs of every live origin's current epoch are empty. (Backlogs of an epoch

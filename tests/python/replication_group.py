@@ -86,6 +86,15 @@ class Producer:
                     failed += bodies
         return acked, failed, lat
 
+    def next_index(self):
+        """The index of the next body this producer publishes (after every ACK and FAIL)."""
+        last = 0
+        for line in self._lines():
+            parts = line.split(" ", 3)
+            if parts[0] in ("ACK", "FAIL"):
+                last = max(last, int(parts[1]) + int(parts[2]))
+        return last
+
     def fail_reasons(self):
         return collections.Counter(
             line.split(" ", 3)[3][:80] for line in self._lines() if line.startswith("FAIL "))
@@ -224,12 +233,17 @@ class Group:
         """Sum of the replication `key` (publish_failures, takeovers, ...) over live nsqd."""
         return sum(self.repl(n)[key] for n in among if self.nsqd[n].proc.poll() is None)
 
-    def create_channels(self, *channels):
-        for n in NSQD_HOSTS:
-            self.h[n].curl(f"http://{self.h[n].ip}:4151/topic/create?topic={TOPIC}", "-X", "POST")
+    def create_channels(self, *channels, nodes=NSQD_HOSTS):
+        """The topic and `channels` on each of `nodes`. The topic is paused meanwhile, so
+        that messages a producer published before the channels existed (a node back with an
+        empty data dir) go to every channel, not only to the first one created."""
+        for n in nodes:
+            url = f"http://{self.h[n].ip}:4151"
+            self.h[n].curl(f"{url}/topic/create?topic={TOPIC}", "-X", "POST")
+            self.h[n].curl(f"{url}/topic/pause?topic={TOPIC}", "-X", "POST")
             for ch in channels:
-                self.h[n].curl(f"http://{self.h[n].ip}:4151/channel/create?topic={TOPIC}&channel={ch}",
-                               "-X", "POST")
+                self.h[n].curl(f"{url}/channel/create?topic={TOPIC}&channel={ch}", "-X", "POST")
+            self.h[n].curl(f"{url}/topic/unpause?topic={TOPIC}", "-X", "POST")
 
     # -- clients -------------------------------------------------------------------------
     def producer(self, n, prefix, **kw):
@@ -250,8 +264,10 @@ class Group:
 
     def nsq_tail(self, channel):
         """Our nsq_tail on a durable channel (the default one is #ephemeral, not replicated)."""
+        tail = tool_binary("nsq_tail")
+        assert tail is not None, "nsq_tail must be built next to the nsqd binary"
         return self._start_trimmed(f"nsq_tail-{channel}", [
-            tool_binary("nsq_tail"), f"--topic={TOPIC}", f"--channel={channel}",
+            tail, f"--topic={TOPIC}", f"--channel={channel}",
             *(f"--lookupd-http-address={lh.ip}:4161" for lh in self.lookupds),
         ])
 
