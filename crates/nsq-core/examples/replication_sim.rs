@@ -62,7 +62,6 @@ fn main() {
         }
         total.two_taker_window = total.two_taker_window.max(r.two_taker_window);
         total.dropped_takeovers += r.dropped_takeovers;
-        total.takeovers_dropped += r.takeovers_dropped;
         if r.partition_lag_lookupds > total.partition_lag_lookupds {
             total.partition_lag_lookupds = r.partition_lag_lookupds;
             lag_seed = seed;
@@ -115,10 +114,6 @@ fn main() {
     println!(
         "partitions with nsqlookupds: a taker re-delivered what its origin settled at most {:?} after the copy's last frame (seed {lag_seed})",
         total.partition_lag_lookupds
-    );
-    println!(
-        "takeovers dropped (stopped without `taken over`): {}",
-        total.takeovers_dropped
     );
     if failed.is_empty() {
         println!("no failure");

@@ -35,6 +35,10 @@ const FAKE_NODE: u64 = 0x7a6b_0000_0000_0001;
 /// How the fake answers a HELLO.
 enum Answer {
     Welcome,
+    /// WELCOME, then a STATUS saying the fake takes this origin's `epoch` over.
+    WelcomeThenClaim {
+        epoch: u64,
+    },
     TakenOver {
         epoch: u64,
         delay: Duration,
@@ -153,6 +157,7 @@ async fn serve(
     let Some(Frame::Hello(h)) = read(&mut s, &mut buf).await else {
         panic!("HELLO expected first");
     };
+    let origin = h.node_id;
     let _ = hellos.send(h);
     // The membership handshake of a group without a secret: empty proofs both ways.
     let mut out = BytesMut::new();
@@ -173,17 +178,29 @@ async fn serve(
     }
     let answer = plan.lock().pop_front().unwrap_or(Answer::Welcome);
     let mut out = BytesMut::new();
+    let welcome = Frame::Welcome(Welcome {
+        version: LINK_VERSION,
+        node_id: FAKE_NODE,
+        answer: WelcomeAnswer::Catchup,
+        last_seq: 0,
+        max_frame: MIN_MAX_FRAME,
+    });
     match answer {
-        Answer::Welcome => replication::encode(
-            &Frame::Welcome(Welcome {
-                version: LINK_VERSION,
-                node_id: FAKE_NODE,
-                answer: WelcomeAnswer::Catchup,
+        Answer::Welcome => replication::encode(&welcome, &mut out),
+        Answer::WelcomeThenClaim { epoch } => {
+            replication::encode(&welcome, &mut out);
+            let claim = replication::StatusEntry {
+                origin,
+                epoch,
+                state: replication::BacklogState::TakingOver,
                 last_seq: 0,
-                max_frame: MIN_MAX_FRAME,
-            }),
-            &mut out,
-        ),
+                messages: 0,
+                bytes: 0,
+                complete: true,
+                echo: 0,
+            };
+            replication::encode(&Frame::Status(vec![claim]), &mut out);
+        }
         Answer::TakenOver {
             epoch,
             delay,
@@ -527,5 +544,53 @@ async fn a_publish_waiting_when_its_epoch_is_taken_over_fails_at_once() {
         cut.elapsed()
     );
     assert_eq!(repl.epoch(), e + 1);
+    a.shutdown().await;
+}
+
+/// A member's STATUS says it takes A's current epoch over while A is linked to it (a cut that
+/// healed, say): A moves on to the next epoch at once (persisted, every link starts again),
+/// delivers nothing of what it holds until the manifest of the epoch it left is applied, and
+/// then only what the manifest does not list. (Before, A stayed in the claimed epoch; a taker
+/// that welcomed it back into that epoch stopped its takeover and both delivered the copy.)
+#[tokio::test]
+async fn an_origin_leaves_an_epoch_a_member_claims_until_the_manifest_comes() {
+    let mut fake = Fake::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = start_a(dir.path(), &fake).await;
+    let e1 = fake.hello().await.epoch;
+    create_channel(&a, "t", "c").await;
+    publish(&a, 6).await;
+    let mut id = Vec::new();
+    for i in 0..6 {
+        id.push(fake.id(&format!("m{i}")).await);
+    }
+    fake.then(Answer::WelcomeThenClaim { epoch: e1 });
+    fake.then(Answer::TakenOver {
+        epoch: e1,
+        delay: Duration::from_millis(1500),
+        entries: vec![("t".into(), "c".into(), vec![id[1], id[3]])],
+    });
+    fake.cut_links();
+    assert_eq!(
+        fake.hello().await.epoch,
+        e1,
+        "the session that hears the claim"
+    );
+    let next = fake.hello().await;
+    assert_eq!(next.epoch, e1 + 1, "A left the claimed epoch");
+    assert!(!next.previous_unclean);
+    eventually(async || dat(dir.path())["epoch"] == e1 + 1).await;
+    let repl = a.nsqd.replication.as_ref().unwrap();
+    assert_eq!(repl.epoch(), e1 + 1);
+    let mut sub = subscribe(&a, "c").await;
+    nothing_for(&mut sub, Duration::from_millis(1000)).await;
+    assert_eq!(fake.applied().await, e1);
+    assert_eq!(receive(&mut sub, 4).await, ["m0", "m2", "m4", "m5"]);
+    nothing_for(&mut sub, Duration::from_millis(300)).await;
+    assert_eq!(
+        repl.epoch(),
+        e1 + 1,
+        "the manifest of e1 moves nothing further"
+    );
     a.shutdown().await;
 }

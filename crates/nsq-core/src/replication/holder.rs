@@ -225,6 +225,16 @@ impl Member {
             // origin on to its next epoch.
             return;
         }
+        if self
+            .backlogs
+            .get(&(origin, epoch))
+            .is_some_and(|b| b.state == BacklogState::TakingOver)
+        {
+            // Taken over here: welcomed back into it, the origin would deliver what this node
+            // puts. Its STATUS (sent at link up) moves it on to its next epoch, which is
+            // welcomed (below) while the takeover runs.
+            return;
+        }
         let me = self.cfg.me;
         let older: Vec<u64> = self
             .backlogs
@@ -237,9 +247,14 @@ impl Member {
                 // left the origin's next epoch unwelcomed while that taker needed it).
                 continue;
             }
+            // About to be taken over here: TAKEN_OVER answers first. One already being taken
+            // over here does not wait: its adoptions may need this origin's acknowledgements
+            // (two members taking over each other's epochs waited for each other), and
+            // TAKEN_OVER follows on this session once it is done ([`Member::tell_taken`]).
             let b = &self.backlogs[&(origin, e)];
-            if b.state == BacklogState::TakingOver
-                || (b.dropped_to.is_none() && self.candidates(origin, e).first() == Some(&me))
+            if b.state != BacklogState::TakingOver
+                && b.dropped_to.is_none()
+                && self.candidates(origin, e).first() == Some(&me)
             {
                 return;
             }
@@ -269,6 +284,37 @@ impl Member {
                 echo: stamp,
             },
         });
+    }
+
+    /// Sends TAKEN_OVER and the manifest of the oldest epoch of `origin` taken over here and
+    /// not applied yet on its session of a later epoch (welcomed while the takeover ran),
+    /// one at a time.
+    pub(super) fn tell_taken(&mut self, origin: u64) {
+        let Some(welcomed) = self
+            .in_links
+            .get(&origin)
+            .filter(|l| l.awaiting.is_none() && l.hello.is_none())
+            .and_then(|l| l.epoch)
+        else {
+            return;
+        };
+        let Some((epoch, last_seq)) = self
+            .manifests
+            .iter()
+            .find(|(&(o, e), m)| o == origin && e < welcomed && m.2.is_none())
+            .map(|(&(_, e), m)| (e, m.0))
+        else {
+            return;
+        };
+        if let Some(l) = self.in_links.get_mut(&origin) {
+            l.awaiting = Some(epoch);
+        }
+        self.out.push(Command::Send {
+            to: origin,
+            link: Link::In,
+            msg: Msg::TakenOver { epoch, last_seq },
+        });
+        self.out.push(Command::SendManifest { origin, epoch });
     }
 
     pub(super) fn ping(&mut self, origin: u64, stamp: Duration) {
@@ -317,6 +363,7 @@ impl Member {
             }
         }
         self.answer_hello(origin);
+        self.tell_taken(origin);
     }
 
     pub(super) fn dropped(&mut self, origin: u64, epoch: u64, taker: u64) {
@@ -386,6 +433,7 @@ impl Member {
             self.drop_backlog(key);
             self.manifests.insert(key, (last_seq, complete, None));
             self.answer_hello(origin);
+            self.tell_taken(origin);
         } else {
             // Still this member's takeover (what it put stays put): it goes on announcing
             // `taking over` and tries again, so the others hand off to it.

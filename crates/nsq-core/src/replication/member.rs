@@ -44,8 +44,14 @@ pub struct Member {
     heard_member: Duration,
     heard_lookupd: Duration,
     fenced: bool,
-    /// A TAKEN_OVER of the current epoch arrived; fenced until its manifest is applied.
-    taken_fence: bool,
+    /// TAKEN_OVERs received whose manifests are not applied yet: (epoch, taker). Fenced while
+    /// one of a live taker is here (the taker delivers those messages).
+    taken: BTreeSet<(u64, u64)>,
+    /// Epochs this node left because a live member claimed them (`taking over`, `taken
+    /// over`), with when, until a manifest of each is applied: fenced while a live member
+    /// still claims one, and for the link timeout after leaving it (its sessions start
+    /// again; see [`Member::leave_claimed_epoch`]).
+    left: BTreeMap<u64, Duration>,
     /// The manifests this node applied: (its epoch, the taker). Applied once: a message
     /// listed may have come back since (adopted in a takeover of a later epoch).
     applied: BTreeSet<(u64, u64)>,
@@ -82,7 +88,8 @@ impl Member {
             heard_member: now,
             heard_lookupd: now,
             fenced: false,
-            taken_fence: false,
+            taken: BTreeSet::new(),
+            left: BTreeMap::new(),
             applied: start.applied.into_iter().collect(),
             next_ping: now,
             backlogs: BTreeMap::new(),
@@ -292,7 +299,10 @@ impl Member {
 
     fn received(&mut self, from: u64, link: Link, msg: Msg) {
         match msg {
-            Msg::Status(entries) => self.status(from, entries),
+            Msg::Status(entries) => {
+                self.status(from, entries);
+                self.leave_claimed_epoch();
+            }
             // origin → replica
             Msg::Hello {
                 epoch,
@@ -325,9 +335,7 @@ impl Member {
                     });
                     return;
                 }
-                if epoch >= self.epoch {
-                    self.taken_fence = true;
-                }
+                self.taken.insert((epoch, from));
                 self.out.push(Command::ApplyManifest {
                     taker: from,
                     epoch,
@@ -391,29 +399,54 @@ impl Member {
         if self.previous_unclean.is_some_and(|p| epoch >= p) {
             self.previous_unclean = None;
         }
-        self.taken_fence = false;
-        let next = self.epoch.max(epoch + 1);
-        if next != self.epoch {
-            self.epoch = next;
-            self.out.push(Command::NewEpoch { epoch: next });
-            // Every session restarts with the new epoch (a catch-up).
-            let peers: Vec<u64> = self
-                .links
-                .iter()
-                .filter(|(_, l)| *l == Link::Out)
-                .map(|(p, _)| *p)
-                .collect();
-            for peer in peers {
-                self.link_down(peer, Link::Out);
-                self.out.push(Command::Close {
-                    peer,
-                    link: Link::Out,
-                });
-            }
-            // Publishes of the old epoch still waiting fail (their copies went with it).
-            while let Some((seq, _)) = self.waiting.pop_front() {
-                self.out.push(Command::FailPublish { seq });
-            }
+        self.taken.remove(&(epoch, taker));
+        self.left.remove(&epoch);
+        if epoch >= self.epoch {
+            self.move_to(epoch + 1);
+        }
+    }
+
+    /// This node's epoch becomes `next`: persisted by the driver, every session starts again
+    /// in it (with a catch-up), and the publishes still waiting fail (the copies they waited
+    /// for belong to the epoch that ended).
+    fn move_to(&mut self, next: u64) {
+        self.epoch = next;
+        self.out.push(Command::NewEpoch { epoch: next });
+        let peers: Vec<u64> = self
+            .links
+            .iter()
+            .filter(|(_, l)| *l == Link::Out)
+            .map(|(p, _)| *p)
+            .collect();
+        for peer in peers {
+            self.link_down(peer, Link::Out);
+            self.out.push(Command::Close {
+                peer,
+                link: Link::Out,
+            });
+        }
+        while let Some((seq, _)) = self.waiting.pop_front() {
+            self.out.push(Command::FailPublish { seq });
+        }
+    }
+
+    /// A live member's STATUS says it takes (or took) this node's current epoch over: this
+    /// node moves on to the next epoch at once, so that its sessions are welcomed again while
+    /// the taker finishes (a taker never welcomes its origin back into the epoch it takes
+    /// over: both would deliver the copy), and stays fenced until the manifest is applied.
+    fn leave_claimed_epoch(&mut self) {
+        let me = self.cfg.me;
+        let claimed = self.gossip.iter().any(|(&m, g)| {
+            self.alive(m)
+                && g.entries.iter().any(|e| {
+                    e.origin == me
+                        && e.epoch == self.epoch
+                        && matches!(e.state, BacklogState::TakingOver | BacklogState::TakenOver)
+                })
+        });
+        if claimed {
+            self.left.insert(self.epoch, self.now);
+            self.move_to(self.epoch + 1);
         }
     }
 
@@ -422,19 +455,39 @@ impl Member {
         self.heard_member = self.heard_member.max(stamp);
     }
 
-    /// A live member's STATUS says this node's current epoch is gone or taken over.
+    /// Whether a live member claims messages this node still delivers: its STATUS says this
+    /// node's current epoch is gone, taken or being taken over; or that it is taking over an
+    /// earlier epoch whose manifest from it is not applied here (this node still holds those
+    /// messages), or took over one this node left for it ([`Member::leave_claimed_epoch`]);
+    /// or it sent TAKEN_OVER whose manifest is not applied yet.
     fn threatened(&self) -> bool {
-        self.gossip.iter().any(|(&m, g)| {
-            self.alive(m)
-                && g.entries.iter().any(|e| {
-                    e.origin == self.cfg.me
-                        && e.epoch == self.epoch
-                        && matches!(
-                            e.state,
-                            BacklogState::Gone | BacklogState::TakingOver | BacklogState::TakenOver
-                        )
-                })
-        })
+        let me = self.cfg.me;
+        let claims = |m: u64, e: &super::StatusEntry| {
+            e.origin == me
+                && match e.state {
+                    BacklogState::Gone => e.epoch == self.epoch,
+                    BacklogState::TakingOver => {
+                        e.epoch == self.epoch
+                            || (e.epoch < self.epoch && !self.applied.contains(&(e.epoch, m)))
+                    }
+                    BacklogState::TakenOver => {
+                        e.epoch == self.epoch
+                            || (self.left.contains_key(&e.epoch)
+                                && !self.applied.contains(&(e.epoch, m)))
+                    }
+                    _ => false,
+                }
+        };
+        let now = self.now;
+        self.taken.iter().any(|&(_, m)| self.alive(m))
+            || self
+                .left
+                .values()
+                .any(|&at| now.saturating_sub(at) < super::holder::LINK_TIMEOUT)
+            || self
+                .gossip
+                .iter()
+                .any(|(&m, g)| self.alive(m) && g.entries.iter().any(|e| claims(m, e)))
     }
 
     fn check_fence(&mut self) {
@@ -445,12 +498,11 @@ impl Member {
         let heard = self.heard_member.max(self.heard_lookupd);
         let threatened = self.threatened();
         if !self.fenced {
-            if self.now.saturating_sub(heard) >= f || threatened || self.taken_fence {
+            if self.now.saturating_sub(heard) >= f || threatened {
                 self.fenced = true;
                 self.out.push(Command::Fence);
             }
-        } else if !threatened && !self.taken_fence && self.now.saturating_sub(self.heard_member) < f
-        {
+        } else if !threatened && self.now.saturating_sub(self.heard_member) < f {
             self.fenced = false;
             self.out.push(Command::Unfence);
         }

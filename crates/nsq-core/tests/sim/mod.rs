@@ -124,9 +124,6 @@ pub struct Report {
     pub dropped_takeovers: u64,
     /// The longest lag of a `PartitionUnstreamed` duplicate in a run with nsqlookupds.
     pub partition_lag_lookupds: Duration,
-    /// Takeovers that stopped without `taken over` (the taker welcomed its origin back into
-    /// the epoch it was taking over): the open core defect, counted, not yet asserted 0.
-    pub takeovers_dropped: u64,
     /// Second takers that started while a session to the first was up (its claim not heard).
     pub linked_second_takers: u64,
     pub failures: Vec<String>,

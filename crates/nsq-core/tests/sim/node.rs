@@ -353,9 +353,9 @@ impl World {
                 })
                 .collect();
             for (o, e) in dropped {
-                self.report.takeovers_dropped += 1;
-                // Counted, not failed: the open core defect (see the report's field).
-                self.log_event(|| format!("n{i} dropped its takeover of ({o:x}, {e})"));
+                self.fail(format!(
+                    "n{i} dropped its takeover of ({o:x}, {e}) without `taken over`"
+                ));
             }
         }
         for c in cmds {

@@ -4,8 +4,9 @@
 //! [`TICK`]. Time is this node's monotonic clock ([`Replication::clock`]), the one PING
 //! stamps carry.
 //!
-//! As wired so far the core decides the origin's side: **fencing** and the **publish
-//! acknowledgement**. Its link sessions (`origin.rs`) report the sessions (up once the
+//! As wired so far the core decides the origin's side: **fencing**, the **publish
+//! acknowledgement**, and **leaving an epoch a member claims** (`NewEpoch`, persisted as
+//! Return persists an epoch; the sessions start again in the new one). Its link sessions (`origin.rs`) report the sessions (up once the
 //! replica proved its membership, down when they end), the WELCOME (with the log's position
 //! before it, whether the session resumes, and as its echo the local time HELLO was sent:
 //! the answer proves the replica heard it after that), each ACK, PONG, STATUS and
@@ -214,8 +215,25 @@ fn raise(w: &tokio::sync::watch::Sender<u64>, seq: u64) {
 }
 
 /// Carries out one command of the core (see the module docs for what is wired).
-fn execute(repl: &Replication, c: Command) {
+fn execute(repl: &Arc<Replication>, c: Command) {
     match c {
+        Command::NewEpoch { epoch } => {
+            // A live member claims this node's epoch (`taking over`, `taken over`): the core
+            // moved on to the next one, so that the sessions are welcomed again; persisted
+            // as Return persists it, and every session starts again in it. After a manifest
+            // applied by Return, the epoch is there already (nothing to do).
+            let r = repl.clone();
+            tokio::task::spawn_blocking(move || match r.advance_epoch(epoch - 1) {
+                Ok(true) => tracing::warn!(
+                    "REPLICATION: epoch {} is being taken over by a member: now epoch {epoch}, every link starts again",
+                    epoch - 1
+                ),
+                Ok(false) => {}
+                Err(e) => tracing::error!(
+                    "REPLICATION: failed to move to epoch {epoch} - {e}"
+                ),
+            });
+        }
         Command::Fence => {
             if let Some(e) = repl.engine() {
                 e.fence_delivery();
@@ -232,7 +250,8 @@ fn execute(repl: &Replication, c: Command) {
             }
             tracing::info!("REPLICATION: delivery of replicated messages unfenced");
         }
-        // Still decided and carried out by the rest of this module (see the module docs).
+        // Still decided and carried out by the rest of this module (see the module docs); a
+        // new epoch ends the Out sessions the core closes (`origin.rs` watches the epoch).
         Command::Send { .. }
         | Command::Refuse { .. }
         | Command::Close { .. }
@@ -248,7 +267,6 @@ fn execute(repl: &Replication, c: Command) {
         | Command::DropBacklog { .. }
         | Command::SendManifest { .. }
         | Command::ApplyManifest { .. }
-        | Command::DeleteManifest { .. }
-        | Command::NewEpoch { .. } => {}
+        | Command::DeleteManifest { .. } => {}
     }
 }

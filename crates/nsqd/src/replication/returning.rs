@@ -286,7 +286,7 @@ impl Replication {
 
     /// Moves this node past `taken` (the epoch a peer took over): to `taken + 1` unless it is
     /// there already; persisted before any new session uses it. Returns whether it moved.
-    fn advance_epoch(&self, taken: u64) -> Result<bool, String> {
+    pub(super) fn advance_epoch(&self, taken: u64) -> Result<bool, String> {
         let next = taken + 1;
         let _files = self.ret.files.lock();
         if self.epoch() >= next {
