@@ -313,6 +313,25 @@ fn full_disk_cycle_recovers_while_running_and_sigterm_loses_nothing() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
+    // 2b. Health follows the disk: `/ping` says OK again within seconds of the space
+    //     returning, before anything is written (a node behind a load balancer that checks
+    //     `/ping` gets no publishes, so it would never write, so it would never recover).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let ping = nsq_integration_tests::http_get(nsqd.http_addr, "/ping");
+        if ping.status == 200 {
+            assert_eq!(ping.text(), "OK");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/ping still {} {} 5 s after the space returned",
+            ping.status,
+            ping.text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
     // 3. Publishing works again (more than the memory queue holds, so the diskqueue is
     //    written), and /ping says so.
     let mut c = nsqd.connect();

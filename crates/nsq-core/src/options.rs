@@ -97,6 +97,18 @@ impl Health {
         }
     }
 
+    /// Clears the error if it is still `seen` (a write that failed since keeps its own);
+    /// `true` when it cleared it. For a check that found the disk writable again.
+    pub fn clear_if(&self, seen: &str) -> bool {
+        let mut g = self.last_error.lock();
+        if g.as_deref() == Some(seen) {
+            *g = None;
+            true
+        } else {
+            false
+        }
+    }
+
     /// `None` when healthy, else the last error text.
     pub fn error(&self) -> Option<String> {
         self.last_error.lock().clone()

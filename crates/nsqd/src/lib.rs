@@ -10,6 +10,7 @@ pub mod auth;
 pub mod client;
 mod commands;
 pub mod drain;
+pub mod health;
 pub mod http;
 pub mod lookup;
 pub mod metadata;

@@ -299,6 +299,9 @@ async fn run(
         }
     });
 
+    // Health follows the disk: re-checked while unhealthy (health.rs).
+    let health_task = tokio::spawn(crate::health::recheck(nsqd.clone()));
+
     let (http_router, https_router) = crate::http::routers(nsqd.clone());
     let http_stop = Arc::new(Notify::new());
     let http_task = http.map(|l| {
@@ -353,6 +356,7 @@ async fn run(
     // 3. Stop the scanner so nothing moves while queues flush; write metadata.
     scanner.stop().await;
     md_task.abort();
+    health_task.abort();
     // No UNREGISTERs at shutdown: lookupd drops our registrations when the connection closes.
     lookup_task.abort();
     if let Err(e) = nsqd.persist_metadata() {
