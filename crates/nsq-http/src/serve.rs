@@ -9,6 +9,9 @@
 //! * a request hyper cannot parse gets Go's exact bytes: `400 Bad Request` (or `431 Request
 //!   Header Fields Too Large`) as a plain-text body with `Connection: close`, not hyper's
 //!   empty body ([`GoErrors`]);
+//! * the status line's reason phrase is Go's where Go's differs from hyper's
+//!   ([`go_reason`]: `413 Request Entity Too Large`, `414 Request URI Too Long`, `416
+//!   Requested Range Not Satisfiable`; net/http/status.go);
 //! * `TCP_NODELAY` on every connection, as Go sets it;
 //! * the `ConnectInfo<SocketAddr>` extension on every request (nsqlookupd and nsqadmin log and
 //!   check the peer address).
@@ -114,10 +117,12 @@ where
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let conn = http1_builder().serve_connection(
-        TokioIo::new(GoErrors::new(io)),
-        TowerToHyperService::new(service),
-    );
+    let service = TowerToHyperService::new(service);
+    let service = hyper::service::service_fn(move |req| {
+        let answer = hyper::service::Service::call(&service, req);
+        async move { answer.await.map(go_reason) }
+    });
+    let conn = http1_builder().serve_connection(TokioIo::new(GoErrors::new(io)), service);
     tokio::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => {}
@@ -126,6 +131,20 @@ where
             let _ = conn.await;
         }
     }
+}
+
+/// Gives a response Go's reason phrase where Go's status text differs from hyper's
+/// (net/http/status.go `statusText`; hyper writes `http::StatusCode::canonical_reason`).
+pub fn go_reason<B>(mut r: axum::http::Response<B>) -> axum::http::Response<B> {
+    let phrase: &'static [u8] = match r.status().as_u16() {
+        413 => b"Request Entity Too Large",
+        414 => b"Request URI Too Long",
+        416 => b"Requested Range Not Satisfiable",
+        _ => return r,
+    };
+    r.extensions_mut()
+        .insert(hyper::ext::ReasonPhrase::from_static(phrase));
+    r
 }
 
 /// Resolves once `rx` turns true (or its sender is gone).
@@ -262,10 +281,21 @@ mod served {
 
     /// `/ping` answers `OK`, `/peer` the peer address it was given.
     async fn server() -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
-        let router = Router::new().route("/ping", get(|| async { "OK" })).route(
-            "/peer",
-            get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.to_string() }),
-        );
+        let router = Router::new()
+            .route("/ping", get(|| async { "OK" }))
+            .route(
+                "/peer",
+                get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.to_string() }),
+            )
+            .route(
+                "/big",
+                get(|| async {
+                    (
+                        axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                        r#"{"message":"MSG_TOO_BIG"}"#,
+                    )
+                }),
+            );
         let l = crate::listen::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -301,6 +331,22 @@ mod served {
     const GO_431: &str = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: \
                           text/plain; charset=utf-8\r\nConnection: close\r\n\r\n431 Request \
                           Header Fields Too Large";
+
+    /// A 413 says Go's `Request Entity Too Large`, not hyper's `Payload Too Large`.
+    #[tokio::test]
+    async fn a_413_has_gos_reason_phrase() {
+        let (addr, _stop) = server().await;
+        let r = exchange(
+            addr,
+            b"GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(
+            r.starts_with("HTTP/1.1 413 Request Entity Too Large\r\n"),
+            "{r}"
+        );
+        assert!(r.ends_with("{\"message\":\"MSG_TOO_BIG\"}"), "{r}");
+    }
 
     /// Requests hyper cannot parse get Go's exact `400` bytes, then the connection closes.
     #[tokio::test]
