@@ -256,7 +256,7 @@ fn go_nsq_logs_connecting_and_stopping() {
         go_log_msgs(&out.stderr),
         [
             format!("INF    1 ({addr}) connecting to nsqd"),
-            "INF    1 stopping".to_string(),
+            format!("INF    1 ({addr}) stopping"),
             format!("INF    1 ({addr}) beginning close"),
             format!("INF    1 ({addr}) readLoop exiting"),
             format!("INF    1 ({addr}) breaking out of writeLoop"),

@@ -150,7 +150,8 @@ impl Producer {
         // go-nsq producer.go, Stop: `stopping`, then closing a live connection (conn.go's
         // lines) ends the router.
         let golog = &self.inner.golog;
-        golog.log(LogLevel::Info, || "stopping".into());
+        // producer.go, Stop: `w.log(LogLevelInfo, "(%s) stopping", w.addr)` (go-nsq v1.1).
+        golog.conn(LogLevel::Info, &self.inner.addr, "stopping");
         if live.is_some_and(|l| !l.tx.is_closed() && !l.dead.load(Ordering::Acquire)) {
             golog.conn_closed(&self.inner.addr, false);
             // producer.go, router: `w.log(LogLevelInfo, "(%s) exiting router", w.conn.String())`.
