@@ -52,6 +52,10 @@ pub struct Member {
     /// still claims one, and for the link timeout after leaving it (its sessions start
     /// again; see [`Member::leave_claimed_epoch`]).
     left: BTreeMap<u64, Duration>,
+    /// The last time a live member claimed the current epoch (`gone`, `taking over`, `taken
+    /// over`): the fence holds for the link timeout after the claimant's session ends (it
+    /// may still deliver what it takes; the origin's next session usually hears of it again).
+    claimed: Option<(u64, Duration)>,
     /// The manifests this node applied: (its epoch, the taker). Applied once: a message
     /// listed may have come back since (adopted in a takeover of a later epoch).
     applied: BTreeSet<(u64, u64)>,
@@ -90,6 +94,7 @@ impl Member {
             fenced: false,
             taken: BTreeSet::new(),
             left: BTreeMap::new(),
+            claimed: None,
             applied: start.applied.into_iter().collect(),
             next_ping: now,
             backlogs: BTreeMap::new(),
@@ -435,6 +440,9 @@ impl Member {
     /// the taker finishes (a taker never welcomes its origin back into the epoch it takes
     /// over: both would deliver the copy), and stays fenced until the manifest is applied.
     fn leave_claimed_epoch(&mut self) {
+        if !self.cfg.leave_claimed_epoch {
+            return;
+        }
         let me = self.cfg.me;
         let claimed = self.gossip.iter().any(|(&m, g)| {
             self.alive(m)
@@ -453,6 +461,23 @@ impl Member {
     /// A member proved it heard this node at `stamp` (this node's clock).
     pub(super) fn note_member_proof(&mut self, stamp: Duration) {
         self.heard_member = self.heard_member.max(stamp);
+    }
+
+    /// Whether a live member's STATUS says this node's current epoch is gone, taken or being
+    /// taken over.
+    fn claims_current(&self) -> bool {
+        let me = self.cfg.me;
+        self.gossip.iter().any(|(&m, g)| {
+            self.alive(m)
+                && g.entries.iter().any(|e| {
+                    e.origin == me
+                        && e.epoch == self.epoch
+                        && matches!(
+                            e.state,
+                            BacklogState::Gone | BacklogState::TakingOver | BacklogState::TakenOver
+                        )
+                })
+        })
     }
 
     /// Whether a live member claims messages this node still delivers: its STATUS says this
@@ -496,7 +521,13 @@ impl Member {
         }
         let f = self.cfg.fence_after;
         let heard = self.heard_member.max(self.heard_lookupd);
-        let threatened = self.threatened();
+        if self.claims_current() {
+            self.claimed = Some((self.epoch, self.now));
+        }
+        let recently = self.claimed.is_some_and(|(e, at)| {
+            e == self.epoch && self.now.saturating_sub(at) < super::holder::LINK_TIMEOUT
+        });
+        let threatened = recently || self.threatened();
         if !self.fenced {
             if self.now.saturating_sub(heard) >= f || threatened {
                 self.fenced = true;

@@ -303,6 +303,13 @@ pub struct Config {
     pub handoff_retry: Duration,
     /// A taken-over epoch is still announced this long after its manifest was applied.
     pub retired_for: Duration,
+    /// The origin leaves an epoch a live member claims (`taking over`, `taken over`) at once
+    /// (`NewEpoch`), so that its sessions are welcomed again while the takeover runs (this
+    /// core's holders never welcome an origin back into an epoch they take over). Off for a
+    /// driver whose own holders answer a HELLO of a claimed epoch with TAKEN_OVER once the
+    /// takeover put its messages (nsqd until its holder side is this core's): the origin then
+    /// stays in the epoch, fenced, until the manifest moves it on.
+    pub leave_claimed_epoch: bool,
 }
 
 impl Config {
@@ -319,6 +326,7 @@ impl Config {
             status_every: Duration::from_secs(1),
             handoff_retry: t,
             retired_for: Duration::from_secs(600),
+            leave_claimed_epoch: true,
         }
     }
 }

@@ -486,3 +486,66 @@ fn a_taker_welcomes_its_origin_only_into_a_later_epoch_and_tells_it_when_done() 
         epoch: 1
     }));
 }
+
+#[test]
+fn a_claim_keeps_the_origin_fenced_for_the_link_timeout_after_the_claimants_session_ends() {
+    // 2 says it takes 1's epoch over, then its session ends: 1 does not deliver for the link
+    // timeout, as 2 may be delivering what it took (1's next session usually hears of the
+    // takeover again, or gets its manifest). As nsqd runs it: the origin stays in the epoch.
+    let mut cfg = Config::new(1, 2, (1..=3).map(addr).collect(), T);
+    cfg.leave_claimed_epoch = false;
+    let mut o = Member::new(
+        cfg,
+        Start {
+            epoch: 1,
+            ..Start::default()
+        },
+    );
+    up(&mut o, s(0), 2, Link::Out);
+    recv(
+        &mut o,
+        s(0),
+        2,
+        Link::Out,
+        Msg::Welcome {
+            epoch: 1,
+            resume: None,
+            echo: s(0),
+        },
+    );
+    let c = recv(
+        &mut o,
+        s(1),
+        2,
+        Link::Out,
+        status(1, 1, BacklogState::TakingOver),
+    );
+    assert!(c.contains(&Command::Fence));
+    o.handle(
+        s(1),
+        Event::LinkDown {
+            peer: 2,
+            link: Link::Out,
+        },
+    );
+    up(&mut o, s(1), 2, Link::Out);
+    recv(
+        &mut o,
+        s(1),
+        2,
+        Link::Out,
+        Msg::Welcome {
+            epoch: 1,
+            resume: None,
+            echo: s(1),
+        },
+    );
+    // Its new STATUS lists nothing of 1 (say its takeover failed): the grace still holds.
+    recv(&mut o, s(1), 2, Link::Out, Msg::Status(vec![]));
+    for ms in (1000..6000).step_by(100) {
+        let c = o.handle(Duration::from_millis(ms), Event::Tick);
+        assert!(!c.contains(&Command::Unfence), "at {ms} ms");
+    }
+    let c = recv(&mut o, s(6), 2, Link::Out, Msg::Pong { stamp: s(6) });
+    assert!(c.contains(&Command::Unfence), "{c:?}");
+}

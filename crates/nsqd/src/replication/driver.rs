@@ -4,9 +4,9 @@
 //! [`TICK`]. Time is this node's monotonic clock ([`Replication::clock`]), the one PING
 //! stamps carry.
 //!
-//! As wired so far the core decides the origin's side: **fencing**, the **publish
-//! acknowledgement**, and **leaving an epoch a member claims** (`NewEpoch`, persisted as
-//! Return persists an epoch; the sessions start again in the new one). Its link sessions (`origin.rs`) report the sessions (up once the
+//! As wired so far the core decides the origin's side: **fencing** and the **publish
+//! acknowledgement**; its `NewEpoch` is persisted as Return persists an epoch (its move out
+//! of a claimed epoch is off here, see [`Replication::start_driver`]). Its link sessions (`origin.rs`) report the sessions (up once the
 //! replica proved its membership, down when they end), the WELCOME (with the log's position
 //! before it, whether the session resumes, and as its echo the local time HELLO was sent:
 //! the answer proves the replica heard it after that), each ACK, PONG, STATUS and
@@ -114,6 +114,11 @@ impl Replication {
             s.takeover_timeout,
         );
         cfg.ack_timeout = s.ack_timeout;
+        // nsqd's holders (replica.rs, takeover.rs) answer a HELLO of an epoch they take over
+        // with TAKEN_OVER once the takeover put its messages, and a takeover that fails
+        // leaves the epoch to its origin's next session: the origin stays in a claimed epoch
+        // (fenced) until the manifest moves it on.
+        cfg.leave_claimed_epoch = false;
         cfg.status_every = self.ping_every();
         let start = Start {
             now: self.clock(),
@@ -218,14 +223,13 @@ fn raise(w: &tokio::sync::watch::Sender<u64>, seq: u64) {
 fn execute(repl: &Arc<Replication>, c: Command) {
     match c {
         Command::NewEpoch { epoch } => {
-            // A live member claims this node's epoch (`taking over`, `taken over`): the core
-            // moved on to the next one, so that the sessions are welcomed again; persisted
-            // as Return persists it, and every session starts again in it. After a manifest
-            // applied by Return, the epoch is there already (nothing to do).
+            // The core moved on to `epoch`: persisted as Return persists it, and every session
+            // starts again in it. After a manifest applied by Return (the only move while
+            // `leave_claimed_epoch` is off) the epoch is there already: nothing to do.
             let r = repl.clone();
             tokio::task::spawn_blocking(move || match r.advance_epoch(epoch - 1) {
                 Ok(true) => tracing::warn!(
-                    "REPLICATION: epoch {} is being taken over by a member: now epoch {epoch}, every link starts again",
+                    "REPLICATION: epoch {} claimed by a member: now epoch {epoch}, every link starts again",
                     epoch - 1
                 ),
                 Ok(false) => {}
