@@ -9,6 +9,9 @@
 //! * a request hyper cannot parse gets Go's exact bytes: `400 Bad Request` (or `431 Request
 //!   Header Fields Too Large`) as a plain-text body with `Connection: close`, not hyper's
 //!   empty body ([`GoErrors`]);
+//! * an HTTP/1.1 request without `Host` (other than `CONNECT`) is refused with Go's `400 Bad
+//!   Request: missing required Host header` before any handler sees it (net/http/server.go,
+//!   `conn.readRequest`); HTTP/1.0 without `Host` is served, as by Go;
 //! * the status line's reason phrase is Go's where Go's differs from hyper's
 //!   ([`go_reason`]: `413 Request Entity Too Large`, `414 Request URI Too Long`, `416
 //!   Requested Range Not Satisfiable`; net/http/status.go);
@@ -16,10 +19,11 @@
 //! * the `ConnectInfo<SocketAddr>` extension on every request (nsqlookupd and nsqadmin log and
 //!   check the peer address).
 //!
-//! Where it still differs: a request target longer than 65,534 bytes gets hyper's `414 URI
-//! Too Long` (Go reads it if the head fits in 1 MiB); an HTTP/1.1 request without `Host` is
-//! served (Go answers `400 Bad Request: missing required Host header`; HTTP/1.0 without `Host`
-//! is served by both).
+//! Where it still differs: a request target longer than 65,534 bytes is refused with `414
+//! Request URI Too Long` in Go's error format (Go reads it if the head fits in 1 MiB). That
+//! limit cannot be raised: hyper checks a fixed `MAX_URI_LEN` (hyper/src/proto/h1/role.rs,
+//! `Server::parse`) and `http::Uri`, which every request carries, cannot hold more
+//! (http/src/uri/mod.rs, `MAX_LEN`).
 
 use std::future::Future;
 use std::io;
@@ -118,9 +122,14 @@ where
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let service = TowerToHyperService::new(service);
-    let service = hyper::service::service_fn(move |req| {
-        let answer = hyper::service::Service::call(&service, req);
-        async move { answer.await.map(go_reason) }
+    let service = hyper::service::service_fn(move |req: axum::http::Request<_>| {
+        let answer = (!missing_host(&req)).then(|| hyper::service::Service::call(&service, req));
+        async move {
+            match answer {
+                Some(answer) => answer.await.map(go_reason),
+                None => Ok(missing_host_response()),
+            }
+        }
     });
     let conn = http1_builder().serve_connection(TokioIo::new(GoErrors::new(io)), service);
     tokio::pin!(conn);
@@ -147,14 +156,45 @@ pub fn go_reason<B>(mut r: axum::http::Response<B>) -> axum::http::Response<B> {
     r
 }
 
+/// Whether Go refuses `req` for want of a `Host` header (net/http/server.go,
+/// `conn.readRequest`: `req.ProtoAtLeast(1, 1) && (!haveHost || len(hosts) == 0) &&
+/// !isH2Upgrade && req.Method != "CONNECT"`; HTTP/2 never reaches this server).
+fn missing_host<B>(req: &axum::http::Request<B>) -> bool {
+    req.version() == axum::http::Version::HTTP_11
+        && !req.headers().contains_key(axum::http::header::HOST)
+        && req.method() != axum::http::Method::CONNECT
+}
+
+/// The reason phrase Go's `badRequestError("missing required Host header")` puts in the
+/// status line (net/http/server.go, `conn.serve`: `"HTTP/1.1 %d %s: %s"`).
+const MISSING_HOST_REASON: &[u8] = b"Bad Request: missing required Host header";
+
+/// The response for [`missing_host`]: an empty `400` with Go's status line and `connection:
+/// close`, whose head [`GoErrors`] replaces by Go's bytes (hyper adds `content-length` and
+/// `date`, which Go's error answer does not have).
+fn missing_host_response() -> axum::response::Response {
+    let mut r = axum::response::Response::new(axum::body::Body::empty());
+    *r.status_mut() = axum::http::StatusCode::BAD_REQUEST;
+    r.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    r.extensions_mut()
+        .insert(hyper::ext::ReasonPhrase::from_static(MISSING_HOST_REASON));
+    r
+}
+
 /// Resolves once `rx` turns true (or its sender is gone).
 pub async fn stopping(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
 /// The response heads hyper writes by itself when it cannot parse a request
-/// (hyper/src/proto/h1/role.rs, `Server::on_error`), and Go's bytes for the same cases
-/// (net/http/server.go, `conn.serve`: the status text as a plain-text body, then close).
+/// (hyper/src/proto/h1/role.rs, `Server::on_error`) or that [`missing_host_response`] makes,
+/// and Go's bytes for the same cases (net/http/server.go, `conn.serve`: the status text, with
+/// a `statusError`'s text after a colon, as a plain-text body, then close). Go never answers
+/// `414` itself (it reads any request target that fits in the head); ours gets the shape of
+/// Go's other error answers and Go's status text (net/http/status.go).
 const GO_ERRORS: &[(&[u8], &[u8])] = &[
     (
         b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n",
@@ -166,11 +206,24 @@ const GO_ERRORS: &[(&[u8], &[u8])] = &[
         b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; \
           charset=utf-8\r\nConnection: close\r\n\r\n431 Request Header Fields Too Large",
     ),
+    (
+        b"HTTP/1.1 414 URI Too Long\r\nconnection: close\r\ncontent-length: 0\r\n",
+        b"HTTP/1.1 414 Request URI Too Long\r\nContent-Type: text/plain; charset=utf-8\r\n\
+          Connection: close\r\n\r\n414 Request URI Too Long",
+    ),
+    (
+        b"HTTP/1.1 400 Bad Request: missing required Host header\r\nconnection: close\r\n\
+          content-length: 0\r\n",
+        b"HTTP/1.1 400 Bad Request: missing required Host header\r\nContent-Type: text/plain; \
+          charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request: missing required Host \
+          header",
+    ),
 ];
 
 /// A connection's stream that replaces hyper's automatic parse-error responses (an empty
-/// `400`/`431` with `connection: close`) by Go's (see [`GO_ERRORS`]). The application's own
-/// `400` replies always have a body and a content type, so they never match.
+/// `400`/`414`/`431` with `connection: close`) and [`missing_host_response`] by Go's (see
+/// [`GO_ERRORS`]). The application's own `400` replies always have a body and a content type,
+/// so they never match.
 pub struct GoErrors<T> {
     inner: T,
     /// Go's bytes still to be written, and how many of them are.
@@ -261,6 +314,9 @@ mod tests {
         let hyper431 = b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\n\
                          content-length: 0\r\ndate: Tue, 01 Dec 2026 13:30:16 GMT\r\n\r\n";
         assert_eq!(go_error(hyper431), Some(GO_ERRORS[1].1));
+        let hyper414 = b"HTTP/1.1 414 URI Too Long\r\nconnection: close\r\ncontent-length: 0\r\n\
+                         date: Tue, 01 Dec 2026 13:30:16 GMT\r\n\r\n";
+        assert_eq!(go_error(hyper414), Some(GO_ERRORS[2].1));
         // The application's 400s have a content type and a body.
         let app = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json; charset=utf-8\r\n\
                     content-length: 29\r\n\r\n{\"message\":\"INVALID_REQUEST\"}";
@@ -395,19 +451,78 @@ mod served {
         assert!(ok(&resp), "{}", &resp[..resp.len().min(200)]);
     }
 
-    /// No `Host` is fine: HTTP/1.0 as in Go; HTTP/1.1 too (Go refuses it, see the module
-    /// comment). Every request knows its peer.
+    /// HTTP/1.0 without `Host` is served, as by Go. Every request knows its peer.
     #[tokio::test]
-    async fn no_host_and_connect_info() {
+    async fn http10_without_host_and_connect_info() {
         let (addr, _stop) = server().await;
         let resp = exchange(addr, b"GET /ping HTTP/1.0\r\n\r\n").await;
         assert!(resp.starts_with("HTTP/1.0 200 OK\r\n") && resp.ends_with("\r\n\r\nOK"));
-        let resp = exchange(addr, b"GET /ping HTTP/1.1\r\nConnection: close\r\n\r\n").await;
+        let resp = exchange(
+            addr,
+            b"GET /peer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(resp.contains("\r\n\r\n127.0.0.1:"), "{resp}");
+    }
+
+    /// An HTTP/1.1 request without `Host` gets Go's exact `400` bytes (net/http/server.go,
+    /// `conn.readRequest` and `conn.serve`) and the connection closes, also when it was
+    /// preceded by a good request on the same connection; an empty `Host` is a `Host`.
+    #[tokio::test]
+    async fn http11_without_host_gets_gos_400() {
+        const GO_NO_HOST: &str = "HTTP/1.1 400 Bad Request: missing required Host header\r\n\
+                                  Content-Type: text/plain; charset=utf-8\r\nConnection: \
+                                  close\r\n\r\n400 Bad Request: missing required Host header";
+        let (addr, _stop) = server().await;
+        for req in [
+            &b"GET /ping HTTP/1.1\r\n\r\n"[..],
+            b"GET /ping HTTP/1.1\r\nConnection: close\r\n\r\n",
+            b"POST /ping HTTP/1.1\r\nContent-Length: 2\r\n\r\nab",
+            b"GET /nowhere HTTP/1.1\r\nX-Host: x\r\n\r\n",
+        ] {
+            assert_eq!(
+                exchange(addr, req).await,
+                GO_NO_HOST,
+                "{}",
+                String::from_utf8_lossy(req)
+            );
+        }
+        // Kept alive after a good request, refused (and closed) at the next.
+        let resp = exchange(
+            addr,
+            b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\nGET /ping HTTP/1.1\r\n\r\n",
+        )
+        .await;
+        let first = resp.find("\r\n\r\nOK").expect(&resp) + 6;
+        assert!(ok(&resp[..first]), "{resp}");
+        assert_eq!(&resp[first..], GO_NO_HOST);
+        let resp = exchange(
+            addr,
+            b"GET /ping HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n",
+        )
+        .await;
         assert!(ok(&resp), "{resp}");
-        let resp = exchange(addr, b"GET /peer HTTP/1.1\r\nConnection: close\r\n\r\n").await;
-        assert!(
-            resp.ends_with("\r\n\r\n127.0.0.1:") || resp.contains("\r\n\r\n127.0.0.1:"),
-            "{resp}"
+    }
+
+    /// A request target over `http::Uri`'s 65,534 bytes cannot be served (see the module
+    /// comment); the refusal has Go's status text and error format. One that fits is served.
+    #[tokio::test]
+    async fn overlong_request_target_gets_a_go_shaped_414() {
+        let (addr, _stop) = server().await;
+        let req = |len: usize| {
+            let mut target = b"/ping?".to_vec();
+            target.resize(len, b'a');
+            let mut r = b"GET ".to_vec();
+            r.extend_from_slice(&target);
+            r.extend_from_slice(b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            r
+        };
+        let resp = exchange(addr, &req(65_534)).await;
+        assert!(ok(&resp), "{resp}");
+        assert_eq!(
+            exchange(addr, &req(100_000)).await,
+            "HTTP/1.1 414 Request URI Too Long\r\nContent-Type: text/plain; charset=utf-8\r\n\
+             Connection: close\r\n\r\n414 Request URI Too Long"
         );
     }
 }
