@@ -1,6 +1,13 @@
 //! JSON exactly as Go's `encoding/json` (go1.21) writes it: compact, struct field order kept,
 //! `<`, `>`, `&`, U+2028 and U+2029 escaped, `\b`/`\f` as `\u0008`/`\u000c`, and floats in
 //! the shortest round-trip form without a trailing `.0` (`1`, `0.99`, `1e-7`, `1e+21`).
+//!
+//! Reading: [`scan`] checks syntax as Go's scanner does, with its error texts, and reads the
+//! first value of a stream as `json.Decoder` does; [`fields`] decodes a request body into a
+//! struct of string fields as NSQ's handlers do, in bounded memory.
+
+pub mod fields;
+pub mod scan;
 
 use std::io;
 

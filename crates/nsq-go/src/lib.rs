@@ -5,7 +5,7 @@
 //! * [`duration`]: `time.ParseDuration` and `Duration.String()`.
 //! * [`strconv`]: `ParseBool`, `ParseInt`, `ParseFloat`, `%v` of floats.
 //! * [`quote`]: `%q` (`strconv.Quote`).
-//! * [`json`]: `encoding/json`'s exact bytes.
+//! * [`json`]: `encoding/json`'s exact bytes, and its decoder's syntax checking and error texts.
 //! * [`url`]: `net/url` query parsing, path cleaning/escaping (httprouter and `http.Redirect`).
 //! * [`lg`]: NSQ's log levels.
 //! * [`os`]: `os.Hostname` and `*PathError` texts (the only file-system reads here).
