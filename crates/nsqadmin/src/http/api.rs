@@ -3,10 +3,12 @@
 //! `"message":"WARNING: …"` field of a 200.
 
 use std::collections::BTreeMap;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::options::LogLevel;
+use axum::body::HttpBody as _;
 use axum::http::{Method, StatusCode};
 use nsq_protocol::names::{is_valid_channel_name, is_valid_topic_name};
 use serde::Serialize;
@@ -17,6 +19,8 @@ use crate::admin::Admin;
 use crate::cluster::Producer;
 use crate::notify::AdminAction;
 use crate::stats::{ClusterStats, Replication, TopicStats};
+use nsq_go::json::fields::{Field, StringFields};
+use nsq_go::json::scan::DecodeError;
 use nsq_go::url::{escape_path, Query};
 
 pub(super) async fn handle(
@@ -40,7 +44,7 @@ pub(super) async fn handle(
         Endpoint::DeleteTopic => delete(admin, &ctx, p(0), None).await,
         Endpoint::DeleteChannel => delete(admin, &ctx, p(0), Some(p(1))).await,
         Endpoint::TombstoneTopicProducer => tombstone(admin, &ctx, p(0)).await,
-        Endpoint::Config => config(admin, &ctx, p(0)),
+        Endpoint::Config => config(admin, &ctx, p(0)).await,
         Endpoint::HistoryTotal => history(admin, None, None),
         Endpoint::HistoryTopic => history(admin, Some(p(0)), None),
         Endpoint::HistoryChannel => history(admin, Some(p(0)), Some(p(1))),
@@ -390,113 +394,90 @@ fn notify(admin: &Admin, ctx: &Ctx, action: &str, topic: &str, channel: &str, no
     });
 }
 
-/// Go's `json.NewDecoder(body).Decode(&struct{ <fields> string })`: the first JSON value
-/// must be an object (or `null`) whose listed fields, matched case-insensitively, are strings.
-/// The error is Go's text for the common cases (`EOF`, `invalid character …`).
-fn decode_fields(body: &[u8], fields: &[&str]) -> Result<Vec<String>, JsonError> {
-    let mut it = serde_json::Deserializer::from_slice(body).into_iter::<Value>();
-    let v = match it.next() {
-        None => return Err(JsonError::Eof),
-        Some(Err(e)) => return Err(go_json_error(body, e)),
-        Some(Ok(v)) => v,
-    };
-    let mut out = vec![String::new(); fields.len()];
-    match v {
-        Value::Null => {}
-        Value::Object(map) => {
-            for (i, f) in fields.iter().enumerate() {
-                let found = map.get(*f).or_else(|| {
-                    map.iter()
-                        .find(|(k, _)| k.eq_ignore_ascii_case(f))
-                        .map(|(_, v)| v)
-                });
-                match found {
-                    None | Some(Value::Null) => {}
-                    Some(Value::String(s)) => out[i] = s.clone(),
-                    Some(other) => {
-                        return Err(JsonError::FieldType {
-                            kind: nsq_go::json::kind(other),
-                            field: f.to_string(),
-                        })
-                    }
+/// A request body struct of nsqadmin/http.go: its Go type as `reflect` writes it (for the
+/// type error of a body that is not an object) and its fields' JSON names.
+struct BodyStruct {
+    go_type: &'static str,
+    fields: &'static [&'static str],
+}
+
+/// `createTopicChannelHandler`'s body.
+const TOPIC_CHANNEL: BodyStruct = BodyStruct {
+    go_type: r#"struct { Topic string "json:\"topic\""; Channel string "json:\"channel\"" }"#,
+    fields: &["topic", "channel"],
+};
+
+/// `topicChannelAction`'s body.
+const ACTION: BodyStruct = BodyStruct {
+    go_type: r#"struct { Action string "json:\"action\"" }"#,
+    fields: &["action"],
+};
+
+/// `tombstoneNodeForTopicHandler`'s body.
+const TOPIC: BodyStruct = BodyStruct {
+    go_type: r#"struct { Topic string "json:\"topic\"" }"#,
+    fields: &["topic"],
+};
+
+/// The longest string field kept; a longer one is [`Field::TooLong`]. Every field here is a
+/// topic or channel name (64 bytes at most) or an action word, so a longer value is refused
+/// as Go refuses it.
+const MAX_FIELD: usize = 4096;
+
+/// Go's `json.NewDecoder(req.Body).Decode(&body)` into `st`: the body is read as it arrives,
+/// only up to the end of its first JSON value and without a size limit (Go's handlers set
+/// none), and a failure is Go's error text (`nsq_go::json::fields`).
+async fn decode_fields(ctx: &Ctx, st: &BodyStruct) -> Result<Vec<Field>, DecodeError> {
+    let mut body = ctx.take_body();
+    let mut d = StringFields::new(st.go_type, st.fields, MAX_FIELD);
+    while !d.is_done() {
+        match std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+            None => break,
+            // A body cut short (the client left, bad chunking): Go's body reader says
+            // `io.ErrUnexpectedEOF`, which the decoder passes on.
+            Some(Err(_)) => return Err(DecodeError::UnexpectedEof),
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    d.feed(&data);
                 }
             }
         }
-        other => return Err(JsonError::NotStruct(nsq_go::json::kind(&other))),
+    }
+    d.finish()
+}
+
+/// `io.ReadAll(io.LimitReader(req.Body, limit))`: at most `limit` bytes of the body.
+async fn read_limited(ctx: &Ctx, limit: usize) -> Result<Vec<u8>, axum::Error> {
+    let mut body = ctx.take_body();
+    let mut out = Vec::new();
+    while out.len() < limit {
+        match std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+            None => break,
+            Some(frame) => {
+                if let Ok(data) = frame?.into_data() {
+                    let take = data.len().min(limit - out.len());
+                    out.extend_from_slice(&data[..take]);
+                }
+            }
+        }
     }
     Ok(out)
 }
 
-/// Go's `encoding/json` decoder errors for a request body, in its words.
-#[derive(Debug, thiserror::Error)]
-enum JsonError {
-    #[error("EOF")]
-    Eof,
-    #[error("unexpected EOF")]
-    UnexpectedEof,
-    #[error("invalid character '{got}' in literal {literal} (expecting '{want}')")]
-    Literal {
-        got: char,
-        literal: &'static str,
-        want: char,
-    },
-    #[error("invalid character '{0}' looking for beginning of value")]
-    ValueStart(char),
-    /// Any other syntax error, in serde_json's words.
-    #[error(transparent)]
-    Syntax(serde_json::Error),
-    #[error("json: cannot unmarshal {kind} into Go struct field .{field} of type string")]
-    FieldType { kind: &'static str, field: String },
-    #[error("json: cannot unmarshal {0} into Go value of type struct")]
-    NotStruct(&'static str),
-}
-
-/// Go's decoder error text for the first syntax problem (common cases).
-fn go_json_error(body: &[u8], e: serde_json::Error) -> JsonError {
-    let Some(start) = body.iter().position(|c| !c.is_ascii_whitespace()) else {
-        return JsonError::Eof;
-    };
-    let c = body[start];
-    for lit in ["null", "true", "false"] {
-        if c == lit.as_bytes()[0] {
-            for (i, want) in lit.bytes().enumerate().skip(1) {
-                match body.get(start + i) {
-                    None => return JsonError::UnexpectedEof,
-                    Some(&got) if got != want => {
-                        return JsonError::Literal {
-                            got: got as char,
-                            literal: lit,
-                            want: want as char,
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    if !matches!(
-        c,
-        b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b'n' | b't' | b'f'
-    ) {
-        return JsonError::ValueStart(c as char);
-    }
-    if e.is_eof() {
-        return JsonError::UnexpectedEof;
-    }
-    JsonError::Syntax(e)
-}
-
 async fn create_topic_channel(admin: &Arc<Admin>, ctx: &Ctx) -> ApiResult {
     require_admin(admin, ctx)?;
-    let f = decode_fields(&ctx.body, &["topic", "channel"])
+    let f = decode_fields(ctx, &TOPIC_CHANNEL)
+        .await
         .map_err(|e| err(StatusCode::BAD_REQUEST, &e.to_string()))?;
-    let (topic, channel) = (&f[0], &f[1]);
-    if !is_valid_topic_name(topic) {
+    let Some(topic) = f[0].as_str().filter(|t| is_valid_topic_name(t)) else {
         return Err(err(StatusCode::BAD_REQUEST, "INVALID_TOPIC"));
-    }
-    if !channel.is_empty() && !is_valid_channel_name(channel) {
+    };
+    let Some(channel) = f[1]
+        .as_str()
+        .filter(|c| c.is_empty() || is_valid_channel_name(c))
+    else {
         return Err(err(StatusCode::BAD_REQUEST, "INVALID_CHANNEL"));
-    }
+    };
     let mut warn = Vec::new();
     admin
         .cluster()
@@ -517,12 +498,12 @@ async fn topic_channel_action(
     channel: Option<&str>,
 ) -> ApiResult {
     require_admin(admin, ctx)?;
-    let f = decode_fields(&ctx.body, &["action"])
+    let f = decode_fields(ctx, &ACTION)
+        .await
         .map_err(|e| err(StatusCode::BAD_REQUEST, &e.to_string()))?;
-    let action = f[0].as_str();
-    if !matches!(action, "pause" | "unpause" | "empty") {
+    let Some(action @ ("pause" | "unpause" | "empty")) = f[0].as_str() else {
         return Err(err(StatusCode::BAD_REQUEST, "INVALID_ACTION"));
-    }
+    };
     let (kind, ch) = match channel {
         Some(c) => ("channel", c),
         None => ("topic", ""),
@@ -559,12 +540,12 @@ async fn delete(admin: &Arc<Admin>, ctx: &Ctx, topic: &str, channel: Option<&str
 
 async fn tombstone(admin: &Arc<Admin>, ctx: &Ctx, node: &str) -> ApiResult {
     require_admin(admin, ctx)?;
-    let f = decode_fields(&ctx.body, &["topic"])
+    let f = decode_fields(ctx, &TOPIC)
+        .await
         .map_err(|_| err(StatusCode::BAD_REQUEST, "INVALID_BODY"))?;
-    let topic = &f[0];
-    if !is_valid_topic_name(topic) {
+    let Some(topic) = f[0].as_str().filter(|t| is_valid_topic_name(t)) else {
         return Err(err(StatusCode::BAD_REQUEST, "INVALID_TOPIC"));
-    }
+    };
     let mut warn = Vec::new();
     admin
         .cluster()
@@ -577,15 +558,20 @@ async fn tombstone(admin: &Arc<Admin>, ctx: &Ctx, node: &str) -> ApiResult {
 
 // ---- /config (nsqadmin/http.go, `doConfig`) ---------------------------------------------------------------------
 
-fn config(admin: &Arc<Admin>, ctx: &Ctx, opt: &str) -> ApiResult {
+async fn config(admin: &Arc<Admin>, ctx: &Ctx, opt: &str) -> ApiResult {
     if let Some(cidr) = &admin.cidr {
         if !cidr.contains(ctx.peer.ip()) {
             return Err(err(StatusCode::FORBIDDEN, "FORBIDDEN"));
         }
     }
     if ctx.method == Method::PUT {
-        let body = &ctx.body;
-        if body.is_empty() || body.len() > 1 << 20 {
+        // One more than the largest value, to tell a longer body (nsqadmin/http.go,
+        // `doConfig`: `readMax := int64(1024*1024 + 1)`).
+        const READ_MAX: usize = (1 << 20) + 1;
+        let body = &read_limited(ctx, READ_MAX)
+            .await
+            .map_err(|_| err(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR"))?;
+        if body.is_empty() || body.len() == READ_MAX {
             return Err(err(StatusCode::PAYLOAD_TOO_LARGE, "INVALID_VALUE"));
         }
         let mut o = (*admin.opts()).clone();
@@ -630,44 +616,126 @@ fn history(admin: &Arc<Admin>, topic: Option<&str>, channel: Option<&str>) -> Ap
 mod tests {
     use super::*;
 
-    #[test]
-    fn go_decoder_errors() {
+    /// nsqadmin on a loopback port, its nsqd nowhere (the bodies here are refused before any
+    /// nsqd would be asked).
+    async fn admin() -> crate::AdminHandle {
+        let args = [
+            "nsqadmin",
+            "--http-address=127.0.0.1:0",
+            "--nsqd-http-address=127.0.0.1:1",
+        ];
+        let crate::options::ParseOutcome::Run(opts) =
+            crate::options::parse_args(args.map(String::from).to_vec()).unwrap()
+        else {
+            panic!("not a run")
+        };
+        crate::start(opts).await.unwrap()
+    }
+
+    /// POSTs `body` to `path`: the status and the `message`.
+    async fn post(h: &crate::AdminHandle, path: &str, body: &[u8]) -> (u16, String) {
+        let r = nsq_testkit::http::request(h.http_addr(), "POST", path, &[], body).await;
+        let v: Value = serde_json::from_slice(&r.body)
+            .unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {}", r.text()));
+        (
+            r.status,
+            v["message"].as_str().unwrap_or_default().to_string(),
+        )
+    }
+
+    /// A bad JSON body is answered with Go's decoder error text
+    /// (`json.NewDecoder(req.Body).Decode(&body)` in nsqadmin/http.go).
+    #[tokio::test]
+    async fn bad_json_bodies_get_gos_decoder_errors() {
+        let h = admin().await;
+        let cases: &[(&[u8], &str)] = &[
+            (b"", "EOF"),
+            (
+                b"notjson",
+                "invalid character 'o' in literal null (expecting 'u')",
+            ),
+            (
+                b"{bad}",
+                "invalid character 'b' looking for beginning of object key string",
+            ),
+            (
+                br#"{"topic":}"#,
+                "invalid character '}' looking for beginning of value",
+            ),
+            (
+                b"[1,]",
+                "invalid character ']' looking for beginning of value",
+            ),
+            (br#"{"topic":"a""#, "unexpected EOF"),
+            (br#""abc"#, "unexpected EOF"),
+            (
+                b"{\"topic\":\"a\x01\"}",
+                r"invalid character '\x01' in string literal",
+            ),
+            (
+                br#"{"topic" "a"}"#,
+                "invalid character '\"' after object key",
+            ),
+            (
+                br#"{"topic":1}"#,
+                "json: cannot unmarshal number into Go struct field .topic of type string",
+            ),
+            (
+                b"[]",
+                "json: cannot unmarshal array into Go value of type struct { Topic string \
+                 \"json:\\\"topic\\\"\"; Channel string \"json:\\\"channel\\\"\" }",
+            ),
+            // Only the first value is read.
+            (br#"{"topic":"bad topic"} {"#, "INVALID_TOPIC"),
+        ];
+        for (body, want) in cases {
+            assert_eq!(
+                post(&h, "/api/topics", body).await,
+                (400, want.to_string()),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
         assert_eq!(
-            decode_fields(b"", &["topic"]).unwrap_err().to_string(),
-            "EOF"
-        );
-        assert_eq!(
-            decode_fields(b"  \n", &["topic"]).unwrap_err().to_string(),
-            "EOF"
-        );
-        assert_eq!(
-            decode_fields(b"notjson", &["topic"])
-                .unwrap_err()
-                .to_string(),
-            "invalid character 'o' in literal null (expecting 'u')"
-        );
-        assert_eq!(
-            decode_fields(b"xyz", &["topic"]).unwrap_err().to_string(),
-            "invalid character 'x' looking for beginning of value"
-        );
-        assert_eq!(
-            decode_fields(b"{\"topic\":", &["topic"])
-                .unwrap_err()
-                .to_string(),
-            "unexpected EOF"
-        );
-        assert_eq!(
-            decode_fields(
-                b"{\"Topic\":\"a\",\"channel\":null} trailing",
-                &["topic", "channel"]
+            post(&h, "/api/topics/t", br#"{"action":["pause"]}"#).await,
+            (
+                400,
+                "json: cannot unmarshal array into Go struct field .action of type string".into()
             )
-            .unwrap(),
-            vec!["a".to_string(), String::new()]
         );
-        assert!(decode_fields(b"{\"topic\":1}", &["topic"])
-            .unwrap_err()
-            .to_string()
-            .starts_with("json: cannot unmarshal number"));
+        assert_eq!(
+            post(&h, "/api/topics/t/c", b"{\"action\":\"pause\"").await,
+            (400, "unexpected EOF".into())
+        );
+        h.shutdown().await;
+    }
+
+    /// Go's nsqadmin reads a JSON body whatever its size (no limit on `req.Body`), so a huge
+    /// body is judged by what it says.
+    #[tokio::test]
+    async fn huge_json_bodies_are_read_as_go_reads_them() {
+        let h = admin().await;
+        let mut long_topic = br#"{"topic":""#.to_vec();
+        long_topic.resize(long_topic.len() + (2 << 20), b'a');
+        long_topic.extend_from_slice(br#""}"#);
+        assert_eq!(
+            post(&h, "/api/topics", &long_topic).await,
+            (400, "INVALID_TOPIC".into())
+        );
+        let mut spaced = vec![b' '; 2 << 20];
+        spaced.extend_from_slice(br#"{"topic":"ok","channel":"bad channel"}"#);
+        assert_eq!(
+            post(&h, "/api/topics", &spaced).await,
+            (400, "INVALID_CHANNEL".into())
+        );
+        let mut action = br#"{"action":"pause","x":""#.to_vec();
+        action.resize(action.len() + (2 << 20), b'a');
+        action.extend_from_slice(br#"","action":"explode"}"#);
+        assert_eq!(
+            post(&h, "/api/topics/t", &action).await,
+            (400, "INVALID_ACTION".into())
+        );
+        h.shutdown().await;
     }
 
     #[test]

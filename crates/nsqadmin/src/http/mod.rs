@@ -156,12 +156,19 @@ pub(crate) struct Ctx {
     pub raw_query: Option<String>,
     pub headers: HeaderMap,
     pub peer: SocketAddr,
-    pub body: Bytes,
+    /// The request body, unread: a handler reads as much of it as Go's reads (see
+    /// [`Ctx::take_body`]). In a lock only so that `Ctx` is `Sync`.
+    body: parking_lot::Mutex<Option<Body>>,
 }
 
 impl Ctx {
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The request body (empty if it was taken before).
+    pub(crate) fn take_body(&self) -> Body {
+        self.body.lock().take().unwrap_or_default()
     }
 }
 
@@ -228,9 +235,6 @@ fn compress(enc: &str, body: &[u8]) -> Vec<u8> {
     out.unwrap_or_default()
 }
 
-/// The largest request body read (PUT /config reads 1 MiB + 1).
-const MAX_BODY: usize = (1 << 20) + 1;
-
 async fn dispatch(
     State(admin): State<Arc<Admin>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -255,18 +259,13 @@ async fn route(admin: Arc<Admin>, peer: SocketAddr, req: Request) -> Reply {
         other => return other.fallback(req.method(), req.uri().query()),
     };
     let (parts, body) = req.into_parts();
-    let body = match axum::body::to_bytes(body, MAX_BODY).await {
-        Ok(b) => b,
-        // Over the limit: hand over a marker that is too big for every endpoint.
-        Err(_) => Bytes::from(vec![b' '; MAX_BODY]),
-    };
     let ctx = Ctx {
         method: parts.method,
         path,
         raw_query: parts.uri.query().map(str::to_string),
         headers: parts.headers,
         peer,
-        body,
+        body: parking_lot::Mutex::new(Some(body)),
     };
     // A panicking handler answers 500 instead of dropping the connection.
     let task = tokio::spawn(async move {
