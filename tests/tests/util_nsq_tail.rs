@@ -203,6 +203,22 @@ fn validation_messages_and_exit_codes() {
         "invalid value \"read_timeout,-1s\" for flag -consumer-opt: \
          invalid read_timeout ! -1s < 100ms",
     );
+    // A value that does not parse is refused with Go's parser error (config.go, `coerce`;
+    // before: `- invalid value type`).
+    assert_usage_error(
+        &bin,
+        &argv0(&bin),
+        &["--consumer-opt", "read_timeout,-1"],
+        "invalid value \"read_timeout,-1\" for flag -consumer-opt: \
+         failed to coerce option read_timeout (-1) - time: missing unit in duration \"-1\"",
+    );
+    assert_usage_error(
+        &bin,
+        &argv0(&bin),
+        &["--consumer-opt", "max_in_flight,lots"],
+        "invalid value \"max_in_flight,lots\" for flag -consumer-opt: \
+         failed to coerce option max_in_flight (lots) - strconv.ParseInt: parsing \"lots\": invalid syntax",
+    );
     // `dial_timeout` has no `min`: -1s is taken, and Go's dialer, given a deadline that has
     // already passed, fails every dial with `i/o timeout` (even to a listening port).
     let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

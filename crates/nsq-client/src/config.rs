@@ -219,6 +219,18 @@ pub enum ConfigError {
     UnknownOption(String),
     #[error("failed to coerce option {option} ({value}) - invalid value type")]
     WrongType { option: String, value: String },
+    /// A text that does not parse as the option's type; `reason` is Go's parser error
+    /// (`time: missing unit in duration "-1"`, `strconv.ParseInt: parsing "x": invalid
+    /// syntax`), as config.go's `Set` wraps `coerce`'s error.
+    #[error("failed to coerce option {option} ({value}) - {reason}")]
+    Coerce {
+        option: String,
+        value: String,
+        reason: String,
+    },
+    /// An option's own error, as go-nsq returns it (`ERROR: tls9 is not a tls version`).
+    #[error("{0}")]
+    Invalid(String),
     #[error("invalid {option} ! {value} < {bound}")]
     BelowMin {
         option: String,
@@ -401,9 +413,14 @@ impl Config {
                 let OptionValue::Int(n) = value else {
                     return Err(wrong(&option, &value));
                 };
+                // config.go, `valueTypeCoerce`: the parsed 64-bit value is stored into the
+                // field's own type (truncating, as reflect's SetUint/SetInt do) before the
+                // bounds are checked: `max_attempts,65536` is 0, `sample_rate,4294967297` 1.
                 match option.as_str() {
-                    "max_attempts" => self.max_attempts = check_i(n, Some(0), Some(65535))? as u16,
-                    "sample_rate" => self.sample_rate = check_i(n, Some(0), Some(99))? as i32,
+                    "max_attempts" => self.max_attempts = n as u16,
+                    "sample_rate" => {
+                        self.sample_rate = check_i(i64::from(n as i32), Some(0), Some(99))? as i32
+                    }
                     "deflate_level" => self.deflate_level = check_i(n, Some(1), Some(9))? as u32,
                     "output_buffer_size" => self.output_buffer_size = n,
                     "max_in_flight" => self.max_in_flight = check_i(n, Some(0), None)? as usize,
