@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use nsq_client::{Config, Consumer, Error, Producer};
+use nsq_client::{Config, Consumer, Error, Producer, SignedDuration};
 use nsq_integration_tests::certs::Pki;
 use nsq_integration_tests::{find_channel, Nsqd};
 use serde_json::Value;
@@ -100,7 +100,7 @@ async fn deflate_burst_arrives_without_waiting_for_a_heartbeat() {
         deflate: true,
         deflate_level: 6,
         max_in_flight: 2500,
-        heartbeat_interval: Some(Duration::from_secs(30)),
+        heartbeat_interval: SignedDuration::from_std(Duration::from_secs(30)),
         ..Config::default()
     };
     let (took, client) = round_trip(&nsqd, "f_deflate", 10_000, config).await;
@@ -168,7 +168,7 @@ async fn heartbeats_are_answered_so_idle_connections_stay_up() {
     let addr = nsqd.tcp_addr.to_string();
     // nsqd closes a client that misses two heartbeats; 1 s is the smallest interval.
     let config = Config {
-        heartbeat_interval: Some(Duration::from_secs(1)),
+        heartbeat_interval: SignedDuration::from_std(Duration::from_secs(1)),
         read_timeout: Duration::from_secs(3),
         ..Config::default()
     };

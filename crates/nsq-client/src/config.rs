@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use nsq_go::duration::SignedDuration;
+
 /// TLS settings (go-nsq's `tls_v1` + `tls_config`, set through `tls_root_ca_file`,
 /// `tls_insecure_skip_verify`, `tls_cert`, `tls_key`).
 #[derive(Clone, Default)]
@@ -89,8 +91,11 @@ pub struct Config {
     pub hostname: String,
     /// `user_agent` (`nsq-client/<version>`).
     pub user_agent: String,
-    /// `heartbeat_interval` (30s); `None` disables heartbeats (sent as -1).
-    pub heartbeat_interval: Option<Duration>,
+    /// `heartbeat_interval` (30s), a Go `time.Duration` (signed nanoseconds): IDENTIFY
+    /// carries it in whole milliseconds, truncated toward zero, except [`Config::DISABLED`]
+    /// (-1 ns), sent as -1, which nsqd takes as "no heartbeats" (go-nsq conn.go, `identify`).
+    /// So `-1ms` is sent as -1 too, while `-1s` is sent as -1000, which nsqd refuses.
+    pub heartbeat_interval: SignedDuration,
     /// `sample_rate` (0, max 99): percentage of the channel's messages delivered.
     pub sample_rate: i32,
     /// `tls_v1`: ask for TLS.
@@ -105,8 +110,9 @@ pub struct Config {
     pub snappy: bool,
     /// `output_buffer_size` (16384); -1 disables nsqd's output buffering.
     pub output_buffer_size: i64,
-    /// `output_buffer_timeout` (250ms); `None` is sent as -1 (flush at once).
-    pub output_buffer_timeout: Option<Duration>,
+    /// `output_buffer_timeout` (250ms), sent in IDENTIFY as `heartbeat_interval` is;
+    /// [`Config::DISABLED`] (-1, flush at once).
+    pub output_buffer_timeout: SignedDuration,
     /// `max_in_flight` (1): the consumer's total RDY over all connections.
     pub max_in_flight: usize,
     /// `msg_timeout` (0 = nsqd's default).
@@ -143,7 +149,7 @@ impl Default for Config {
             client_id: hostname.split('.').next().unwrap_or("").to_string(),
             hostname,
             user_agent: format!("nsq-client/{}", env!("CARGO_PKG_VERSION")),
-            heartbeat_interval: Some(Duration::from_secs(30)),
+            heartbeat_interval: SignedDuration::from_std(Duration::from_secs(30)),
             sample_rate: 0,
             tls_v1: false,
             tls: TlsOptions::default(),
@@ -151,7 +157,7 @@ impl Default for Config {
             deflate_level: 6,
             snappy: false,
             output_buffer_size: 16384,
-            output_buffer_timeout: Some(Duration::from_millis(250)),
+            output_buffer_timeout: SignedDuration::from_std(Duration::from_millis(250)),
             max_in_flight: 1,
             msg_timeout: Duration::ZERO,
             auth_secret: None,
@@ -243,8 +249,15 @@ pub enum ConfigError {
         value: String,
         bound: String,
     },
-    #[error("HeartbeatInterval {heartbeat:?} must be less than ReadTimeout {read:?}")]
-    HeartbeatAboveReadTimeout { heartbeat: Duration, read: Duration },
+    /// config.go, `Validate`, with Go's `%v` of both durations (`1m30s`, `1m0s`).
+    #[error(
+        "HeartbeatInterval {heartbeat} must be less than ReadTimeout {}",
+        nsq_go::duration::format(*.read)
+    )]
+    HeartbeatAboveReadTimeout {
+        heartbeat: SignedDuration,
+        read: Duration,
+    },
 }
 
 /// Every option [`Config::set`] knows, with its kind (go-nsq v1.1's `opt:` tags and the TLS
@@ -372,9 +385,6 @@ impl Config {
                 // dialer (every dial fails with `i/o timeout`): 1 ns here, which the dialer
                 // treats the same way (conn.rs, `dial`).
                 let deadline = if n < 0 { Duration::from_nanos(1) } else { d };
-                // A negative interval sent in IDENTIFY: go-nsq sends `d / time.Millisecond`,
-                // and nsqd takes -1 as "disabled"; here every negative value disables it.
-                let interval = (n >= 0).then_some(d);
                 let m = |min, max| check_d(n, min, max);
                 match option.as_str() {
                     "dial_timeout" => self.dial_timeout = deadline,
@@ -403,8 +413,9 @@ impl Config {
                     "rdy_redistribute_interval" => {
                         self.rdy_redistribute_interval = m(Some(ms(1)), Some(secs(5)))?
                     }
-                    "heartbeat_interval" => self.heartbeat_interval = interval,
-                    "output_buffer_timeout" => self.output_buffer_timeout = interval,
+                    // No bounds: the value goes to nsqd as it is (see `identify_json`).
+                    "heartbeat_interval" => self.heartbeat_interval = SignedDuration(n),
+                    "output_buffer_timeout" => self.output_buffer_timeout = SignedDuration(n),
                     "msg_timeout" => self.msg_timeout = m(Some(Duration::ZERO), None)?,
                     _ => unreachable!("every duration option is listed"),
                 }
@@ -501,22 +512,33 @@ impl Config {
         })
     }
 
+    /// `heartbeat_interval` / `output_buffer_timeout` value that IDENTIFY sends as -1: Go's
+    /// `-1`, one negative nanosecond.
+    pub const DISABLED: SignedDuration = SignedDuration(-1);
+
     /// The checks go-nsq's `Config.Validate` makes across fields.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if let Some(hb) = self.heartbeat_interval {
-            if hb > self.read_timeout {
-                return Err(ConfigError::HeartbeatAboveReadTimeout {
-                    heartbeat: hb,
-                    read: self.read_timeout,
-                });
-            }
+        if self.heartbeat_interval > SignedDuration::from_std(self.read_timeout) {
+            return Err(ConfigError::HeartbeatAboveReadTimeout {
+                heartbeat: self.heartbeat_interval,
+                read: self.read_timeout,
+            });
         }
         Ok(())
     }
 
     /// The IDENTIFY body (go-nsq conn.go, identify: every field, `feature_negotiation` on).
     pub(crate) fn identify_json(&self) -> Vec<u8> {
-        let ms = |d: Option<Duration>| d.map_or(-1, |d| d.as_millis() as i64);
+        // conn.go, `identify`: `-1` as -1, any other value `d / time.Millisecond` (Go's
+        // integer division truncates toward zero, as Rust's does): -1ms is -1, -1s is
+        // -1000, 500us is 0 (nsqd's default).
+        let ms = |d: SignedDuration| {
+            if d == Config::DISABLED {
+                -1
+            } else {
+                d.0 / 1_000_000
+            }
+        };
         serde_json::to_vec(&serde_json::json!({
             "client_id": self.client_id,
             "hostname": self.hostname,
@@ -573,10 +595,40 @@ mod tests {
         );
     }
 
+    /// go-nsq conn.go, `identify`: the interval in whole milliseconds as set, only Go's `-1`
+    /// (one negative nanosecond) as -1. Before, every negative value was sent as -1, so
+    /// `-1s` reached SUB (`E_INVALID cannot SUB with heartbeats disabled`) where nsqd
+    /// refuses go-nsq's -1000 at IDENTIFY.
+    #[test]
+    fn identify_intervals_are_gos_milliseconds() {
+        let sent = |opt: &str, nanos: i64| {
+            let mut c = Config::default();
+            c.set(opt, OptionValue::Nanos(nanos)).unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&c.identify_json()).unwrap();
+            v[opt].as_i64().unwrap()
+        };
+        for opt in ["heartbeat_interval", "output_buffer_timeout"] {
+            assert_eq!(sent(opt, -1), -1, "{opt}");
+            assert_eq!(sent(opt, -1_000_000), -1, "{opt}");
+            assert_eq!(sent(opt, -1_000_000_000), -1000, "{opt}");
+            assert_eq!(sent(opt, -1_500_000), -1, "{opt}");
+            assert_eq!(sent(opt, 500_000), 0, "{opt}");
+            assert_eq!(sent(opt, 2_000_000_000), 2000, "{opt}");
+        }
+        let c = Config {
+            heartbeat_interval: SignedDuration(90_000_000_000),
+            ..Config::default()
+        };
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "HeartbeatInterval 1m30s must be less than ReadTimeout 1m0s"
+        );
+    }
+
     #[test]
     fn identify_body_has_every_field() {
         let c = Config {
-            heartbeat_interval: None,
+            heartbeat_interval: Config::DISABLED,
             ..Config::default()
         };
         let v: serde_json::Value = serde_json::from_slice(&c.identify_json()).unwrap();

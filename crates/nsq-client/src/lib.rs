@@ -75,7 +75,7 @@ mod message;
 mod producer;
 mod tls;
 
-pub use config::{Config, ConfigError, OptionKind, OptionValue, TlsOptions};
+pub use config::{Config, ConfigError, OptionKind, OptionValue, SignedDuration, TlsOptions};
 pub use conn::{AuthResponse, IdentifyResponse};
 pub use consumer::{Consumer, ConsumerStats, GiveUpHook, Handler, HandlerError, StopHandle};
 pub use error::{Error, ServerError};

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use bytes::BytesMut;
-use nsq_client::{Config, Consumer};
+use nsq_client::{Config, Consumer, SignedDuration};
 use nsq_compress::{SnappyReader, SnappyWriter};
 use nsq_protocol::command::{Command, Decoder, Limits};
 use nsq_protocol::frame;
@@ -55,7 +55,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Fake<R, W> {
 fn config(max_in_flight: usize) -> Config {
     Config {
         max_in_flight,
-        heartbeat_interval: None,
+        heartbeat_interval: Config::DISABLED,
         read_timeout: Duration::from_secs(3600),
         ..Config::default()
     }
@@ -240,7 +240,7 @@ async fn identify_sends_every_field_and_negotiates_snappy_and_max_rdy() {
     cfg.sample_rate = 7;
     cfg.msg_timeout = Duration::from_secs(5);
     cfg.output_buffer_size = 4096;
-    cfg.output_buffer_timeout = Some(Duration::from_millis(50));
+    cfg.output_buffer_timeout = SignedDuration::from_std(Duration::from_millis(50));
     let consumer = Consumer::new("t", "c", cfg).unwrap();
     let server = async {
         let resp = br#"{"max_rdy_count":5,"version":"1.3.0","max_msg_timeout":900000,"msg_timeout":5000,"tls_v1":false,"deflate":false,"deflate_level":6,"max_deflate_level":6,"snappy":true,"sample_rate":7,"auth_required":false,"output_buffer_size":4096,"output_buffer_timeout":50}"#;
