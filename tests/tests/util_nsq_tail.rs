@@ -379,3 +379,97 @@ fn lookupd_errors_in_go_nsqs_words() {
         );
     }
 }
+
+/// Issue 31: `--consumer-opt heartbeat_interval,…` reaches nsqd as go-nsq sends it (conn.go,
+/// `identify`: whole milliseconds, `-1` for Go's -1 ns), and a refused SUB is not fatal,
+/// since go-nsq's `ConnectToNSQD` does not wait for SUB's answer. Before, every negative
+/// interval was sent as -1 and the refused SUB made nsq_tail exit 1 with
+/// `E_INVALID cannot SUB with heartbeats disabled`.
+#[test]
+fn heartbeat_interval_reaches_nsqd_as_go_nsq_sends_it() {
+    let nsqd = Nsqd::start(&[]);
+    let addr = nsqd.tcp_addr.to_string();
+    let bin = nsq_tail_bin();
+    // -1ms is sent as -1 ("disabled"): IDENTIFY passes, SUB is refused, logged, and the
+    // consumer reconnects after lookupd_poll_interval, again and again, until SIGTERM.
+    let tool = Tool::start(
+        &bin,
+        &[
+            "--topic=hb",
+            "--nsqd-tcp-address",
+            &addr,
+            "--consumer-opt",
+            "heartbeat_interval,-1ms",
+            "--consumer-opt",
+            "lookupd_poll_interval,100ms",
+        ],
+    );
+    let refused =
+        format!("({addr}) protocol error - E_INVALID cannot SUB with heartbeats disabled");
+    tool.wait_for("two refused SUBs", TIMEOUT, || {
+        tool.stderr().matches(&refused).count() >= 2
+    });
+    let err = tool.stop_ok("TERM");
+    let msgs = go_log_msgs(err.as_bytes());
+    let at = msgs
+        .iter()
+        .position(|m| m.ends_with(&refused))
+        .unwrap_or_else(|| panic!("{msgs:?}"));
+    // conn.go's readLoop: the error frame, then nsqd's close; consumer.go's onConnClose.
+    let tail: Vec<&str> = msgs[at + 1..].iter().map(|m| m.as_str()).collect();
+    assert!(
+        tail[0].ends_with(&format!("({addr}) IO error - EOF")),
+        "{msgs:?}"
+    );
+    assert!(
+        tail.iter()
+            .any(|m| m.ends_with("there are 0 connections left alive")),
+        "{msgs:?}"
+    );
+    assert!(
+        tail.iter()
+            .any(|m| m.ends_with(&format!("({addr}) re-connecting in 100ms"))),
+        "{msgs:?}"
+    );
+
+    // -1s is sent as -1000, which nsqd refuses at IDENTIFY: go-nsq's ConnectToNSQD fails, and
+    // nsq_tail.go `log.Fatal`s its error.
+    let out = run_tool(
+        &bin,
+        &[
+            "--topic=hb",
+            "--nsqd-tcp-address",
+            &addr,
+            "--consumer-opt",
+            "heartbeat_interval,-1s",
+        ],
+        b"",
+        TIMEOUT,
+    );
+    assert_exit(&out, 1);
+    assert_eq!(
+        go_log_msgs(&out.stderr).last().map(String::as_str),
+        Some("failed to IDENTIFY - E_BAD_BODY IDENTIFY heartbeat interval (-1000) is invalid"),
+        "{out:?}"
+    );
+
+    // config.go, `Validate`, prints both durations with Go's `%v` (before: `90s`, `60s`).
+    let out = run_tool(
+        &bin,
+        &[
+            "--topic=hb",
+            "--nsqd-tcp-address",
+            &addr,
+            "--consumer-opt",
+            "heartbeat_interval,90s",
+        ],
+        b"",
+        TIMEOUT,
+    );
+    assert_exit(&out, 1);
+    assert_eq!(
+        go_log_msgs(&out.stderr).last().map(String::as_str),
+        Some("HeartbeatInterval 1m30s must be less than ReadTimeout 1m0s"),
+        "{out:?}"
+    );
+}

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::conn::{self, BoxWrite, FrameReader};
-use crate::error::{Error, ServerError};
+use crate::error::Error;
 use crate::golog::{GoLog, LogLevel};
 use crate::lookupd;
 use crate::message::Message;
@@ -146,6 +146,9 @@ enum Event {
         max_rdy: i64,
     },
     ConnectFailed(String, Error),
+    /// nsqd refused SUB (and so closed the connection): a connection that opened and closed
+    /// at once, as go-nsq sees it ([`dial_inner`]).
+    SubscribeRefused(String),
     Closed {
         addr: String,
         id: u64,
@@ -288,8 +291,10 @@ impl Consumer {
         })
     }
 
-    /// Connects to one nsqd (TCP `host:port`) and returns once it is subscribed, or with the
-    /// connection's error. It is reconnected after `lookupd_poll_interval` if it drops (when
+    /// Connects to one nsqd (TCP `host:port`) and returns once it answered SUB, or with the
+    /// error of dialing, IDENTIFY or AUTH. A SUB that nsqd refuses is not an error here, as
+    /// go-nsq does not wait for SUB's answer: it is logged as a protocol error and the
+    /// connection closes. It is reconnected after `lookupd_poll_interval` if it drops (when
     /// no lookupd is configured), as go-nsq does.
     pub async fn connect_to_nsqd(&self, addr: impl Into<String>) -> Result<(), Error> {
         let (tx, rx) = oneshot::channel();
@@ -484,7 +489,10 @@ async fn dial_inner(
                 conn::write_all_timeout(&mut c.writer, &nop, shared.config.write_timeout).await?;
             }
             Some(FrameType::Response) => break,
-            Some(FrameType::Error) => return Err(Error::Server(ServerError::from_frame(&f.data))),
+            Some(FrameType::Error) => {
+                sub_refused(shared, addr, &f.data, c.reader).await;
+                return Ok(());
+            }
             _ => {
                 return Err(Error::Protocol(format!(
                     "unexpected frame type {}",
@@ -515,6 +523,32 @@ async fn dial_inner(
     });
     tokio::spawn(conn_task(conn, c.reader, c.writer, cmd_rx, msg_tx, id));
     Ok(())
+}
+
+/// SUB was answered with an error frame. go-nsq's `ConnectToNSQD` writes SUB without waiting
+/// for the answer and returns success (consumer.go), so the error reaches the connection's
+/// read loop as `protocol error - <frame>` (conn.go, `readLoop`), nsqd closes the connection
+/// (every SUB error is fatal to it) and the consumer reconnects as after any close
+/// (`onConnClose`): after `lookupd_poll_interval` when the address was given, or through a
+/// lookupd query. The caller of `connect_to_nsqd` gets `Ok`, as go-nsq's does.
+async fn sub_refused(shared: &Arc<ConsumerShared>, addr: &str, frame: &[u8], mut r: FrameReader) {
+    let text = String::from_utf8_lossy(frame);
+    tracing::error!("({addr}) protocol error - {text}");
+    let golog = &shared.golog;
+    golog.conn(LogLevel::Error, addr, &format!("protocol error - {text}"));
+    // Whatever nsqd still sends, up to its close (or the read timeout).
+    let end = loop {
+        match r.next().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => break "EOF".to_string(),
+            Err(e) => break e.to_string(),
+        }
+    };
+    golog.conn(LogLevel::Error, addr, &format!("IO error - {end}"));
+    golog.conn_closed(addr, true);
+    let _ = shared
+        .events
+        .send(Event::SubscribeRefused(addr.to_string()));
 }
 
 /// One connection: the reader and the writer run as two futures of one task; when either
@@ -881,6 +915,19 @@ impl Coordinator {
                     });
                     self.schedule_reconnect(&addr);
                 }
+            }
+            Event::SubscribeRefused(addr) => {
+                self.pending.remove(&addr);
+                if let Some(r) = self.waiting.remove(&addr) {
+                    let _ = r.send(Ok(()));
+                }
+                // onConnClose for a connection that never had RDY.
+                let left = self.conns.len();
+                tracing::warn!("there are {left} connections left alive");
+                self.shared.golog.log(LogLevel::Warning, || {
+                    format!("there are {left} connections left alive")
+                });
+                self.schedule_reconnect(&addr);
             }
             Event::Closed { addr, id } => self.on_closed(addr, id),
             Event::Verdict { conn, cmd, signal } => {
