@@ -10,7 +10,7 @@
 //! NSQD_BIN / NSQLOOKUPD_BIN / NSQ_TO_FILE_BIN).
 
 use std::collections::HashSet;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -789,15 +789,16 @@ fn refused_nsqd_skips_the_topic_with_go_nsqs_lines() {
     );
 }
 
-/// Issue 23: at a low rate the reference writes one gzip member per sync (its `--sync-interval`
-/// tick, rotation, shutdown), not one per message. One message every 200 ms with `--gzip`
-/// and `--rotate-interval` (5 s here, so the 7 messages share a file; sync interval 30 s):
-/// one data member for all of them plus
-/// the empty member of the close, as small as the reference's file; each message is still
-/// FINed within a fraction of a second (an early sync flushes the deflate stream instead of
-/// ending the member), and each sync logs `syncing <n> records to disk` at INFO.
+/// Issue 31 (issue 23 had each message FINed within 10 ms instead): the reference syncs
+/// when a message opens a file and then only on its `--sync-interval` tick, a full
+/// `--max-in-flight` batch, a starved connection, rotation, SIGHUP or shutdown
+/// (file_logger.go, `router`), each `Sync` ending the gzip member. One message every 200 ms
+/// with `--gzip` (sync interval 30 s): `syncing 1 records to disk` for the first, the other
+/// six stay in flight until SIGTERM syncs them (`syncing 6 records to disk`), and the file
+/// is three members: the first line, the other six, and the empty member of the close.
+/// Before: `syncing 1 records to disk` seven times and one member flushed seven times.
 #[test]
-fn gzip_at_a_low_rate_writes_one_member_per_sync_interval() {
+fn gzip_at_a_low_rate_syncs_when_the_reference_does() {
     let nsqd = Nsqd::start(&[]);
     let out = tempfile::tempdir().unwrap();
     let addr = nsqd.tcp_addr.to_string();
@@ -808,7 +809,6 @@ fn gzip_at_a_low_rate_writes_one_member_per_sync_interval() {
         &[
             "--gzip",
             "--gzip-level=9",
-            "--rotate-interval=5s",
             "--host-identifier=h",
             "--datetime-format=fixed",
         ],
@@ -816,42 +816,48 @@ fn gzip_at_a_low_rate_writes_one_member_per_sync_interval() {
     let want = bodies("slow", 0..7);
     for (i, b) in want.iter().enumerate() {
         publish(&nsqd, "lowrate", std::slice::from_ref(b));
-        // FINed promptly, long before the 30 s sync interval.
+        // Delivered; only the first is finished (synced as the file opened).
         let at = Instant::now();
-        loop {
-            let done = nsqd
-                .channel_stats("lowrate", "nsq_to_file")
-                .is_some_and(|c| {
-                    int(&c, "message_count") == i as i64 + 1 && int(&c, "in_flight_count") == 0
-                });
-            if done {
-                break;
-            }
-            assert!(
-                at.elapsed() < Duration::from_secs(2),
-                "message {i} not finished after 2 s"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        nsqd.wait_stats("the message delivered", TIMEOUT, |s| {
+            find_channel(s, "lowrate", "nsq_to_file").is_some_and(|c| {
+                int(c, "message_count") == i as i64 + 1
+                    && int(c, "in_flight_count") == i as i64
+                    && int(c, "depth") == 0
+            })
+        });
         std::thread::sleep(Duration::from_millis(200).saturating_sub(at.elapsed()));
     }
+    std::thread::sleep(Duration::from_millis(300));
+    let ch = nsqd.channel_stats("lowrate", "nsq_to_file").unwrap();
+    assert_eq!(int(&ch, "in_flight_count"), 6, "{ch}");
     let stderr = tool.stop_ok("TERM");
+    let syncs: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("syncing"))
+        .map(|l| l.split_once(" INFO: ").map_or(l, |(_, m)| m))
+        .collect();
+    assert_eq!(
+        syncs,
+        [
+            "[lowrate/nsq_to_file] syncing 1 records to disk",
+            "[lowrate/nsq_to_file] syncing 6 records to disk"
+        ],
+        "{stderr}"
+    );
     let got = files(out.path());
     let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["lowrate.h-000000.fixed.log.gz"]);
     let data = &got[0].1;
     let members = assert_go_gzip_layout(data);
-    assert_eq!(members, [lines(&want)], "{} bytes", data.len());
-    // The reference's file: 68 bytes at level 6; here level 9, a flush block per early sync
-    // and the 23-byte empty member.
-    assert!(data.len() < 150, "{} bytes", data.len());
-    let syncs: Vec<&str> = stderr.lines().filter(|l| l.contains("syncing")).collect();
-    assert!(!syncs.is_empty(), "{stderr}");
-    for l in &syncs {
-        assert!(l.starts_with("[nsq_to_file] "), "{l}");
-        assert!(
-            l.contains(" INFO: [lowrate/nsq_to_file] syncing ") && l.ends_with(" records to disk"),
-            "{l}"
-        );
-    }
+    assert_eq!(members, [lines(&want[..1]), lines(&want[1..])]);
+    // Each member is one deflate stream of its lines, with nothing flushed in between.
+    let gz = |b: &[u8]| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(9));
+        e.write_all(b).unwrap();
+        e.finish().unwrap()
+    };
+    let mut expect = gz(&lines(&want[..1]));
+    expect.extend(gz(&lines(&want[1..])));
+    expect.extend(EMPTY_LEVEL_9);
+    assert_eq!(*data, expect, "{} bytes", data.len());
 }

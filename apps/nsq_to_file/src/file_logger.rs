@@ -14,24 +14,27 @@
 //! SIGKILL or crash loses nothing nsqd considers finished; unfinished messages are requeued by
 //! nsqd and may be written twice.
 //!
-//! Sync points: the syncer is fed early — whenever one connection's unsubmitted messages reach
+//! Sync points are the reference's (`router`): the message that opens a file (the first one,
+//! and the first after a rotation) is synced at once, then the `--sync-interval` tick,
+//! `--max-in-flight` pending messages, rotation, SIGHUP and shutdown; between them messages
+//! stay in flight, unFINed, as in the reference (up to a sync interval at a low rate). Under
+//! load the syncer is also fed early — whenever one connection's unsubmitted messages reach
 //! half of its share of `--max-in-flight`, or an eighth of it while the syncer is idle (group
 //! commit) — so receiving and writing the next messages overlaps with syncing the previous
 //! ones (the reference syncs when a connection is "starved", at 85 % of its RDY, and then
 //! stalls until the FINs are out). Finer splits measured no faster here: every sync point
-//! costs thread wake-ups. Also 10 ms after the stream pauses (a burst's last messages), on the
-//! `--sync-interval` tick, on rotation, on SIGHUP and at shutdown.
+//! costs thread wake-ups.
 //!
-//! With `--gzip`, the syncs the reference makes too (the `--sync-interval` tick, rotation,
-//! SIGHUP, shutdown) end the current gzip member and the next write starts a new one, so
-//! files are multi-member gzip streams with a member per sync interval, as the reference
-//! writes them; closing a file whose last member is complete appends the empty member Go's
-//! `gzip.Writer.Close` writes ([`empty_gzip_member`]). The early sync points in between
+//! With `--gzip`, the reference's syncs end the current gzip member and the next write
+//! starts a new one, so files are multi-member gzip streams with a member per sync, as the
+//! reference writes them; a sync whose messages were all written to the file a rotation
+//! just closed, and closing a file whose last member is complete, write the empty member
+//! Go's `gzip.Writer.Close` writes ([`empty_gzip_member`]). The early sync points under load
 //! (above) do not end the member: they flush the deflate stream to a byte boundary
 //! (`Z_SYNC_FLUSH`, an empty stored block of 4–5 bytes) so every byte written for the synced
-//! messages is in the file, decodable by a streaming reader, before they are FINed. A member
-//! per early sync point would cost its header, trailer and a fresh dictionary each time: at
-//! one message every 200 ms, 230 bytes for 7 lines where the reference writes 68.
+//! messages is in the file, decodable by a streaming reader, before they are FINed; the tick
+//! then ends the member. The deflate blocks themselves are flate2's, not Go's compress/flate
+//! (Go ends each member's stream with an empty final stored block, 5 bytes more).
 
 use std::fs::File;
 use std::io::Write;
@@ -49,11 +52,6 @@ use nsq_go::os::path_error;
 
 use crate::filename::{base_of, dir_of, join, strftime, with_rev};
 use crate::{fatalf, logf};
-
-/// How long messages stay pending once the stream pauses: a burst's last messages (fewer
-/// than a sync point's worth) are synced then instead of at the next `--sync-interval` tick.
-/// At most one sync per LINGER comes from this, however slow the stream.
-const LINGER: Duration = Duration::from_millis(10);
 
 /// Bytes buffered before they are written to the file (or the gzip encoder).
 const WRITE_BUFFER: usize = 256 * 1024;
@@ -196,15 +194,8 @@ impl Writer {
         let interval = self.s.sync_interval;
         let mut next_tick = Some(Instant::now() + interval);
         let mut closing = false;
-        let mut last_input = Instant::now();
         loop {
-            // Messages left pending when the stream pauses are synced after LINGER.
-            let linger_at = (!self.pending.is_empty()).then(|| last_input + LINGER);
-            let deadline = match (next_tick, linger_at) {
-                (Some(t), Some(l)) => Some(t.min(l)),
-                (t, l) => t.or(l),
-            };
-            let input = match deadline {
+            let input = match next_tick {
                 Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
                     Ok(i) => Some(i),
                     Err(RecvTimeoutError::Timeout) => None,
@@ -212,13 +203,6 @@ impl Writer {
                 },
                 None => Some(rx.recv().unwrap_or(Input::Stopped)),
             };
-            if input.is_some() {
-                last_input = Instant::now();
-            } else if next_tick.is_none_or(|t| Instant::now() < t) {
-                // The linger expired before the tick.
-                self.sync(Member::Flush);
-                continue;
-            }
             match input {
                 None => {
                     let now = Instant::now();
@@ -288,8 +272,11 @@ impl Writer {
 
     /// One message: rotate if needed, append body and `\n`, queue it for FIN.
     fn write(&mut self, m: Message) {
-        if self.needs_rotation() {
-            // Closing the old file syncs it and FINs what was written to it.
+        // `router`: a message that opens a file (the first one, or after a rotation) is
+        // synced at once, with whatever was pending (closing the old file synced their
+        // bytes).
+        let rotated = self.needs_rotation();
+        if rotated {
             self.update_file();
         }
         self.buf.extend_from_slice(m.body());
@@ -312,7 +299,9 @@ impl Writer {
             }
         };
         self.pending.push(m);
-        if count >= threshold {
+        if rotated {
+            self.sync(Member::End);
+        } else if count >= threshold {
             self.sync(Member::Flush);
         } else if self.pending.len() >= self.s.max_in_flight {
             // The reference syncs when `--max-in-flight` messages are pending.
@@ -359,6 +348,19 @@ impl Writer {
         Ok(())
     }
 
+    /// The reference's `Sync` with gzip: it closes its gzip writer, which ends the member
+    /// with data, or writes a member of its own with no data when nothing was written to it
+    /// since it was opened — which happens when the pending messages were written to the
+    /// file a rotation just closed (their bytes are synced already).
+    fn end_member(&mut self) -> std::io::Result<()> {
+        match (self.s.gzip, self.out.as_mut()) {
+            (Some(level), Some(out)) if out.gz.is_none() => {
+                FileSink(out.file.clone()).write_all(&empty_gzip_member(level))
+            }
+            _ => self.finish_member(),
+        }
+    }
+
     /// Flushes the open gzip member's deflate stream to a byte boundary (`Z_SYNC_FLUSH`):
     /// every byte given to the encoder is in the file, and the member stays open.
     fn flush_member(&mut self) -> std::io::Result<()> {
@@ -394,7 +396,7 @@ impl Writer {
         );
         self.drain_buf();
         let r = match member {
-            Member::End => self.finish_member(),
+            Member::End => self.end_member(),
             Member::Flush => self.flush_member(),
         };
         if let Err(e) = r {
@@ -626,11 +628,8 @@ impl Writer {
                 path_error("sync", &out.path, &e)
             );
         }
-        // Everything written to the file is on disk now.
-        for m in self.pending.drain(..) {
-            m.finish();
-        }
-        self.per_conn.clear();
+        // Everything written to the file is on disk now. Its pending messages stay pending:
+        // the reference FINs them at the sync that follows every close (`router`).
         drop(out.file);
         if self.s.work_dir != self.s.output_dir {
             self.move_out(&out.path);
