@@ -285,10 +285,31 @@ fn post_sends_body_content_type_headers_and_user_agents() {
         assert_eq!(r.header("X-Url"), Some("http://a:1/b"));
         let len = body.len().to_string();
         assert_eq!(r.header("Content-Length"), Some(len.as_str()));
-        // Go's transport asks for gzip (issue 23, item 5). It sends no `Accept`; ours sends
-        // reqwest's `*/*` (README, nsq_to_http: a known difference).
+        // Go's transport asks for gzip (issue 23, item 5), and Go sends no `Accept` (issue
+        // 31: reqwest's `Accept: */*` was sent before).
         assert_eq!(r.header("Accept-Encoding"), Some("gzip"));
-        assert_eq!(r.header("Accept"), Some("*/*"));
+        assert_eq!(r.header("Accept"), None);
+        // The whole head in Go's order (net/http `Request.write`): Host, User-Agent,
+        // Content-Length, the request's headers sorted by name, the transport's gzip.
+        let host = sink.addr.to_string();
+        let head: Vec<(&str, &str)> = r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            head,
+            [
+                ("Host", host.as_str()),
+                ("User-Agent", "nsq_to_http v1.3.0"),
+                ("Content-Length", len.as_str()),
+                ("Content-Type", "text/plain; charset=utf-8"),
+                ("X-Custom", "v1"),
+                ("X-Trim", "spaced value"),
+                ("X-Url", "http://a:1/b"),
+                ("Accept-Encoding", "gzip"),
+            ]
+        );
     }
     let ch = wait_finished(&nsqd, "posted", "nsq_to_http", 3);
     assert_eq!(int(&ch, "requeue_count"), 0);
@@ -337,9 +358,22 @@ fn get_substitutes_the_query_escaped_body_and_only_200_counts() {
         assert!(r.body.is_empty());
         assert_eq!(r.header("Content-Type"), None);
         // A --header replaces the default User-Agent, and one naming an encoding keeps
-        // the transport from asking for gzip.
-        assert_eq!(r.header("User-Agent"), Some("custom/2"));
-        assert_eq!(r.header("Accept-Encoding"), Some("identity"));
+        // the transport from asking for gzip; a GET has no Content-Length, and nothing else
+        // is sent (no `Accept`).
+        let host = sink.addr.to_string();
+        let head: Vec<(&str, &str)> = r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            head,
+            [
+                ("Host", host.as_str()),
+                ("User-Agent", "custom/2"),
+                ("Accept-Encoding", "identity"),
+            ]
+        );
     }
     let ch = wait_finished(&nsqd, "got", "getter", 2);
     assert_eq!(int(&ch, "requeue_count"), 1, "{ch}");

@@ -11,16 +11,6 @@ use rustls_pki_types::pem::PemObject;
 use crate::config::TlsOptions;
 use crate::error::Error;
 
-/// Where Go looks for the system CA bundle on Linux (crypto/x509, root_linux.go).
-const SYSTEM_BUNDLES: &[&str] = &[
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/ca-bundle.pem",
-    "/etc/pki/tls/cacert.pem",
-    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
-    "/etc/ssl/cert.pem",
-];
-
 fn tls_err(e: impl std::fmt::Display) -> Error {
     Error::Tls(e.to_string())
 }
@@ -49,10 +39,7 @@ pub(crate) fn client_config(opts: &TlsOptions) -> Result<Arc<ClientConfig>, Erro
                     "ERROR: failed to read custom Certificate Authority file {e}"
                 ))
             })?,
-            None => SYSTEM_BUNDLES
-                .iter()
-                .find_map(|p| std::fs::read(p).ok())
-                .unwrap_or_default(),
+            None => nsq_tls::system_roots_pem(),
         };
         let (added, _) = roots
             .add_parsable_certificates(CertificateDer::pem_slice_iter(&pem).map_while(Result::ok));

@@ -349,9 +349,20 @@ fn host_port(u: &reqwest::Url) -> String {
 /// `context deadline exceeded (Client.Timeout exceeded while awaiting headers)`,
 /// `tls: failed to verify certificate: x509: certificate signed by unknown authority`, …
 pub fn go_error_text(e: &reqwest::Error, host_port: &str) -> String {
+    go_error_text_of(e, e.is_connect(), e.is_timeout(), host_port)
+}
+
+/// [`go_error_text`] of any client's error: `is_connect` when establishing the connection
+/// failed, `is_timeout` when a deadline passed; the rest is read from the source chain of `e`.
+pub fn go_error_text_of(
+    e: &(dyn std::error::Error + 'static),
+    is_connect: bool,
+    is_timeout: bool,
+    host_port: &str,
+) -> String {
     let io = io_source(e);
     let chain = error_chain(e);
-    if e.is_connect() {
+    if is_connect {
         // rustls reports a refused certificate as an io error of the handshake.
         if let Some(tls) = tls_text(&chain) {
             return tls;
@@ -365,7 +376,7 @@ pub fn go_error_text(e: &reqwest::Error, host_port: &str) -> String {
                 _ => format!("dial tcp {host_port}: {}", io_text(io)),
             };
         }
-        if e.is_timeout() || chain.contains("timed out") {
+        if is_timeout || chain.contains("timed out") {
             return format!("dial tcp {host_port}: i/o timeout");
         }
         if chain.contains("dns error") || chain.contains("failed to lookup") {
@@ -374,7 +385,7 @@ pub fn go_error_text(e: &reqwest::Error, host_port: &str) -> String {
         }
         return format!("dial tcp {host_port}: {chain}");
     }
-    if e.is_timeout() {
+    if is_timeout {
         return "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
             .to_string();
     }
@@ -411,8 +422,8 @@ fn tls_text(chain: &str) -> Option<String> {
 }
 
 /// The innermost `io::Error` of the source chain.
-fn io_source(e: &reqwest::Error) -> Option<&std::io::Error> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+fn io_source<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = e.source();
     let mut found = None;
     while let Some(s) = cur {
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
@@ -424,9 +435,9 @@ fn io_source(e: &reqwest::Error) -> Option<&std::io::Error> {
 }
 
 /// Every message of the source chain, joined by `: `.
-fn error_chain(e: &reqwest::Error) -> String {
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = Vec::new();
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = e.source();
     while let Some(s) = cur {
         parts.push(s.to_string());
         cur = s.source();

@@ -27,6 +27,25 @@ use x509_parser::prelude::{FromDer, X509Version};
 
 mod v1;
 
+/// Where Go looks for the system CA bundle on Linux (crypto/x509, root_linux.go), in order.
+pub const SYSTEM_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/pki/tls/cacert.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// The PEM text of the first system CA bundle that exists (empty if none does): the roots Go
+/// verifies servers with when no CA is configured.
+pub fn system_roots_pem() -> Vec<u8> {
+    SYSTEM_BUNDLES
+        .iter()
+        .find_map(|p| std::fs::read(p).ok())
+        .unwrap_or_default()
+}
+
 /// A client's verifier that accepts any server certificate (Go's `InsecureSkipVerify`).
 #[derive(Debug)]
 pub struct SkipServerVerify {

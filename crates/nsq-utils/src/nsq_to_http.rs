@@ -5,5 +5,6 @@
 //! success rules ([`forward`]).
 
 pub mod forward;
+pub mod http;
 pub use crate::hostpool;
 pub use crate::timer_metrics;

@@ -6,11 +6,10 @@
 //!   2xx status.
 //! * `--get`: the URL template's `%s` replaced by the query-escaped body (Go's
 //!   `fmt.Sprintf(addr, url.QueryEscape(body))`); success is exactly 200.
-//! * `User-Agent: nsq_to_http v1.3.0` on every request (the client's default), then the
-//!   `--header`s, which replace a header of the same name (Go's `Header.Set`), and
-//!   `Accept-Encoding: gzip` unless a `--header` names one (Go's transport adds it). Unlike
-//!   Go's client, the shared reqwest client (nsq-http) also sends `Accept: */*` when no
-//!   `--header` sets `Accept`: reqwest adds it to every request and has no way to leave it out.
+//! * `User-Agent: nsq_to_http v1.3.0` on every request, then the `--header`s, which replace a
+//!   header of the same name (Go's `Header.Set`), and `Accept-Encoding: gzip` unless a
+//!   `--header` names one (Go's transport adds it); nothing else (no `Accept`): the request
+//!   head is Go's, sent by [`GoHttpClient`].
 //! * The answer's body is read and dropped; a transport error or another status
 //!   (`got status code <n>`) fails the message, which the consumer then requeues.
 //! * Destinations: `round-robin` (a shared counter, incremented before use, modulo the
@@ -22,9 +21,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nsq_http::client::{HttpClient, HttpError};
+use nsq_http::client::HttpError;
 
 use super::hostpool::HostPool;
+use super::http::GoHttpClient;
 use super::timer_metrics::TimerMetrics;
 
 /// The HTTP `User-Agent` of nsq_to_http's requests (http.go, `init`).
@@ -202,12 +202,13 @@ pub struct Settings {
 
 /// The message handler's state, shared by the `-n` concurrent handlers.
 pub struct Forwarder {
-    client: HttpClient,
+    client: GoHttpClient,
     method: Method,
     addresses: Vec<String>,
     mode: Mode,
     sample: f64,
-    /// Per request: `Content-Type` (POST) then the `--header`s.
+    /// Per request: `Content-Type` (POST) then the `--header`s (the client adds
+    /// `Accept-Encoding`).
     headers: Vec<(String, String)>,
     /// The round-robin counter.
     counter: AtomicU64,
@@ -220,39 +221,17 @@ pub struct Forwarder {
     dial_expired: bool,
 }
 
-/// A Go timeout of 0 means none; reqwest's would expire at once.
-fn go_timeout(d: Duration) -> Duration {
-    if d.is_zero() {
-        Duration::from_secs(u64::from(u32::MAX))
-    } else {
-        d
-    }
-}
-
 impl Forwarder {
     /// The client, the pool and the timing series (which log their warning for a small
     /// `--status-every`: one per address when there are several, then the aggregate).
     pub fn new(s: Settings) -> Forwarder {
-        let client = HttpClient::plain(
-            go_timeout(s.connect_timeout),
-            go_timeout(s.request_timeout),
-            &http_user_agent(),
-        );
+        let client = GoHttpClient::new(s.connect_timeout, s.request_timeout, &http_user_agent());
         let mut headers = Vec::new();
         if s.method == Method::Post {
             headers.push(("Content-Type".to_string(), s.content_type.clone()));
         }
         for (k, v) in &s.headers {
             set_header(&mut headers, k, v);
-        }
-        // Go's http.Transport asks for gzip itself (`Accept-Encoding: gzip`, transport.go,
-        // `requestedGzip`) unless the request names an encoding of its own; the answer's body
-        // is read and dropped, so it is never decompressed here.
-        if !headers
-            .iter()
-            .any(|(k, _)| k.eq_ignore_ascii_case("Accept-Encoding"))
-        {
-            headers.push(("Accept-Encoding".to_string(), "gzip".to_string()));
         }
         let mut per_address = HashMap::new();
         if s.addresses.len() == 1 {
@@ -348,16 +327,16 @@ impl Forwarder {
             .collect();
         match self.method {
             Method::Post => {
-                let r = self.client.request("POST", addr, &headers, body).await?;
-                if !(200..300).contains(&r.status) {
-                    return Err(ForwardError::Status(r.status));
+                let status = self.client.request("POST", addr, &headers, body).await?;
+                if !(200..300).contains(&status) {
+                    return Err(ForwardError::Status(status));
                 }
             }
             Method::Get => {
                 let url = get_url(addr, body);
-                let r = self.client.request("GET", &url, &headers, b"").await?;
-                if r.status != 200 {
-                    return Err(ForwardError::Status(r.status));
+                let status = self.client.request("GET", &url, &headers, b"").await?;
+                if status != 200 {
+                    return Err(ForwardError::Status(status));
                 }
             }
         }
