@@ -676,3 +676,50 @@ fn a_dead_destination_delays_one_message_per_failed_attempt() {
         "{log}"
     );
 }
+
+/// Issue 31: round-robin with a dead destination. The reference's shared counter gives each
+/// message a destination once (nsq_to_nsq.go, `HandleMessage`) and nothing marks the dead
+/// one, so every message counted for it fails on its own (a `Handler returned error` line,
+/// REQ with go-nsq's 90 s delay and backoff) and every other one is copied: exactly half of
+/// a batch, whatever the timing. Before, a failed group cost one message and the rest went
+/// to the live destination (9 of 10 copied), and the retries advanced the counter, which
+/// changed which later messages met the dead destination.
+#[test]
+fn round_robin_fails_every_message_counted_for_a_dead_destination() {
+    let src = Nsqd::start(&[]);
+    let live = Nsqd::start(&[]);
+    let bodies: Vec<Vec<u8>> = (0..10).map(|i| format!("rr{i}").into_bytes()).collect();
+    publish(&src, "rr_down", &bodies);
+    let dead = format!("127.0.0.1:{}", free_port());
+    let l = live.tcp_addr.to_string();
+    let bridge = bridge_from(
+        &src,
+        "rr_down",
+        &[&dead, &l],
+        &["--mode=round-robin", "--max-in-flight=10"],
+    );
+    let started = Instant::now();
+    let (copied, ch) = loop {
+        let copied = find_topic(&live.stats(), "rr_down").map_or(0, |t| int(t, "message_count"));
+        let ch = src.channel_stats("rr_down", "nsq_to_nsq");
+        if let Some(ch) = ch.clone().filter(|c| {
+            int(c, "in_flight_count") == 0
+                && int(c, "depth") == 0
+                && copied + int(c, "deferred_count") == 10
+        }) {
+            break (copied, ch);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "copied {copied}; source channel: {ch:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let log = bridge.stop_ok("TERM");
+    let failures = log.matches("Handler returned error (dial tcp").count() as i64;
+    let what = format!("copied {copied}, {failures} failed; {ch}\n{log}");
+    assert_eq!(copied, 5, "{what}");
+    assert_eq!(int(&ch, "deferred_count"), 5, "{what}");
+    assert_eq!(int(&ch, "requeue_count"), 5, "{what}");
+    assert_eq!(failures, 5, "{what}");
+}

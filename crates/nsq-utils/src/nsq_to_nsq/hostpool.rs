@@ -63,6 +63,12 @@ impl Selector {
     }
 
     /// The outcome of a publish to `host` that took `took` (ignored in round-robin mode).
+    /// Whether a host pool picks (hostpool, epsilon-greedy): failures mark hosts down and
+    /// later picks avoid them. Round-robin only counts.
+    pub fn is_pool(&self) -> bool {
+        self.pool.is_some()
+    }
+
     pub fn mark(&mut self, host: usize, ok: bool, took: Duration, now: Instant) {
         if let Some(pool) = self.pool.as_mut() {
             pool.mark(host, ok, took, now);

@@ -12,13 +12,22 @@
 //! error frame, e.g. one body too large), its messages are retried one `PUB` each so that
 //! only the offending ones are requeued, as they would be in the reference.
 //!
-//! A group that cannot be published (no connection: the destination is down) is one failed
-//! attempt, and the reference fails one message per attempt: its `HandleMessage` publishes a
-//! single message, and go-hostpool marks the host down before the next one. So here the
-//! group's first message is requeued (with go-nsq's backoff, as the handler's error would
-//! be), the host is marked down in the pool, and the rest of the group goes at once to the
-//! next host the selector offers that this group has not tried yet; only when every host has
-//! failed for it is the rest requeued too.
+//! A group that cannot be published (no connection: the destination is down) fails as the
+//! reference's messages would, each of which its `HandleMessage` publishes on its own:
+//!
+//! * round-robin: the shared counter gave every message of the group this destination and
+//!   nothing is marked, so each of them fails (`Handler returned error`, requeued with go-nsq's
+//!   delay and backoff), as each `PublishAsync` to the dead address would; the counter moves
+//!   on once per message, never for a retry, so the destinations alternate exactly as in the
+//!   reference;
+//! * hostpool / epsilon-greedy: go-hostpool marks the host down before the next message, so
+//!   the reference fails one message per attempt: the group's first message is requeued, the
+//!   host is marked down in the pool, and the rest of the group goes at once to the next host
+//!   the pool offers that this group has not tried yet; only when every host has failed for
+//!   it is the rest requeued too.
+//!
+//! A failure to connect is not timed (the reference's `PublishAsync` returns it before the
+//! `responder` would time the answer); any other failure is.
 
 pub mod filter;
 pub mod hostpool;
@@ -111,7 +120,7 @@ impl Publisher {
             };
             match result {
                 Ok(()) => {
-                    self.answered(host, true, start, batch.len());
+                    self.answered(host, true, start, batch.len(), true);
                     for (m, _) in batch {
                         m.finish();
                     }
@@ -126,7 +135,7 @@ impl Publisher {
                     for (m, body) in batch {
                         let start = Instant::now();
                         let ok = producer.publish(&topic, &body).await.is_ok();
-                        self.answered(host, ok, start, 1);
+                        self.answered(host, ok, start, 1, true);
                         if ok {
                             m.finish();
                         } else {
@@ -136,10 +145,21 @@ impl Publisher {
                     return;
                 }
                 Err(e) => {
-                    // nsq_to_nsq.go, `HandleMessage`: the failed `PublishAsync` marks the
-                    // host (`hostPoolResponse.Mark(err)`) and its message's handler returns
-                    // the error, which go-nsq logs and requeues with backoff.
-                    self.answered(host, false, start, 1);
+                    // nsq_to_nsq.go, `HandleMessage`: a `PublishAsync` that cannot connect
+                    // returns the error at once, untimed; its message's handler returns it,
+                    // which go-nsq logs and requeues with backoff.
+                    let timed = !connect_failure(&e);
+                    if !self.selector.lock().is_pool() {
+                        // Round-robin: every message of the group was counted for this host.
+                        self.answered(host, false, start, batch.len(), timed);
+                        for (m, _) in batch {
+                            m.log_handler_error(&e);
+                            m.requeue(None);
+                        }
+                        return;
+                    }
+                    // Host pool: `hostPoolResponse.Mark(err)` before the next message.
+                    self.answered(host, false, start, 1, timed);
                     tried.push(host);
                     let (m, _) = batch.remove(0);
                     m.log_handler_error(&e);
@@ -154,7 +174,7 @@ impl Publisher {
                         }
                         None => {
                             // Every destination failed for this group.
-                            self.answered(host, false, start, batch.len());
+                            self.answered(host, false, start, batch.len(), timed);
                             for (m, _) in batch {
                                 m.log_handler_error(&e);
                                 m.requeue(None);
@@ -177,11 +197,15 @@ impl Publisher {
             .find(|h| !tried.contains(h))
     }
 
-    /// Informs the selector and records `n` timings (the reference's `responder`).
-    fn answered(&self, host: usize, ok: bool, start: Instant, n: usize) {
+    /// Informs the selector and, when `timed`, records `n` timings (the reference's
+    /// `responder`).
+    fn answered(&self, host: usize, ok: bool, start: Instant, n: usize, timed: bool) {
         let now = Instant::now();
         let took = now.saturating_duration_since(start);
         self.selector.lock().mark(host, ok, took, now);
+        if !timed {
+            return;
+        }
         for _ in 0..n {
             for stats in [
                 self.per_address[host].record(took),
@@ -194,6 +218,19 @@ impl Publisher {
             }
         }
     }
+}
+
+/// A publish that failed in go-nsq's `Producer.connect` (dial, IDENTIFY, AUTH, TLS), which
+/// `PublishAsync` returns to the caller instead of answering through the response channel.
+fn connect_failure(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Dial { .. }
+            | Error::Identify(_)
+            | Error::Auth(_)
+            | Error::AuthRequired
+            | Error::Tls(_)
+    )
 }
 
 /// Forwards `consumer`'s messages to `dest_topic` until the consumer has stopped and every
