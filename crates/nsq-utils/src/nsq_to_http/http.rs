@@ -130,16 +130,12 @@ impl GoHttpClient {
             let req = self
                 .build(
                     &method,
-                    &first,
-                    &cur,
+                    (&first, &cur),
                     headers,
+                    referer.as_deref(),
                     with_body.then(|| body.clone()),
                 )
                 .map_err(|e| fail(&cur_text, e))?;
-            let req = match &referer {
-                Some(r) => with_header(req, header::REFERER, r),
-                None => req,
-            };
             sent += 1;
             let host_port = host_port(&cur);
             let answer =
@@ -210,9 +206,9 @@ impl GoHttpClient {
     fn build(
         &self,
         method: &str,
-        first: &url::Url,
-        url: &url::Url,
+        (first, url): (&url::Url, &url::Url),
         headers: &[(&str, &str)],
+        referer: Option<&str>,
         body: Option<Bytes>,
     ) -> Result<Request<Full<Bytes>>, String> {
         let mut target = url.clone();
@@ -244,6 +240,11 @@ impl GoHttpClient {
                     "Authorization" | "Www-Authenticate" | "Cookie" | "Cookie2"
                 )
             });
+        }
+        // A redirect's `Referer` replaces the request's own (client.go, `Client.do`).
+        if let Some(r) = referer {
+            own.retain(|(k, _)| k != "Referer");
+            own.push(("Referer".to_string(), r.to_string()));
         }
         if !user.is_empty() && !own.iter().any(|(k, _)| k == "Authorization") {
             let secret = format!("{user}:{}", password.unwrap_or_default());
@@ -286,17 +287,6 @@ impl GoHttpClient {
         *req.headers_mut() = head;
         Ok(req)
     }
-}
-
-fn with_header(
-    mut req: Request<Full<Bytes>>,
-    name: HeaderName,
-    value: &str,
-) -> Request<Full<Bytes>> {
-    if let Ok(v) = HeaderValue::from_str(value) {
-        req.headers_mut().insert(name, v);
-    }
-    req
 }
 
 /// Reads and drops an answer's body, within the request's deadline; errors are ignored
@@ -593,7 +583,7 @@ mod tests {
             format!(
                 "GET /two HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: ua/1\r\n\
                  Authorization: Basic dTpw\r\nContent-Type: text/plain\r\n\
-                 Accept-Encoding: gzip\r\nReferer: http://{addr}/one\r\n\r\n"
+                 Referer: http://{addr}/one\r\nAccept-Encoding: gzip\r\n\r\n"
             )
         );
         assert_eq!(
@@ -601,7 +591,7 @@ mod tests {
             format!(
                 "GET /three HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: ua/1\r\nContent-Length: 5\r\n\
                  Authorization: Basic dTpw\r\nContent-Type: text/plain\r\n\
-                 Accept-Encoding: gzip\r\nReferer: http://{addr}/two\r\n\r\nhello"
+                 Referer: http://{addr}/two\r\nAccept-Encoding: gzip\r\n\r\nhello"
             )
         );
     }
