@@ -9,9 +9,11 @@
 //! * a request hyper cannot parse gets Go's exact bytes: `400 Bad Request` (or `431 Request
 //!   Header Fields Too Large`) as a plain-text body with `Connection: close`, not hyper's
 //!   empty body ([`GoErrors`]);
-//! * an HTTP/1.1 request without `Host` (other than `CONNECT`) is refused with Go's `400 Bad
-//!   Request: missing required Host header` before any handler sees it (net/http/server.go,
-//!   `conn.readRequest`); HTTP/1.0 without `Host` is served, as by Go;
+//! * a `Host` Go refuses is refused before any handler sees it ([`host_error`]): two of them
+//!   (`400 Bad Request`), none on HTTP/1.1 other than `CONNECT` (`400 Bad Request: missing
+//!   required Host header`; HTTP/1.0 without `Host` is served, as by Go), or one with a byte
+//!   outside Go's host bytes (`400 Bad Request: malformed Host header`);
+//! * Go's error answers say `HTTP/1.1` also to an HTTP/1.0 request;
 //! * the status line's reason phrase is Go's where Go's differs from hyper's
 //!   ([`go_reason`]: `413 Request Entity Too Large`, `414 Request URI Too Long`, `416
 //!   Requested Range Not Satisfiable`; net/http/status.go);
@@ -123,11 +125,14 @@ where
 {
     let service = TowerToHyperService::new(service);
     let service = hyper::service::service_fn(move |req: axum::http::Request<_>| {
-        let answer = (!missing_host(&req)).then(|| hyper::service::Service::call(&service, req));
+        let refused = host_error(&req);
+        let answer = refused
+            .is_none()
+            .then(|| hyper::service::Service::call(&service, req));
         async move {
-            match answer {
-                Some(answer) => answer.await.map(go_reason),
-                None => Ok(missing_host_response()),
+            match (answer, refused) {
+                (Some(answer), _) => answer.await.map(go_reason),
+                (None, reason) => Ok(host_error_response(reason.flatten())),
             }
         }
     });
@@ -156,31 +161,59 @@ pub fn go_reason<B>(mut r: axum::http::Response<B>) -> axum::http::Response<B> {
     r
 }
 
-/// Whether Go refuses `req` for want of a `Host` header (net/http/server.go,
-/// `conn.readRequest`: `req.ProtoAtLeast(1, 1) && (!haveHost || len(hosts) == 0) &&
-/// !isH2Upgrade && req.Method != "CONNECT"`; HTTP/2 never reaches this server).
-fn missing_host<B>(req: &axum::http::Request<B>) -> bool {
-    req.version() == axum::http::Version::HTTP_11
-        && !req.headers().contains_key(axum::http::header::HOST)
-        && req.method() != axum::http::Method::CONNECT
+/// Whether Go refuses `req` for its `Host` header, and with which reason phrase (`None`: a
+/// plain `400 Bad Request`), in Go's order:
+/// * more than one `Host` (net/http/request.go, `readRequest`: `too many Host headers`, an
+///   error that `conn.serve` answers with a plain `400 Bad Request`);
+/// * none on HTTP/1.1 (net/http/server.go, `conn.readRequest`: `req.ProtoAtLeast(1, 1) &&
+///   (!haveHost || len(hosts) == 0) && !isH2Upgrade && req.Method != "CONNECT"`; HTTP/2
+///   never reaches this server);
+/// * one with a byte Go does not accept in a host (`conn.readRequest`:
+///   `!httpguts.ValidHostHeader(hosts[0])`, which allows letters, digits and
+///   `!$%&'()*+,-.:;=[]_~`).
+fn host_error<B>(req: &axum::http::Request<B>) -> Option<Option<&'static [u8]>> {
+    let mut hosts = req.headers().get_all(axum::http::header::HOST).iter();
+    let first = hosts.next();
+    if hosts.next().is_some() {
+        return Some(None);
+    }
+    match first {
+        None if req.version() == axum::http::Version::HTTP_11
+            && req.method() != axum::http::Method::CONNECT =>
+        {
+            Some(Some(MISSING_HOST_REASON))
+        }
+        Some(h) if !h.as_bytes().iter().all(|&b| valid_host_byte(b)) => {
+            Some(Some(MALFORMED_HOST_REASON))
+        }
+        _ => None,
+    }
 }
 
-/// The reason phrase Go's `badRequestError("missing required Host header")` puts in the
-/// status line (net/http/server.go, `conn.serve`: `"HTTP/1.1 %d %s: %s"`).
-const MISSING_HOST_REASON: &[u8] = b"Bad Request: missing required Host header";
+/// golang.org/x/net/http/httpguts, `validHostByte`.
+fn valid_host_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!$%&'()*+,-.:;=[]_~".contains(&b)
+}
 
-/// The response for [`missing_host`]: an empty `400` with Go's status line and `connection:
-/// close`, whose head [`GoErrors`] replaces by Go's bytes (hyper adds `content-length` and
-/// `date`, which Go's error answer does not have).
-fn missing_host_response() -> axum::response::Response {
+/// The reason phrases Go's `badRequestError(…)` puts in the status line (net/http/server.go,
+/// `conn.serve`: `"HTTP/1.1 %d %s: %s"`).
+const MISSING_HOST_REASON: &[u8] = b"Bad Request: missing required Host header";
+const MALFORMED_HOST_REASON: &[u8] = b"Bad Request: malformed Host header";
+
+/// The response for [`host_error`]: an empty `400` (with `reason` as its reason phrase) and
+/// `connection: close`, whose head [`GoErrors`] replaces by Go's bytes (hyper adds
+/// `content-length` and `date`, which Go's error answer does not have).
+fn host_error_response(reason: Option<&'static [u8]>) -> axum::response::Response {
     let mut r = axum::response::Response::new(axum::body::Body::empty());
     *r.status_mut() = axum::http::StatusCode::BAD_REQUEST;
     r.headers_mut().insert(
         axum::http::header::CONNECTION,
         axum::http::HeaderValue::from_static("close"),
     );
-    r.extensions_mut()
-        .insert(hyper::ext::ReasonPhrase::from_static(MISSING_HOST_REASON));
+    if let Some(reason) = reason {
+        r.extensions_mut()
+            .insert(hyper::ext::ReasonPhrase::from_static(reason));
+    }
     r
 }
 
@@ -190,7 +223,7 @@ pub async fn stopping(rx: &mut watch::Receiver<bool>) {
 }
 
 /// The response heads hyper writes by itself when it cannot parse a request
-/// (hyper/src/proto/h1/role.rs, `Server::on_error`) or that [`missing_host_response`] makes,
+/// (hyper/src/proto/h1/role.rs, `Server::on_error`) or that [`host_error_response`] makes,
 /// and Go's bytes for the same cases (net/http/server.go, `conn.serve`: the status text, with
 /// a `statusError`'s text after a colon, as a plain-text body, then close). Go never answers
 /// `414` itself (it reads any request target that fits in the head); ours gets the shape of
@@ -218,10 +251,16 @@ const GO_ERRORS: &[(&[u8], &[u8])] = &[
           charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request: missing required Host \
           header",
     ),
+    (
+        b"HTTP/1.1 400 Bad Request: malformed Host header\r\nconnection: close\r\n\
+          content-length: 0\r\n",
+        b"HTTP/1.1 400 Bad Request: malformed Host header\r\nContent-Type: text/plain; \
+          charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request: malformed Host header",
+    ),
 ];
 
 /// A connection's stream that replaces hyper's automatic parse-error responses (an empty
-/// `400`/`414`/`431` with `connection: close`) and [`missing_host_response`] by Go's (see
+/// `400`/`414`/`431` with `connection: close`) and [`host_error_response`] by Go's (see
 /// [`GO_ERRORS`]). The application's own `400` replies always have a body and a content type,
 /// so they never match.
 pub struct GoErrors<T> {
@@ -255,9 +294,16 @@ impl<T: AsyncWrite + Unpin> GoErrors<T> {
 
 /// Go's bytes for `head` if it is one of hyper's automatic error responses (written whole).
 fn go_error(head: &[u8]) -> Option<&'static [u8]> {
+    // hyper answers an HTTP/1.0 request in HTTP/1.0; Go writes `HTTP/1.1` whatever the
+    // request said (net/http/server.go, `conn.serve`).
+    let rest = head
+        .strip_prefix(b"HTTP/1.1 ")
+        .or_else(|| head.strip_prefix(b"HTTP/1.0 "))?;
     GO_ERRORS
         .iter()
-        .find(|(hyper, _)| head.starts_with(hyper) && head.ends_with(b"\r\n\r\n"))
+        .find(|(hyper, _)| {
+            rest.starts_with(&hyper[b"HTTP/1.1 ".len()..]) && head.ends_with(b"\r\n\r\n")
+        })
         .map(|(_, go)| *go)
 }
 
@@ -501,6 +547,37 @@ mod served {
             b"GET /ping HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n",
         )
         .await;
+        assert!(ok(&resp), "{resp}");
+    }
+
+    /// A `Host` with a byte Go's `httpguts.ValidHostHeader` refuses gets Go's `malformed Host
+    /// header`; two `Host` headers get Go's plain `400` (`too many Host headers`); the bytes Go
+    /// allows (an IPv6 literal with a zone, sub-delims) are served.
+    #[tokio::test]
+    async fn a_malformed_or_repeated_host_gets_gos_400() {
+        const GO_MALFORMED: &str = "HTTP/1.1 400 Bad Request: malformed Host header\r\n\
+                                    Content-Type: text/plain; charset=utf-8\r\nConnection: \
+                                    close\r\n\r\n400 Bad Request: malformed Host header";
+        let (addr, _stop) = server().await;
+        for req in [
+            &b"GET /ping HTTP/1.1\r\nHost: a b\r\n\r\n"[..],
+            b"GET /ping HTTP/1.1\r\nHost: a/b\r\n\r\n",
+            b"GET /ping HTTP/1.0\r\nHost: a\"b\r\n\r\n",
+        ] {
+            assert_eq!(
+                exchange(addr, req).await,
+                GO_MALFORMED,
+                "{}",
+                String::from_utf8_lossy(req)
+            );
+        }
+        let two = b"GET /ping HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n";
+        assert_eq!(exchange(addr, two).await, GO_400);
+        let fine = b"GET /ping HTTP/1.1\r\nHost: [fe80::1%25eth0]:80\r\nConnection: close\r\n\r\n";
+        let resp = exchange(addr, fine).await;
+        assert!(ok(&resp), "{resp}");
+        let fine = b"GET /ping HTTP/1.1\r\nHost: a_b~c!$&'()*+,;=\r\nConnection: close\r\n\r\n";
+        let resp = exchange(addr, fine).await;
         assert!(ok(&resp), "{resp}");
     }
 
