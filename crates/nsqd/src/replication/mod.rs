@@ -157,6 +157,9 @@ pub struct Replication {
     takeover_lock: tokio::sync::Mutex<()>,
     /// The last STATUS of each member (by node ID): the backlogs it holds and their states.
     gossip: Mutex<HashMap<u64, Vec<nsq_protocol::replication::StatusEntry>>>,
+    /// When each member's last STATUS arrived (the chooser trusts the `last_seq` it lists
+    /// only from after the origin was lost here: `takeover.rs`, `held_seq`).
+    gossip_at: Mutex<HashMap<u64, Instant>>,
     /// Bumped when a backlog's takeover state changes: served links send STATUS at once.
     status_changed: watch::Sender<u64>,
     /// The replication core's task (`driver.rs`), with `--replicas` ≥ 2.
@@ -257,6 +260,7 @@ impl Replication {
             retired: Mutex::new(HashMap::new()),
             takeover_lock: tokio::sync::Mutex::new(()),
             gossip: Mutex::new(HashMap::new()),
+            gossip_at: Mutex::new(HashMap::new()),
             status_changed: watch::channel(0).0,
             driver: OnceLock::new(),
             replay: watch::channel(backlog::Replay::Pending).0,
@@ -493,6 +497,7 @@ impl Replication {
         };
         if let (nsq_protocol::replication::Frame::Status(entries), 1..) = (f, node) {
             self.gossip.lock().insert(node, entries);
+            self.gossip_at.lock().insert(node, Instant::now());
         }
     }
 

@@ -381,14 +381,20 @@ impl Replication {
         mine >= best
     }
 
-    /// The last seq of `(origin, epoch)` member `m` holds, as far as this node knows.
+    /// The last seq of `(origin, epoch)` member `m` holds, as far as this node knows. Another
+    /// member's is known only from a STATUS that arrived after this node lost the origin (or
+    /// heard that its epoch ended): an older one may predate the last frames it stored, and
+    /// two holders each reading the other's stale `last_seq` as smaller both took over (a
+    /// wiped origin back within milliseconds, tests/python/test_replication_netns.py
+    /// `test_wiped_disk_return`). Unknown, it is assumed as high as any (ring order decides,
+    /// the same on both).
     fn held_seq(&self, m: u64, origin: u64, epoch: u64) -> Option<u64> {
         if m == self.identity.node_id {
             let b = self.backlogs.lock().get(&(origin, epoch)).cloned()?;
             let seq = b.store.lock().last_seq();
             return Some(seq);
         }
-        self.gossip.lock().get(&m).and_then(|entries| {
+        self.settled_gossip(m, origin, epoch).and_then(|entries| {
             entries
                 .iter()
                 .find(|e| e.origin == origin && e.epoch == epoch && e.complete)
@@ -396,10 +402,38 @@ impl Replication {
         })
     }
 
+    /// Member `m`'s last STATUS, if it arrived after this node lost `origin`'s `epoch` (its
+    /// link went down, or the epoch was declared ended): one from before may predate the
+    /// last frames `m` stored and the end of its catch-up (see [`Replication::held_seq`]).
+    fn settled_gossip(
+        &self,
+        m: u64,
+        origin: u64,
+        epoch: u64,
+    ) -> Option<Vec<nsq_protocol::replication::StatusEntry>> {
+        let lost = self
+            .backlogs
+            .lock()
+            .get(&(origin, epoch))
+            .map(|b| b.link())
+            .and_then(|l| match (l.ended, l.down_since) {
+                (Some(e), Some(d)) => Some(e.min(d)),
+                (e, d) => e.or(d),
+            });
+        let heard = self.gossip_at.lock().get(&m).copied();
+        if let (Some(lost), Some(heard)) = (lost, heard) {
+            if heard <= lost {
+                return None;
+            }
+        }
+        self.gossip.lock().get(&m).cloned()
+    }
+
     /// [`Replication::holds`] without the comparison of how much each holds.
     fn holds_any(&self, m: u64, origin: u64, epoch: u64) -> bool {
+        // Not known (no STATUS since the origin was lost here): assumed.
         let lists = |m: u64| {
-            self.gossip.lock().get(&m).is_none_or(|entries| {
+            self.settled_gossip(m, origin, epoch).is_none_or(|entries| {
                 entries
                     .iter()
                     .any(|e| e.origin == origin && e.epoch == epoch && e.complete)
