@@ -11,6 +11,7 @@
 mod backlog;
 mod deliver;
 mod driver;
+mod holders;
 pub mod identity;
 mod link;
 pub mod log;
