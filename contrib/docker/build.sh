@@ -30,6 +30,8 @@ tar -xzf "$archive" -C "$ctx"
 rootfs=$ctx/rootfs
 install -d -m 0755 "$rootfs/usr/local/bin" "$rootfs/etc" "$ctx/data"
 install -d -m 1777 "$rootfs/tmp"
+# Mount points a container runtime fills (Docker and podman make them anyway).
+install -d -m 0755 "$rootfs/proc" "$rootfs/sys" "$rootfs/dev"
 for b in "$ctx/$name"/bin/*; do
     install -m 0755 "$b" "$rootfs/usr/local/bin/"
     ln -s "usr/local/bin/$(basename "$b")" "$rootfs/$(basename "$b")"
