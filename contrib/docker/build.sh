@@ -59,7 +59,10 @@ printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$rootfs/etc/nsswitch.
 chmod 0644 "$rootfs"/etc/*
 
 log "$CLI build -t $IMAGE:$version -t $IMAGE:latest ($(du -sh "$rootfs" | cut -f1) root)"
-"$CLI" build --pull=never -f contrib/docker/Dockerfile -t "$IMAGE:$version" -t "$IMAGE:latest" \
+# podman: --layers=false commits the final image only (no intermediate image per step).
+extra=()
+[[ $(basename "$CLI") == podman ]] && extra=(--layers=false)
+"$CLI" build "${extra[@]}" --pull=never -f contrib/docker/Dockerfile -t "$IMAGE:$version" -t "$IMAGE:latest" \
     --label "org.opencontainers.image.version=$version" \
     --label "org.opencontainers.image.revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
     --label "org.opencontainers.image.licenses=MIT" \
