@@ -22,8 +22,7 @@
 # Usage: contrib/docker/check-cluster.sh [image]   (default nsq-rs:latest; as root)
 set -uo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ROOT=$PWD
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 IMAGE=${1:-nsq-rs:latest}
 TAG=ncl$$ # names of namespaces, containers: short (interface names are at most 15 bytes)
 HUB=${TAG}hub
