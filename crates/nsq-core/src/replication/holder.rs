@@ -217,6 +217,11 @@ impl Member {
             self.out.push(Command::SendManifest { origin, epoch: e });
             return;
         }
+        if self.manifests.contains_key(&(origin, epoch)) {
+            // Taken over here and applied by the origin (a HELLO sent before it moved on):
+            // never a new copy of it; its next HELLO is of a later epoch.
+            return;
+        }
         if self
             .other_taker((origin, epoch))
             .is_some_and(|(_, e)| e.state == BacklogState::TakenOver)
@@ -410,6 +415,25 @@ impl Member {
                 .as_ref()
                 .and_then(|a| producers.iter().find(|(p, _)| p == a).map(|(_, u)| *u));
             b.watch.lookupd_answer(i, now, clock, listed);
+        }
+    }
+
+    /// The lookupds configured changed: each backlog's gone rule starts again with `count`
+    /// of them, its link as it is (down from now if it is down).
+    pub(super) fn lookupds_changed(&mut self, count: usize) {
+        if count == self.cfg.lookupds {
+            return;
+        }
+        self.cfg.lookupds = count;
+        let (t, now) = (self.cfg.takeover_timeout, self.now);
+        for b in self.backlogs.values_mut() {
+            let up = b.watch.link_is_up();
+            b.watch = GoneWatch::new(t, count, now);
+            if up {
+                b.watch.link_up();
+            } else {
+                b.watch.link_down(now);
+            }
         }
     }
 

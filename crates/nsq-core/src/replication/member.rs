@@ -168,6 +168,7 @@ impl Member {
                 }
             }
             Event::IdentityEnded { old } => self.end_identity(old),
+            Event::LookupdsChanged { count } => self.lookupds_changed(count),
             Event::LookupdPong { sent_at, .. } => {
                 self.heard_lookupd = self.heard_lookupd.max(sent_at);
             }
@@ -226,7 +227,7 @@ impl Member {
         let stranger = peer == 0
             || peer == self.cfg.me
             || self.ended.contains(&peer)
-            || !self.cfg.members.contains(&addr);
+            || (self.cfg.check_addresses && !self.cfg.members.contains(&addr));
         if stranger {
             self.out.push(Command::Refuse { peer, link });
             return;

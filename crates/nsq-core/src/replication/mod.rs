@@ -147,6 +147,12 @@ pub enum Event {
     IdentityEnded {
         old: u64,
     },
+    /// The nsqlookupds configured changed (`PUT /config/nsqlookupd_tcp_addresses`): there
+    /// are `count` now. Every backlog's gone rule starts again with them (fail closed: a
+    /// lookupd's earlier answers say nothing of the new list's).
+    LookupdsChanged {
+        count: usize,
+    },
     /// nsqlookupd `lookupd` answered this node's PING sent at `sent_at`.
     LookupdPong {
         lookupd: usize,
@@ -310,6 +316,10 @@ pub struct Config {
     /// takeover put its messages (nsqd until its holder side is this core's): the origin then
     /// stays in the epoch, fenced, until the manifest moves it on.
     pub leave_claimed_epoch: bool,
+    /// A link is refused unless its address is one of `members`. Off for a driver that
+    /// proves membership itself before it reports a link up (nsqd: a shared secret, or the
+    /// peer list by IP), whose members' addresses need not be listed.
+    pub check_addresses: bool,
 }
 
 impl Config {
@@ -327,6 +337,7 @@ impl Config {
             handoff_retry: t,
             retired_for: Duration::from_secs(600),
             leave_claimed_epoch: true,
+            check_addresses: true,
         }
     }
 }

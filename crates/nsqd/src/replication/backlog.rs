@@ -18,9 +18,6 @@ pub(crate) struct Backlog {
     pub store: Mutex<ReplicaStore>,
     /// The link session writing to it; a newer session ends an older one.
     pub session: AtomicU64,
-    /// The stamp of the newest PING its origin's session sent (the origin's clock, ns):
-    /// STATUS echoes it while replicating, the origin's proof that this member heard it.
-    pub(crate) ping_echo: AtomicU64,
     /// The origin's link as the takeover watch sees it.
     pub(crate) link: Mutex<LinkState>,
     /// The origin's broadcast address and TCP port from its HELLO (how nsqlookupd lists it),
@@ -35,8 +32,6 @@ pub(crate) struct Backlog {
 pub(crate) struct LinkState {
     pub live: Option<u64>,
     pub down_since: Option<Instant>,
-    /// The origin said this epoch ended with an unclean stop (HELLO's PREVIOUS_UNCLEAN), then.
-    pub ended: Option<Instant>,
 }
 
 impl Backlog {
@@ -54,10 +49,6 @@ impl Backlog {
             l.live = None;
             l.down_since.get_or_insert_with(Instant::now);
         }
-    }
-
-    pub(crate) fn link(&self) -> LinkState {
-        *self.link.lock()
     }
 
     /// `replicating`, `detached` (the origin's link is down) or `taking over`.
@@ -247,13 +238,11 @@ impl Replication {
             epoch,
             store: Mutex::new(store),
             session: AtomicU64::new(0),
-            ping_echo: AtomicU64::new(0),
             // No session yet: down from now (a replica restarted while its origin was gone
             // counts the absence from its own start).
             link: Mutex::new(LinkState {
                 live: None,
                 down_since: Some(Instant::now()),
-                ended: None,
             }),
             address: Mutex::new(address),
             taking_over: AtomicBool::new(false),
@@ -264,64 +253,5 @@ impl Replication {
             .entry((origin, epoch))
             .or_insert(b)
             .clone())
-    }
-
-    /// Deletes the backlogs of `origin` of epochs ≤ `epoch` (DROP). Blocking.
-    pub(crate) fn drop_backlogs(&self, origin: u64, epoch: u64) {
-        let gone: Vec<Arc<Backlog>> = {
-            let mut m = self.backlogs.lock();
-            let keys: Vec<_> = m
-                .keys()
-                .filter(|(o, e)| *o == origin && *e <= epoch)
-                .copied()
-                .collect();
-            // A backlog being taken over goes when its takeover is confirmed (takeover.rs).
-            let keys: Vec<_> = keys
-                .into_iter()
-                .filter(|k| !m[k].taking_over.load(Ordering::Acquire))
-                .collect();
-            keys.iter().filter_map(|k| m.remove(k)).collect()
-        };
-        for b in gone {
-            let dir = b.store.lock().dir().to_path_buf();
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::error!("REPLICATION: failed to delete {} - {e}", dir.display());
-            }
-        }
-    }
-
-    /// The origins other than `except` whose backlogs here record `host:port` as their
-    /// broadcast address and TCP port (their HELLO, `origin.json`).
-    pub(crate) fn origins_at(&self, host: &str, port: u16, except: u64) -> Vec<u64> {
-        if host.is_empty() || port == 0 {
-            return Vec::new();
-        }
-        let mut v: Vec<u64> = self
-            .backlogs
-            .lock()
-            .values()
-            .filter(|b| b.origin != except)
-            .filter(|b| {
-                b.address
-                    .lock()
-                    .as_ref()
-                    .is_some_and(|(h, p)| h == host && *p == port)
-            })
-            .map(|b| b.origin)
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v
-    }
-
-    /// Whether another origin than `origin` with a live link here announces `host:port`
-    /// (then nsqlookupd's entry at that address is that origin's, not `origin`'s).
-    pub(crate) fn replaced_at(&self, origin: u64, host: &str, port: u16) -> bool {
-        self.origins_at(host, port, origin).into_iter().any(|o| {
-            self.backlogs
-                .lock()
-                .values()
-                .any(|b| b.origin == o && b.link().live.is_some())
-        })
     }
 }

@@ -1,6 +1,7 @@
 //! The blocking part of a takeover (docs/replication.md, "Takeover"): the manifest written,
 //! every topic and channel of the backlog created, every unsettled message put with its
-//! original ID. The watch that decides when is `takeover.rs`.
+//! original ID; and the same puts for a handoff (`handoff.rs`). The core decides when
+//! (`driver.rs`); `takeover.rs` runs it.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -69,6 +70,101 @@ impl Taken {
 /// Messages for one queue: `(topic, channel)` (no channel: the topic) and the messages.
 type Batch = ((String, Option<String>), Vec<Message>);
 
+/// Creates every topic and channel of `topics` here (pause flags kept).
+pub(super) fn create_topics(
+    engine: &Arc<Engine>,
+    topics: &[nsq_protocol::replication::TopicItem],
+) -> Result<(), String> {
+    for t in topics {
+        let (topic, _) = engine
+            .get_or_create_topic(&t.topic)
+            .map_err(|e| format!("failed to create topic {} - {e}", t.topic))?;
+        if t.paused {
+            topic.pause();
+        }
+        for c in &t.channels {
+            let (ch, _) = topic
+                .get_or_create_channel(&c.name)
+                .map_err(|e| format!("failed to create channel {}:{} - {e}", t.topic, c.name))?;
+            if c.paused {
+                ch.pause();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Puts adopted messages into their queues in batches of [`ADOPT_BATCH`] (`Topic::adopt`),
+/// gathering the receipt; the first failure stops it (what was put stays: duplicates if the
+/// adoption is repeated, never loss).
+pub(super) struct Putter<'a> {
+    engine: &'a Arc<Engine>,
+    pub(super) receipt: PutReceipt,
+    batch: Option<Batch>,
+    failed: Option<String>,
+}
+
+impl<'a> Putter<'a> {
+    pub(super) fn new(engine: &'a Arc<Engine>) -> Self {
+        Putter {
+            engine,
+            receipt: PutReceipt::default(),
+            batch: None,
+            failed: None,
+        }
+    }
+
+    pub(super) fn put(&mut self, put: Put) {
+        let (key, msg) = match put {
+            Put::Channel {
+                topic,
+                channel,
+                message,
+            } => ((topic, Some(channel)), message),
+            Put::Topic { topic, message } => ((topic, None), message),
+        };
+        if self
+            .batch
+            .as_ref()
+            .is_some_and(|(k, v)| *k != key || v.len() >= ADOPT_BATCH)
+        {
+            self.flush();
+        }
+        self.batch.get_or_insert_with(|| (key, Vec::new())).1.push(msg);
+    }
+
+    fn flush(&mut self) {
+        let Some(((topic, channel), msgs)) = self.batch.take() else {
+            return;
+        };
+        if self.failed.is_some() {
+            return;
+        }
+        let r = self
+            .engine
+            .get_or_create_topic(&topic)
+            .and_then(|(t, _)| t.adopt(channel.as_deref(), msgs));
+        match r {
+            Ok(mut r) => self.receipt.absorb(&mut r),
+            Err(e) => {
+                self.failed = Some(format!(
+                    "failed to put into {topic}:{} - {e}",
+                    channel.as_deref().unwrap_or("")
+                ))
+            }
+        }
+    }
+
+    /// The receipt of everything put, or the first failure.
+    pub(super) fn finish(mut self) -> Result<PutReceipt, String> {
+        self.flush();
+        match self.failed {
+            Some(e) => Err(e),
+            None => Ok(self.receipt),
+        }
+    }
+}
+
 /// The blocking part of a takeover: manifest, topics and channels, puts.
 pub(super) fn deliver(
     engine: &Arc<Engine>,
@@ -94,77 +190,19 @@ pub(super) fn deliver(
     manifest::write(path, b.epoch, m.into_entries())
         .map_err(|e| undo(format!("failed to write {} - {e}", path.display())))?;
     let topics = store.topics();
-    for t in &topics {
-        let (topic, _) = engine
-            .get_or_create_topic(&t.topic)
-            .map_err(|e| undo(format!("failed to create topic {} - {e}", t.topic)))?;
-        if t.paused {
-            topic.pause();
-        }
-        for c in &t.channels {
-            let (ch, _) = topic.get_or_create_channel(&c.name).map_err(|e| {
-                undo(format!(
-                    "failed to create channel {}:{} - {e}",
-                    t.topic, c.name
-                ))
-            })?;
-            if c.paused {
-                ch.pause();
-            }
-        }
-    }
-    let mut receipt = PutReceipt::default();
+    create_topics(engine, &topics).map_err(undo)?;
+    let mut putter = Putter::new(engine);
     let mut messages = 0u64;
-    let mut batch: Option<Batch> = None;
-    let mut failed: Option<String> = None;
-    let mut flush = |batch: &mut Option<Batch>, failed: &mut Option<String>| {
-        let Some(((topic, channel), msgs)) = batch.take() else {
-            return;
-        };
-        if failed.is_some() {
-            return;
-        }
-        let r = engine
-            .get_or_create_topic(&topic)
-            .and_then(|(t, _)| t.adopt(channel.as_deref(), msgs));
-        match r {
-            Ok(mut r) => receipt.absorb(&mut r),
-            Err(e) => {
-                *failed = Some(format!(
-                    "failed to put into {topic}:{} - {e}",
-                    channel.as_deref().unwrap_or("")
-                ))
-            }
-        }
-    };
     let mut scratch = adopt::Manifest::default();
     let unreadable = store
         .for_each_unsettled(|item| {
             messages += 1;
             for put in adopt::puts(item, now, &mut scratch) {
-                let (key, msg) = match put {
-                    Put::Channel {
-                        topic,
-                        channel,
-                        message,
-                    } => ((topic, Some(channel)), message),
-                    Put::Topic { topic, message } => ((topic, None), message),
-                };
-                if batch
-                    .as_ref()
-                    .is_some_and(|(k, v)| *k != key || v.len() >= ADOPT_BATCH)
-                {
-                    flush(&mut batch, &mut failed);
-                }
-                batch.get_or_insert_with(|| (key, Vec::new())).1.push(msg);
+                putter.put(put);
             }
         })
         .map_err(|e| undo(format!("failed to read the backlog - {e}")))?;
-    flush(&mut batch, &mut failed);
-    if let Some(e) = failed {
-        // What was put stays (duplicates if the takeover is repeated, never loss).
-        return Err(undo(e));
-    }
+    let receipt = putter.finish().map_err(undo)?;
     Ok(Delivered {
         receipt,
         messages,

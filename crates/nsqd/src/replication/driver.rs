@@ -1,30 +1,28 @@
 //! The driver of the replication core (docs/replication.md, "The core"): one task owns this
-//! node's [`Member`] (`nsq_core::replication`), the sans-I/O state machine that decides, and
-//! carries out its commands; the link tasks feed it events over a channel, and it ticks every
-//! [`TICK`]. Time is this node's monotonic clock ([`Replication::clock`]), the one PING
-//! stamps carry.
+//! node's [`Member`] (`nsq_core::replication`), the sans-I/O state machine that decides every
+//! rule of the group — membership, acknowledgement, fencing, the answer to a HELLO, when an
+//! origin is gone and who takes it over, handoff, return — and carries out its commands. The
+//! link sessions (`origin.rs` dials, `replica.rs` serves) and the nsqlookupd loop only report
+//! to it ([`Input`]) and run what it routes to them; it ticks the core every [`TICK`]. Time is
+//! this node's monotonic clock ([`Replication::clock`]), the one PING stamps carry.
 //!
-//! As wired so far the core decides the origin's side: **fencing** and the **publish
-//! acknowledgement**; its `NewEpoch` is persisted as Return persists an epoch (its move out
-//! of a claimed epoch is off here, see [`Replication::start_driver`]). Its link sessions (`origin.rs`) report the sessions (up once the
-//! replica proved its membership, down when they end), the WELCOME (with the log's position
-//! before it, whether the session resumes, and as its echo the local time HELLO was sent:
-//! the answer proves the replica heard it after that), each ACK, PONG, STATUS and
-//! TAKEN_OVER; the return (`returning.rs`) each manifest applied; a publish that has to wait
-//! its seq ([`Replication::wait_replicated`]: one event, no round trip). The core answers
-//! `Fence`/`Unfence`, carried out by the engine's delivery fence
-//! ([`nsq_core::Engine::fence_delivery`]), and `AckPublish`/`FailPublish`, published to the
-//! waiting publishes as the highest seq acknowledged and the highest failed. The holder's
-//! decisions (takeover, handoff, the answer to HELLO) are still made by the rest of this
-//! module; the core's commands for them are not carried out here, and the PINGs are sent by
-//! the sessions' writers at the core's pace ([`Replication::ping_every`]) with the same
-//! clock.
+//! What stays with the sessions is the data plane: the log's frames and the catch-up going
+//! out (`origin.rs`), their append to the replica store and its ACK (`replica.rs`, the core's
+//! rule — a copy acknowledges only once complete — applied per append without a round trip
+//! through this task), PING and DROP on the origin's side and the manifest's application
+//! (`returning.rs`). The core hears of each as a fact (`Stored`, `Logged`, `ManifestApplied`).
 
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nsq_core::replication::{self as core, Command, Config, Event, Link, Member, Msg, Start};
-use nsq_protocol::replication as wire;
+use bytes::Bytes;
+use nsq_core::replication::{
+    self as core, Command, Config, Event, HeldBacklog, Link, Member, Msg, Start,
+};
+use nsq_protocol::replication::{self as wire, Frame};
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use super::Replication;
@@ -32,14 +30,79 @@ use super::Replication;
 /// The core is ticked this often (it asks for at least every 100 ms).
 const TICK: Duration = Duration::from_millis(100);
 
-/// Feeds the core's task; dropped events (the task ended at shutdown) do not matter.
+/// What the sessions and tasks tell the driver.
+pub(crate) enum Input {
+    /// An event for the core as it is.
+    Core(Event),
+    /// A served link's origin proved its membership (`replica.rs`): its session `session`
+    /// takes the commands for the In link from `origin`.
+    InUp {
+        origin: u64,
+        addr: String,
+        session: u64,
+        tx: mpsc::UnboundedSender<SessionCmd>,
+    },
+    InDown {
+        origin: u64,
+        session: u64,
+    },
+    /// A dialled link's replica proved its membership (`origin.rs`).
+    OutUp {
+        peer: u64,
+        addr: String,
+        session: u64,
+        tx: mpsc::UnboundedSender<SessionCmd>,
+        bulk: mpsc::Sender<Bytes>,
+    },
+    OutDown {
+        peer: u64,
+        session: u64,
+    },
+    /// A frame of session `session` with `peer`, as the core reads it (dropped when that
+    /// session is not the current one any more).
+    Frame {
+        peer: u64,
+        link: Link,
+        session: u64,
+        msg: Msg,
+    },
+}
+
+/// What the driver asks of one session.
+#[derive(Debug)]
+pub(crate) enum SessionCmd {
+    /// Send this frame.
+    Frame(Frame),
+    /// Served link: welcome the origin into `epoch` (open its backlog, WELCOME with what the
+    /// store holds).
+    Welcome { epoch: u64 },
+    /// Served link: TAKEN_OVER of `epoch` and its manifest.
+    Manifest { epoch: u64, last_seq: u64 },
+    /// End the session (a new one may follow).
+    Close,
+    /// ERROR `not in group` and close.
+    Refuse,
+}
+
+/// Feeds the core's task. The channel exists from the start, so nothing sent before the task
+/// runs (it waits for the replay of the replica backlogs) is lost.
 pub(crate) struct Driver {
-    tx: mpsc::UnboundedSender<Event>,
+    tx: mpsc::UnboundedSender<Input>,
+    rx: Mutex<Option<mpsc::UnboundedReceiver<Input>>>,
 }
 
 impl Driver {
-    pub(crate) fn send(&self, ev: Event) {
-        let _ = self.tx.send(ev);
+    pub(crate) fn new() -> Driver {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Driver {
+            tx,
+            rx: Mutex::new(Some(rx)),
+        }
+    }
+
+    /// Dropped inputs (the task ended at shutdown) do not matter.
+    pub(crate) fn send(&self, i: Input) {
+        let _ = self.tx.send(i);
     }
 }
 
@@ -48,16 +111,31 @@ impl Driver {
 pub(crate) struct CoreLink<'a> {
     repl: &'a Replication,
     peer: u64,
+    session: u64,
 }
 
 impl<'a> CoreLink<'a> {
-    pub(crate) fn up(repl: &'a Replication, peer: u64, addr: &str) -> CoreLink<'a> {
-        repl.core_event(Event::LinkUp {
+    /// `addr`: the replica's own `broadcast_address:tcp_port` (its CHALLENGE).
+    pub(crate) fn up(
+        repl: &'a Replication,
+        peer: u64,
+        addr: String,
+        tx: mpsc::UnboundedSender<SessionCmd>,
+        bulk: mpsc::Sender<Bytes>,
+    ) -> CoreLink<'a> {
+        let session = repl.next_session();
+        repl.input(Input::OutUp {
             peer,
-            addr: addr.to_string(),
-            link: Link::Out,
+            addr,
+            session,
+            tx,
+            bulk,
         });
-        CoreLink { repl, peer }
+        CoreLink {
+            repl,
+            peer,
+            session,
+        }
     }
 
     /// The log's last seq now (before the session's WELCOME: a resume point is within it).
@@ -67,9 +145,10 @@ impl<'a> CoreLink<'a> {
 
     /// A frame of this session, as the core reads it.
     pub(crate) fn received(&self, msg: Msg) {
-        self.repl.core_event(Event::Received {
-            from: self.peer,
+        self.repl.input(Input::Frame {
+            peer: self.peer,
             link: Link::Out,
+            session: self.session,
             msg,
         });
     }
@@ -77,9 +156,56 @@ impl<'a> CoreLink<'a> {
 
 impl Drop for CoreLink<'_> {
     fn drop(&mut self) {
-        self.repl.core_event(Event::LinkDown {
+        self.repl.input(Input::OutDown {
             peer: self.peer,
-            link: Link::Out,
+            session: self.session,
+        });
+    }
+}
+
+/// A served link's session as the core knows it: up from [`InLink::up`], down when dropped.
+pub(crate) struct InLink {
+    repl: Arc<Replication>,
+    pub(crate) origin: u64,
+    pub(crate) session: u64,
+}
+
+impl InLink {
+    pub(crate) fn up(
+        repl: &Arc<Replication>,
+        origin: u64,
+        addr: String,
+        tx: mpsc::UnboundedSender<SessionCmd>,
+    ) -> InLink {
+        let session = repl.next_session();
+        repl.input(Input::InUp {
+            origin,
+            addr,
+            session,
+            tx,
+        });
+        InLink {
+            repl: repl.clone(),
+            origin,
+            session,
+        }
+    }
+
+    pub(crate) fn received(&self, msg: Msg) {
+        self.repl.input(Input::Frame {
+            peer: self.origin,
+            link: Link::In,
+            session: self.session,
+            msg,
+        });
+    }
+}
+
+impl Drop for InLink {
+    fn drop(&mut self) {
+        self.repl.input(Input::InDown {
+            origin: self.origin,
+            session: self.session,
         });
     }
 }
@@ -103,50 +229,119 @@ pub(crate) fn status_entry(e: &wire::StatusEntry) -> core::StatusEntry {
 }
 
 impl Replication {
-    /// Starts the task that owns the core (`--replicas` ≥ 2: the origin's side is what it
-    /// decides so far).
-    pub(super) fn start_driver(self: &Arc<Self>) {
-        let s = &self.settings;
-        let mut cfg = Config::new(
-            self.identity.node_id,
-            s.replicas,
-            s.peers.clone(),
-            s.takeover_timeout,
-        );
-        cfg.ack_timeout = s.ack_timeout;
-        // nsqd's holders (replica.rs, takeover.rs) answer a HELLO of an epoch they take over
-        // with TAKEN_OVER once the takeover put its messages, and a takeover that fails
-        // leaves the epoch to its origin's next session: the origin stays in a claimed epoch
-        // (fenced) until the manifest moves it on.
-        cfg.leave_claimed_epoch = false;
-        cfg.status_every = self.ping_every();
-        let start = Start {
-            now: self.clock(),
-            epoch: self.epoch(),
-            start_seq: self.log.last_seq(),
-            previous_unclean: self.identity.previous_unclean,
-            ..Start::default()
-        };
-        let member = Member::new(cfg, start);
-        let (tx, rx) = mpsc::unbounded_channel();
-        if self.driver.set(Driver { tx }).is_err() {
+    /// Tells the core `ev`.
+    pub(crate) fn core_event(&self, ev: Event) {
+        self.input(Input::Core(ev));
+    }
+
+    pub(crate) fn input(&self, i: Input) {
+        self.driver.send(i);
+    }
+
+    /// A new session number (sessions of one peer and link supersede each other).
+    pub(crate) fn next_session(&self) -> u64 {
+        self.sessions.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Starts the task that owns the core (with replication configured, whatever
+    /// `--replicas`: a node with `--replicas=1` still holds and takes over its peers'
+    /// backlogs). `lookup` and `client` poll nsqlookupd for the gone rule.
+    pub(super) fn start_driver(
+        self: &Arc<Self>,
+        lookup: crate::lookup::Lookup,
+        client: nsq_http::client::HttpClient,
+    ) {
+        let Some(rx) = self.driver.rx.lock().take() else {
             return;
-        }
-        let t = tokio::spawn(run(self.clone(), member, rx));
+        };
+        let r = self.clone();
+        let t = tokio::spawn(async move {
+            // The backlogs held are part of what the core starts with.
+            if r.replayed().await {
+                run(r, rx, lookup, client).await;
+            }
+        });
         self.tasks.lock().push(t);
     }
 
-    /// Tells the core `ev` (nothing without a driver: `--replicas=1`).
-    pub(crate) fn core_event(&self, ev: Event) {
-        if let Some(d) = self.driver.get() {
-            d.send(ev);
+    /// What this node persisted, as the core starts with it (after the replay).
+    fn core_start(&self) -> Start {
+        let held = self
+            .backlogs
+            .lock()
+            .values()
+            .map(|b| {
+                let s = b.store.lock();
+                HeldBacklog {
+                    origin: b.origin,
+                    epoch: b.epoch,
+                    last_seq: s.last_seq(),
+                    complete: !s.index().catching_up(),
+                    addr: b.address.lock().as_ref().map(|(h, p)| format!("{h}:{p}")),
+                }
+            })
+            .collect();
+        let seqs = self.taken_seq.lock().clone();
+        let manifests = self
+            .taken
+            .lock()
+            .keys()
+            .map(|&(o, e)| (o, e, seqs.get(&(o, e)).map_or(0, |t| t.last_seq)))
+            .collect();
+        Start {
+            now: self.clock(),
+            epoch: self.epoch(),
+            start_seq: self.log.last_seq(),
+            previous_unclean: self
+                .identity
+                .previous_unclean
+                .filter(|&e| e > self.taken_epoch()),
+            held,
+            manifests,
+            applied: self.applied_manifests(),
         }
     }
 
+    /// What `/metrics` and STATUS add to an entry: the messages and bytes of the backlog.
+    fn wire_status(&self, entries: &[core::StatusEntry]) -> Vec<wire::StatusEntry> {
+        let sizes: HashMap<(u64, u64), (u64, u64)> = self
+            .backlogs
+            .lock()
+            .iter()
+            .map(|(&k, b)| {
+                let n = b
+                    .store
+                    .try_lock()
+                    .map_or((0, 0), |s| (s.index().messages(), s.bytes()));
+                (k, n)
+            })
+            .collect();
+        entries
+            .iter()
+            .map(|e| {
+                let (messages, bytes) = sizes.get(&(e.origin, e.epoch)).copied().unwrap_or((0, 0));
+                wire::StatusEntry {
+                    origin: e.origin,
+                    epoch: e.epoch,
+                    state: match e.state {
+                        core::BacklogState::Replicating => wire::BacklogState::Replicating,
+                        core::BacklogState::Detached => wire::BacklogState::Detached,
+                        core::BacklogState::Gone => wire::BacklogState::Gone,
+                        core::BacklogState::TakingOver => wire::BacklogState::TakingOver,
+                        core::BacklogState::TakenOver => wire::BacklogState::TakenOver,
+                    },
+                    last_seq: e.last_seq,
+                    messages,
+                    bytes,
+                    complete: e.complete,
+                    echo: u64::try_from(e.echo.as_nanos()).unwrap_or(u64::MAX),
+                }
+            })
+            .collect()
+    }
+
     /// What the nsqlookupd loop reports to the core: each answered PING is a proof that this
-    /// node is heard (fencing), sent several times per fencing interval. Also with
-    /// `--replicas=1` (no core to tell): the takeover watch reads each lookupd's clock from
-    /// the newest `last_update` it lists, which this node's own PINGs keep fresh.
+    /// node is heard (fencing), sent several times per fencing interval.
     pub fn lookup_proof(self: &Arc<Self>) -> Option<crate::lookup::LookupProof> {
         let me = Arc::downgrade(self);
         Some(crate::lookup::LookupProof {
@@ -167,44 +362,187 @@ impl Replication {
     }
 }
 
-async fn run(repl: Arc<Replication>, mut member: Member, mut rx: mpsc::UnboundedReceiver<Event>) {
+/// The sessions the core's commands go to.
+#[derive(Default)]
+struct Sessions {
+    ins: HashMap<u64, (u64, mpsc::UnboundedSender<SessionCmd>)>,
+    outs: HashMap<u64, (u64, mpsc::UnboundedSender<SessionCmd>, mpsc::Sender<Bytes>)>,
+    /// TAKEN_OVER's `last_seq` until its SendManifest (they come together).
+    taken: HashMap<(u64, u64), u64>,
+}
+
+impl Sessions {
+    fn tx(&self, peer: u64, link: Link) -> Option<&mpsc::UnboundedSender<SessionCmd>> {
+        match link {
+            Link::In => self.ins.get(&peer).map(|(_, tx)| tx),
+            Link::Out => self.outs.get(&peer).map(|(_, tx, _)| tx),
+        }
+    }
+
+    fn send(&self, peer: u64, link: Link, c: SessionCmd) {
+        if let Some(tx) = self.tx(peer, link) {
+            let _ = tx.send(c);
+        }
+    }
+
+    /// The core's events for one input.
+    fn events(&mut self, i: Input) -> Vec<Event> {
+        match i {
+            Input::Core(ev) => vec![ev],
+            Input::InUp {
+                origin,
+                addr,
+                session,
+                tx,
+            } => {
+                let mut v = Vec::new();
+                if let Some((_, old)) = self.ins.insert(origin, (session, tx)) {
+                    let _ = old.send(SessionCmd::Close);
+                    v.push(Event::LinkDown {
+                        peer: origin,
+                        link: Link::In,
+                    });
+                }
+                v.push(Event::LinkUp {
+                    peer: origin,
+                    addr,
+                    link: Link::In,
+                });
+                v
+            }
+            Input::OutUp {
+                peer,
+                addr,
+                session,
+                tx,
+                bulk,
+            } => {
+                let mut v = Vec::new();
+                if let Some((_, old, _)) = self.outs.insert(peer, (session, tx, bulk)) {
+                    let _ = old.send(SessionCmd::Close);
+                    v.push(Event::LinkDown {
+                        peer,
+                        link: Link::Out,
+                    });
+                }
+                v.push(Event::LinkUp {
+                    peer,
+                    addr,
+                    link: Link::Out,
+                });
+                v
+            }
+            Input::InDown { origin, session } => {
+                if self.ins.get(&origin).is_some_and(|(s, _)| *s == session) {
+                    self.ins.remove(&origin);
+                    vec![Event::LinkDown {
+                        peer: origin,
+                        link: Link::In,
+                    }]
+                } else {
+                    Vec::new()
+                }
+            }
+            Input::OutDown { peer, session } => {
+                if self.outs.get(&peer).is_some_and(|(s, _, _)| *s == session) {
+                    self.outs.remove(&peer);
+                    vec![Event::LinkDown {
+                        peer,
+                        link: Link::Out,
+                    }]
+                } else {
+                    Vec::new()
+                }
+            }
+            Input::Frame {
+                peer,
+                link,
+                session,
+                msg,
+            } => {
+                let current = match link {
+                    Link::In => self.ins.get(&peer).map(|(s, _)| *s),
+                    Link::Out => self.outs.get(&peer).map(|(s, _, _)| *s),
+                };
+                if current == Some(session) {
+                    vec![Event::Received {
+                        from: peer,
+                        link,
+                        msg,
+                    }]
+                } else {
+                    Vec::new()
+                }
+            }
+        }
+    }
+}
+
+async fn run(
+    repl: Arc<Replication>,
+    mut rx: mpsc::UnboundedReceiver<Input>,
+    lookup: crate::lookup::Lookup,
+    client: nsq_http::client::HttpClient,
+) {
+    let s = &repl.settings;
+    let mut cfg = Config::new(
+        repl.identity.node_id,
+        s.replicas,
+        s.peers.clone(),
+        s.takeover_timeout,
+    );
+    cfg.ack_timeout = s.ack_timeout;
+    // nsqd's origin stays in a claimed epoch, fenced, until the taker's manifest moves it on
+    // (`returning.rs` applies it and moves on itself): a takeover that fails leaves the epoch
+    // to the origin's next session, whose copies it resumes.
+    cfg.leave_claimed_epoch = false;
+    // Membership is proven by the handshake (`membership.rs`) before a link is reported up;
+    // members report their own `broadcast_address:tcp_port`, not the peer list's spelling.
+    cfg.check_addresses = false;
+    cfg.status_every = repl.ping_every();
+    cfg.lookupds = lookup.lookupds().len();
+    let mut member = Member::new(cfg, repl.core_start());
+    let mut sessions = Sessions::default();
     let mut stop = repl.stopping();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let exec = Exec {
+        repl: repl.clone(),
+        lookup,
+        client,
+    };
+    let mut lookupds = exec.lookup.lookupds().len();
     loop {
-        let ev = tokio::select! {
-            ev = rx.recv() => match ev {
-                Some(ev) => ev,
+        let input = tokio::select! {
+            i = rx.recv() => match i {
+                Some(i) => i,
                 None => return,
             },
-            _ = tick.tick() => Event::Tick,
+            _ = tick.tick() => Input::Core(Event::Tick),
             _ = async { stop.wait_for(|s| *s).await.is_ok() } => return,
         };
-        if let Event::Received {
-            msg: Msg::Welcome { epoch, .. },
-            from,
-            ..
-        } = &ev
-        {
-            if *epoch != member.epoch() {
-                tracing::warn!(
-                    "REPLICATION: core: WELCOME from {from:016x} for epoch {epoch}, the core is at epoch {}",
-                    member.epoch()
-                );
-            }
+        let mut events = sessions.events(input);
+        let now_lookupds = exec.lookup.lookupds().len();
+        if now_lookupds != lookupds {
+            lookupds = now_lookupds;
+            events.insert(0, Event::LookupdsChanged { count: lookupds });
         }
-        // Acknowledgements and failures are published once per event (one wake-up of the
-        // waiting publishes, however many seqs it settles).
-        let (mut acked, mut failed) = (0, 0);
-        for c in member.handle(repl.clock(), ev) {
-            match c {
-                Command::AckPublish { seq } => acked = acked.max(seq),
-                Command::FailPublish { seq } => failed = failed.max(seq),
-                c => execute(&repl, c),
+        for ev in events {
+            // Acknowledgements and failures are published once per event (one wake-up of the
+            // waiting publishes, however many seqs it settles).
+            let (mut acked, mut failed) = (0, 0);
+            if std::env::var_os("NSQD_CORE_TRACE").is_some() { eprintln!("CORE {:x} <- {ev:?}", repl.identity.node_id); }
+            for c in member.handle(repl.clock(), ev) {
+                if std::env::var_os("NSQD_CORE_TRACE").is_some() { eprintln!("CORE {:x} -> {c:?}", repl.identity.node_id); }
+                match c {
+                    Command::AckPublish { seq } => acked = acked.max(seq),
+                    Command::FailPublish { seq } => failed = failed.max(seq),
+                    c => exec.run(&mut sessions, c),
+                }
             }
+            raise(&repl.committed, acked);
+            raise(&repl.failed, failed);
         }
-        raise(&repl.committed, acked);
-        raise(&repl.failed, failed);
     }
 }
 
@@ -219,58 +557,118 @@ fn raise(w: &tokio::sync::watch::Sender<u64>, seq: u64) {
     });
 }
 
-/// Carries out one command of the core (see the module docs for what is wired).
-fn execute(repl: &Arc<Replication>, c: Command) {
-    match c {
-        Command::NewEpoch { epoch } => {
-            // The core moved on to `epoch`: persisted as Return persists it, and every session
-            // starts again in it. After a manifest applied by Return (the only move while
-            // `leave_claimed_epoch` is off) the epoch is there already: nothing to do.
-            let r = repl.clone();
-            tokio::task::spawn_blocking(move || match r.advance_epoch(epoch - 1) {
-                Ok(true) => tracing::warn!(
-                    "REPLICATION: epoch {} claimed by a member: now epoch {epoch}, every link starts again",
-                    epoch - 1
-                ),
-                Ok(false) => {}
-                Err(e) => tracing::error!(
-                    "REPLICATION: failed to move to epoch {epoch} - {e}"
-                ),
-            });
-        }
-        Command::Fence => {
-            if let Some(e) = repl.engine() {
-                e.fence_delivery();
+/// Carries out the core's commands.
+struct Exec {
+    repl: Arc<Replication>,
+    lookup: crate::lookup::Lookup,
+    client: nsq_http::client::HttpClient,
+}
+
+impl Exec {
+    fn run(&self, sessions: &mut Sessions, c: Command) {
+        let repl = &self.repl;
+        match c {
+            Command::Send { to, link, msg } => match msg {
+                Msg::Welcome { epoch, .. } => sessions.send(to, link, SessionCmd::Welcome { epoch }),
+                Msg::TakenOver { epoch, last_seq } => {
+                    sessions.taken.insert((to, epoch), last_seq);
+                }
+                Msg::Pong { stamp } => {
+                    let stamp = u64::try_from(stamp.as_nanos()).unwrap_or(u64::MAX);
+                    sessions.send(to, link, SessionCmd::Frame(Frame::Pong { stamp }));
+                }
+                Msg::Status(entries) => {
+                    let f = Frame::Status(repl.wire_status(&entries));
+                    sessions.send(to, link, SessionCmd::Frame(f));
+                }
+                Msg::HandoffDone { origin, epoch } => {
+                    sessions.send(to, link, SessionCmd::Frame(Frame::HandoffDone { origin, epoch }))
+                }
+                // The session appends and acknowledges by the core's rule itself (see the
+                // module docs); the origin's session sends its HELLO, PING, DROP and
+                // MANIFEST_APPLIED itself.
+                Msg::Ack { .. }
+                | Msg::Hello { .. }
+                | Msg::Ping { .. }
+                | Msg::Drop { .. }
+                | Msg::ManifestApplied { .. } => {}
+            },
+            Command::SendManifest { origin, epoch } => {
+                let last_seq = sessions.taken.remove(&(origin, epoch)).unwrap_or(0);
+                sessions.send(origin, Link::In, SessionCmd::Manifest { epoch, last_seq });
             }
-            tracing::warn!(
-                "REPLICATION: delivery of replicated messages fenced: no member heard this node within {:?}, or one claims its epoch {}",
-                repl.settings.takeover_timeout / 2,
-                repl.epoch()
-            );
-        }
-        Command::Unfence => {
-            if let Some(e) = repl.engine() {
-                e.unfence_delivery();
+            Command::Refuse { peer, link } => {
+                tracing::warn!("REPLICATION: {peer:016x} refused: not in the group (an ended identity, or this node)");
+                sessions.send(peer, link, SessionCmd::Refuse);
             }
-            tracing::info!("REPLICATION: delivery of replicated messages unfenced");
+            Command::Close { peer, link } => sessions.send(peer, link, SessionCmd::Close),
+            Command::PollLookupds => repl.poll_lookupds(&self.lookup, &self.client),
+            Command::StartTakeover { origin, epoch } => repl.start_takeover(origin, epoch),
+            Command::SendHandoff { to, origin, epoch } => {
+                match sessions.outs.get(&to) {
+                    Some((_, _, bulk)) => repl.send_handoff(to, origin, epoch, bulk.clone()),
+                    None => tracing::info!(
+                        "REPLICATION: no link to {to:016x}, which takes {origin:016x} epoch {epoch} over: handoff later"
+                    ),
+                }
+            }
+            Command::AdoptHandoff {
+                from,
+                origin,
+                epoch,
+            } => repl.adopt_handoff(from, origin, epoch),
+            Command::DropBacklog { origin, epoch } => {
+                let r = repl.clone();
+                tokio::spawn(async move { r.drop_copy(origin, epoch).await });
+            }
+            Command::DeleteManifest { origin, epoch } => {
+                // Not `taken over` in the views from now (the file goes after).
+                repl.taken.lock().remove(&(origin, epoch));
+                repl.taken_seq.lock().remove(&(origin, epoch));
+                let r = repl.clone();
+                tokio::spawn(async move { r.delete_manifest(origin, epoch).await });
+            }
+            Command::NewEpoch { epoch } => {
+                // The core moved on to `epoch`: persisted as Return persists it, and every
+                // session starts again in it. After a manifest applied by Return (the only
+                // move while `leave_claimed_epoch` is off) the epoch is there already.
+                let r = repl.clone();
+                tokio::task::spawn_blocking(move || match r.advance_epoch(epoch - 1) {
+                    Ok(true) => tracing::warn!(
+                        "REPLICATION: epoch {} claimed by a member: now epoch {epoch}, every link starts again",
+                        epoch - 1
+                    ),
+                    Ok(false) => {}
+                    Err(e) => tracing::error!(
+                        "REPLICATION: failed to move to epoch {epoch} - {e}"
+                    ),
+                });
+            }
+            Command::Fence => {
+                if let Some(e) = repl.engine() {
+                    e.fence_delivery();
+                }
+                tracing::warn!(
+                    "REPLICATION: delivery of replicated messages fenced: no member heard this node within {:?}, or one claims its epoch {}",
+                    repl.settings.takeover_timeout / 2,
+                    repl.epoch()
+                );
+            }
+            Command::Unfence => {
+                if let Some(e) = repl.engine() {
+                    e.unfence_delivery();
+                }
+                tracing::info!("REPLICATION: delivery of replicated messages unfenced");
+            }
+            // The origin's session decides from the replica's WELCOME and its outbox
+            // (`origin.rs`), by the same rule; Return applies the manifest as TAKEN_OVER
+            // arrives (`returning.rs`).
+            Command::StartCatchup { .. }
+            | Command::Resume { .. }
+            | Command::ApplyManifest { .. }
+            // Published by `run`.
+            | Command::AckPublish { .. }
+            | Command::FailPublish { .. } => {}
         }
-        // Still decided and carried out by the rest of this module (see the module docs); a
-        // new epoch ends the Out sessions the core closes (`origin.rs` watches the epoch).
-        Command::Send { .. }
-        | Command::Refuse { .. }
-        | Command::Close { .. }
-        | Command::StartCatchup { .. }
-        | Command::Resume { .. }
-        // Published by `run` (above).
-        | Command::AckPublish { .. }
-        | Command::FailPublish { .. }
-        | Command::PollLookupds
-        | Command::StartTakeover { .. }
-        | Command::SendHandoff { .. }
-        | Command::AdoptHandoff { .. }
-        | Command::DropBacklog { .. }
-        | Command::SendManifest { .. }
-        | Command::ApplyManifest { .. }
-        | Command::DeleteManifest { .. } => {}
     }
 }

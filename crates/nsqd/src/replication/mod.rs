@@ -11,7 +11,7 @@
 mod backlog;
 mod deliver;
 mod driver;
-mod holders;
+mod handoff;
 pub mod identity;
 mod link;
 pub mod log;
@@ -26,9 +26,9 @@ mod views;
 
 pub use views::{BacklogInfo, PeerInfo};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -149,22 +149,18 @@ pub struct Replication {
     ret: returning::State,
     /// Manifests kept, by (origin, epoch): the IDs taken over (until MANIFEST_APPLIED).
     taken: Mutex<BTreeMap<(u64, u64), u64>>,
-    /// Epochs taken over here whose manifest their origin applied (or whose origin is gone
-    /// for good), when, and the copy STATUS still announces as taken over for a while
-    /// (`takeover.rs`).
-    retired: Mutex<HashMap<(u64, u64), (Instant, deliver::Taken)>>,
-    /// Serialises takeovers with the start of link sessions (a session that starts while a
-    /// backlog is taken over finds the manifest, not the backlog).
+    /// Serialises takeovers, handoff adoptions and the deletion of copies and manifests.
     takeover_lock: tokio::sync::Mutex<()>,
-    /// The last STATUS of each member (by node ID): the backlogs it holds and their states.
-    gossip: Mutex<HashMap<u64, Vec<nsq_protocol::replication::StatusEntry>>>,
-    /// When each member's last STATUS arrived (the chooser trusts the `last_seq` it lists
-    /// only from after the origin was lost here: `takeover.rs`, `held_seq`).
-    gossip_at: Mutex<HashMap<u64, Instant>>,
-    /// Bumped when a backlog's takeover state changes: served links send STATUS at once.
-    status_changed: watch::Sender<u64>,
-    /// The replication core's task (`driver.rs`), with `--replicas` ≥ 2.
-    driver: OnceLock<driver::Driver>,
+    /// The replication core's task (`driver.rs`).
+    driver: driver::Driver,
+    /// Link sessions are numbered (`driver.rs`, a newer one of a peer and link supersedes).
+    sessions: AtomicU64,
+    /// A poll of the nsqlookupds runs (`takeover.rs`).
+    polling: AtomicBool,
+    /// The takeovers running here (`takeover.rs`).
+    running: Mutex<HashSet<(u64, u64)>>,
+    /// The handoffs being sent from here (`handoff.rs`).
+    handing: Mutex<HashSet<(u64, u64)>>,
     /// Whether the replica backlogs are replayed yet (`backlog.rs`, [`Replication::replay`]):
     /// links, sessions and the takeover watch wait for it; clients need not.
     replay: watch::Sender<backlog::Replay>,
@@ -258,12 +254,12 @@ impl Replication {
             catchups: AtomicU64::new(0),
             ret: returning::State::new(identity.epoch),
             taken: Mutex::new(BTreeMap::new()),
-            retired: Mutex::new(HashMap::new()),
             takeover_lock: tokio::sync::Mutex::new(()),
-            gossip: Mutex::new(HashMap::new()),
-            gossip_at: Mutex::new(HashMap::new()),
-            status_changed: watch::channel(0).0,
-            driver: OnceLock::new(),
+            driver: driver::Driver::new(),
+            sessions: AtomicU64::new(0),
+            polling: AtomicBool::new(false),
+            running: Mutex::new(HashSet::new()),
+            handing: Mutex::new(HashSet::new()),
             replay: watch::channel(backlog::Replay::Pending).0,
             settings,
             secret,
@@ -294,96 +290,6 @@ impl Replication {
         self.link_tls.as_ref()
     }
 
-    /// Node `new` answers (a proven HELLO, or a CHALLENGE to this node's dial) where member
-    /// `old` did: `old` is gone for good — its host came back without its data directory, so
-    /// without its node ID. Its epochs end uncleanly, exactly as if it had sent HELLO with
-    /// PREVIOUS_UNCLEAN (docs/replication.md, Node identity): taken over at once by the
-    /// chooser's member. A session of `old` that still looks live (its host died without
-    /// closing it) is waited for: the dead-link rule ends it within 5 s. One still live after
-    /// twice that is another member announcing the same address, a misconfiguration: logged,
-    /// nothing ends.
-    pub(crate) fn identity_replaced(self: &Arc<Self>, old: u64, new: u64, at: &str) {
-        if old == 0 || old == new || old == self.identity.node_id {
-            return;
-        }
-        let held = |r: &Replication| r.backlogs.lock().values().any(|b| b.origin == old);
-        let live = move |r: &Replication| {
-            r.backlogs
-                .lock()
-                .values()
-                .any(|b| b.origin == old && b.link().live.is_some())
-        };
-        if !held(self) {
-            return;
-        }
-        let (r, at) = (self.clone(), at.to_string());
-        let t = tokio::spawn(async move {
-            let deadline = Instant::now() + 2 * LINK_TIMEOUT;
-            let stop = r.stopping();
-            while live(&r) {
-                if Instant::now() >= deadline || *stop.borrow() {
-                    tracing::warn!(
-                        "REPLICATION: {new:016x} answers at {at}, the address of {old:016x}, whose link is live: two members announce one address"
-                    );
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            tracing::warn!(
-                "REPLICATION: {new:016x} answers at {at}, the address of {old:016x}: {old:016x} is gone (a new node ID), its epochs end now"
-            );
-            r.epochs_ended(old, u64::MAX).await;
-            r.retire_manifests(old).await;
-        });
-        let mut tasks = self.tasks.lock();
-        tasks.retain(|t| !t.is_finished());
-        tasks.push(t);
-    }
-
-    /// The manifests of `origin`'s epochs taken over here are never applied when `origin`
-    /// is gone for good (a replaced identity): they are deleted and their epochs announced as
-    /// taken over for a while longer, as after MANIFEST_APPLIED (Return).
-    async fn retire_manifests(&self, origin: u64) {
-        let _g = self.takeover_lock.lock().await;
-        let epochs: Vec<u64> = self
-            .taken
-            .lock()
-            .keys()
-            .filter(|(o, _)| *o == origin)
-            .map(|&(_, e)| e)
-            .collect();
-        for epoch in epochs {
-            let path = nsq_core::replica::manifest::manifest_path(&self.data_path, origin, epoch);
-            let removed = tokio::task::spawn_blocking(move || {
-                deliver::Taken::remove(&path);
-                std::fs::remove_file(&path)
-            })
-            .await;
-            if let Ok(Err(e)) = removed {
-                tracing::error!("REPLICATION: failed to delete a manifest - {e}");
-                continue;
-            }
-            self.taken.lock().remove(&(origin, epoch));
-            // Gone for good: what the copy taken lacked is only with the other holders, who
-            // still deliver theirs (unknown copy: incomplete).
-            let taken = self
-                .taken_seq
-                .lock()
-                .remove(&(origin, epoch))
-                .unwrap_or(deliver::Taken {
-                    last_seq: 0,
-                    complete: false,
-                });
-            self.retired
-                .lock()
-                .insert((origin, epoch), (Instant::now(), taken));
-            tracing::info!(
-                "REPLICATION: the manifest of {origin:016x} epoch {epoch} is deleted: {origin:016x} is gone for good"
-            );
-        }
-        self.status_change();
-    }
-
     /// Hands the engine over (catch-ups read it).
     pub fn set_engine(&self, engine: Arc<Engine>) {
         let _ = self.engine.set(engine);
@@ -406,7 +312,6 @@ impl Replication {
         }
         let n = self.group.lock().peers.len();
         self.start_return(n);
-        self.start_driver();
         let mut tasks = self.tasks.lock();
         for i in 0..n {
             let r = self.clone();
@@ -423,29 +328,14 @@ impl Replication {
         }
     }
 
-    /// Starts the task that takes lost origins' backlogs over ([`takeover`]).
+    /// Starts the replication core's task (`driver.rs`), with nsqlookupd to poll for the
+    /// gone rule.
     pub fn start_takeover_watch(
         self: &Arc<Self>,
         lookup: crate::lookup::Lookup,
         client: nsq_http::client::HttpClient,
     ) {
-        let r = self.clone();
-        let t = tokio::spawn(async move {
-            if r.replayed().await {
-                takeover::run(r, lookup, client).await;
-            }
-        });
-        self.tasks.lock().push(t);
-    }
-
-    /// A backlog's takeover state changed: STATUS goes out on every served link now.
-    pub(crate) fn status_change(&self) {
-        self.status_changed.send_modify(|v| *v = v.wrapping_add(1));
-    }
-
-    /// Changes of [`Replication::status_change`].
-    pub(crate) fn status_changes(&self) -> watch::Receiver<u64> {
-        self.status_changed.subscribe()
+        self.start_driver(lookup, client);
     }
 
     /// A stop signal for link tasks.
@@ -489,17 +379,9 @@ impl Replication {
         self.update_committed(&g);
     }
 
-    /// A HEARTBEAT or STATUS came from peer `i` (a STATUS is kept as its gossip).
-    pub(crate) fn seen_frame(&self, i: usize, f: nsq_protocol::replication::Frame) {
-        let node = {
-            let mut g = self.group.lock();
-            g.peers[i].last_seen = Some(Instant::now());
-            g.peers[i].node_id
-        };
-        if let (nsq_protocol::replication::Frame::Status(entries), 1..) = (f, node) {
-            self.gossip.lock().insert(node, entries);
-            self.gossip_at.lock().insert(node, Instant::now());
-        }
+    /// A frame came from peer `i` (its `last_seen`).
+    pub(crate) fn seen_frame(&self, i: usize, _f: nsq_protocol::replication::Frame) {
+        self.group.lock().peers[i].last_seen = Some(Instant::now());
     }
 
     /// Peer `i`'s session ended: it leaves the set, the next live peer in ring order joins.

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use nsq_protocol::replication::{
     self, Challenge, Frame, Hello, Item, LinkErrorCode, WelcomeAnswer, LINK_VERSION, MAGIC_R1,
 };
@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use nsq_core::replication::Msg;
 
-use super::driver::{status_entry, CoreLink};
+use super::driver::{status_entry, CoreLink, SessionCmd};
 use super::link::{LinkRead, LinkStream, LinkWrite};
 use super::log::Take;
 use super::membership;
@@ -75,6 +75,7 @@ pub(super) async fn run_peer(repl: Arc<Replication>, i: usize, info: HelloInfo) 
             _ = async { stop.wait_for(|s| *s).await.is_ok() } => return,
         };
         repl.session_down(i);
+        if std::env::var_os("NSQD_CORE_TRACE").is_some() { eprintln!("OUT {addr} ended: {end:?}"); }
         if !matches!(end, End::ManifestFailed(_)) {
             // Answered (or unreachable): the startup hold waits no more for it.
             repl.peer_answered(i);
@@ -212,19 +213,30 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
         Err(end) => return end,
     };
     let replica = c.node_id;
-    // The core knows of the session from here to its end, however it ends.
-    let core = CoreLink::up(repl, replica, addr);
-    // Another node ID than the one that answered at this peer address before, or at the
-    // broadcast address of an origin this node holds: that member is gone (Node identity).
-    let before = repl.group.lock().peers[i].node_id;
-    if before != 0 && before != replica {
-        repl.identity_replaced(before, replica, addr);
-    }
-    let at = format!("{}:{}", c.broadcast_address, c.tcp_port);
-    for old in repl.origins_at(&c.broadcast_address, c.tcp_port, replica) {
-        repl.identity_replaced(old, replica, &at);
-    }
-    let welcome = match read_frame(&mut rd, &mut buf, s.max_frame).await {
+    // The core knows of the session from here to its end, however it ends, at the address
+    // the replica gives for itself (a new node ID there ends the old identity in the core).
+    let (ctl_tx, mut ctl) = mpsc::unbounded_channel();
+    // The reader queues MANIFEST_APPLIED through the writer (a TAKEN_OVER mid-session).
+    let ctl_tx2 = ctl_tx.clone();
+    let (bulk_tx, mut bulk) = mpsc::channel(2);
+    let core = CoreLink::up(
+        repl,
+        replica,
+        format!("{}:{}", c.broadcast_address, c.tcp_port),
+        ctl_tx,
+        bulk_tx,
+    );
+    // The replica's STATUS may come first (the core sends it as the link comes up).
+    let first = loop {
+        match read_frame(&mut rd, &mut buf, s.max_frame).await {
+            Ok(Frame::Status(entries)) => {
+                core.received(Msg::Status(entries.iter().map(status_entry).collect()))
+            }
+            Ok(Frame::Heartbeat) => {}
+            other => break other,
+        }
+    };
+    let welcome = match first {
         Ok(Frame::Welcome(w)) if w.node_id == replica => w,
         Ok(Frame::Welcome(w)) => {
             return End::NotEstablished(format!(
@@ -316,12 +328,16 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     );
     let catchup = (!resume).then(|| start_catchup(repl));
     let max_frame = welcome.max_frame.max(replication::MIN_MAX_FRAME);
+    let to_writer = ctl_tx2;
+    let ends = Ends {
+        ctl: &mut ctl,
+        bulk: &mut bulk,
+        epoch_watch: &mut epoch_watch,
+        epoch,
+    };
     tokio::select! {
-        e = writer(repl, &mut wr, next, catchup, max_frame) => End::Lost(e),
-        e = reader(repl, i, &core, &mut rd, buf) => End::Lost(e),
-        _ = epoch_watch.wait_for(|e| *e != epoch) => {
-            End::Lost(format!("epoch {epoch} ended (taken over), reconnecting in epoch {}", repl.epoch()))
-        }
+        e = writer(repl, &mut wr, next, catchup, max_frame, ends) => End::Lost(e),
+        e = reader(repl, i, &core, &mut rd, buf, &to_writer) => End::Lost(e),
     }
 }
 
@@ -459,7 +475,17 @@ async fn writer(
     mut next: u64,
     chunks: Option<mpsc::Receiver<Result<Chunk, String>>>,
     _max_frame: u32,
+    ends: Ends<'_>,
 ) -> String {
+    let Ends {
+        ctl,
+        bulk,
+        epoch_watch,
+        epoch,
+    } = ends;
+    // The epoch ended (a taker's manifest applied): what is queued (MANIFEST_APPLIED among
+    // it) goes out, then the session ends and the next starts in the new epoch.
+    let mut ending = false;
     let mut rx = repl.log.subscribe();
     let mut out = BytesMut::with_capacity(64 << 10);
     let mut catchup = chunks.map(|chunks| Catchup {
@@ -532,6 +558,33 @@ async fn writer(
                 catchup = None;
             }
         }
+        // The core's frames (STATUS) and a handoff's chunk, if any waits.
+        loop {
+            match ctl.try_recv() {
+                Ok(SessionCmd::Frame(f)) => {
+                    if let Err(e) = replication::try_encode(&f, &mut out) {
+                        return format!("frame not encodable - {e}");
+                    }
+                }
+                Ok(SessionCmd::Close | SessionCmd::Refuse) => {
+                    return flush_and_end(wr, &out, "closed by the core".into()).await;
+                }
+                Ok(_) => {}
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => return "core gone".into(),
+            }
+        }
+        if out.len() < WRITE_LIVE {
+            if let Ok(b) = bulk.try_recv() {
+                out.put_slice(&b);
+            }
+        }
+        if ending && out.is_empty() {
+            return format!(
+                "epoch {epoch} ended (taken over), reconnecting in epoch {}",
+                repl.epoch()
+            );
+        }
         if out.is_empty() {
             let beat = last_write + HEARTBEAT;
             let waiting = catchup
@@ -547,6 +600,18 @@ async fn writer(
                     replication::encode(&Frame::Heartbeat, &mut out);
                 }
                 _ = tokio::time::sleep_until(next_ping) => {}
+                c = ctl.recv() => match c {
+                    Some(SessionCmd::Frame(f)) => {
+                        if let Err(e) = replication::try_encode(&f, &mut out) {
+                            return format!("frame not encodable - {e}");
+                        }
+                    }
+                    Some(SessionCmd::Close | SessionCmd::Refuse) => return "closed by the core".into(),
+                    Some(_) => {}
+                    None => return "core gone".into(),
+                },
+                Some(b) = bulk.recv() => out.put_slice(&b),
+                _ = async { epoch_watch.wait_for(|e| *e != epoch).await.is_ok() }, if !ending => ending = true,
                 chunk = async { catchup.as_mut().expect("guarded").chunks.recv().await }, if waiting => {
                     let c = catchup.as_mut().expect("guarded");
                     match chunk {
@@ -569,6 +634,15 @@ async fn writer(
         out.clear();
         last_write = Instant::now();
     }
+}
+
+/// What the writer takes besides the log: the core's frames, a handoff's chunks, and the
+/// epoch whose end ends the session.
+struct Ends<'a> {
+    ctl: &'a mut mpsc::UnboundedReceiver<SessionCmd>,
+    bulk: &'a mut mpsc::Receiver<Bytes>,
+    epoch_watch: &'a mut tokio::sync::watch::Receiver<u64>,
+    epoch: u64,
 }
 
 /// A catch-up that cannot go on ends the session, but what was queued before it (its
@@ -597,14 +671,34 @@ impl Catchup {
 
 /// Takes ACKs (and heartbeats) until the link fails.
 async fn reader(
-    repl: &Replication,
+    repl: &Arc<Replication>,
     i: usize,
     core: &CoreLink<'_>,
     rd: &mut LinkRead,
     mut buf: BytesMut,
+    to_writer: &mpsc::UnboundedSender<SessionCmd>,
 ) -> String {
     loop {
         match read_frame(rd, &mut buf, repl.settings.max_frame).await {
+            Ok(Frame::TakenOver {
+                epoch,
+                by_node,
+                entries,
+                last_seq,
+            }) => {
+                // A member that took an earlier epoch of this node over while this session
+                // ran (docs/replication.md, Return): its manifest follows.
+                core.received(Msg::TakenOver { epoch, last_seq });
+                let taken = (epoch, by_node, entries, last_seq);
+                match super::returning::taken_over_live(repl, rd, &mut buf, taken, to_writer).await {
+                    Ok(done) => tracing::info!("REPLICATION: {done}"),
+                    Err(e) => {
+                        return format!(
+                            "epoch {epoch} taken over by {by_node:016x}, manifest not applied - {e}"
+                        )
+                    }
+                }
+            }
             Ok(Frame::Ack { seq }) => {
                 core.received(Msg::Ack { seq });
                 repl.on_ack(i, seq);
@@ -618,6 +712,10 @@ async fn reader(
                 core.received(Msg::Pong {
                     stamp: Duration::from_nanos(stamp),
                 });
+                repl.seen_frame(i, Frame::Heartbeat);
+            }
+            Ok(Frame::HandoffDone { origin, epoch }) => {
+                core.received(Msg::HandoffDone { origin, epoch });
                 repl.seen_frame(i, Frame::Heartbeat);
             }
             Ok(Frame::Error { code, text }) => {

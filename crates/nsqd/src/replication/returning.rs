@@ -123,6 +123,14 @@ impl Replication {
         self.ret.taken_by.load(Ordering::Acquire)
     }
 
+    /// The stored manifests as the core starts with them: (this node's epoch, the taker).
+    pub(super) fn applied_manifests(&self) -> Vec<(u64, u64)> {
+        stored(&self.data_path)
+            .into_iter()
+            .map(|(path, epoch)| (epoch, taker_of(&path)))
+            .collect()
+    }
+
     /// A manifest of `epoch` from `by_node` is applied: the newest such epoch and its taker.
     fn note_taken(&self, epoch: u64, by_node: u64) {
         if self.ret.taken.fetch_max(epoch, Ordering::AcqRel) <= epoch {
@@ -302,26 +310,19 @@ impl Replication {
     }
 }
 
-/// The peer answered HELLO with TAKEN_OVER `{epoch, by_node, entries}`: reads its MANIFEST
-/// frames up to MANIFEST_END, stores and applies them, answers MANIFEST_APPLIED and moves
-/// this node to the next epoch. `Ok` is what to log.
-pub(super) async fn taken_over<R, W>(
-    repl: &Arc<Replication>,
+/// Reads the MANIFEST frames of `epoch` up to MANIFEST_END.
+async fn read_manifest<R: AsyncRead + Unpin>(
+    repl: &Replication,
     rd: &mut R,
-    wr: &mut W,
     buf: &mut BytesMut,
-    (epoch, by_node, entries, _last_seq): (u64, u64, u64, u64),
-) -> Result<String, String>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
+    epoch: u64,
+) -> Result<Vec<Manifest>, String> {
     let mut m: Vec<Manifest> = Vec::new();
     loop {
         match read_frame(rd, buf, repl.settings.max_frame).await? {
             Frame::Manifest(x) if x.epoch == epoch => m.push(x),
-            Frame::ManifestEnd { epoch: e } if e == epoch => break,
-            Frame::Heartbeat | Frame::Status(_) | Frame::Pong { .. } => {}
+            Frame::ManifestEnd { epoch: e } if e == epoch => return Ok(m),
+            Frame::Heartbeat | Frame::Status(_) | Frame::Pong { .. } | Frame::Ack { .. } => {}
             other => {
                 return Err(format!(
                     "unexpected frame type 0x{:02x} in the manifest of epoch {epoch}",
@@ -330,6 +331,20 @@ where
             }
         }
     }
+}
+
+/// Stores and applies a received manifest, answers MANIFEST_APPLIED (`answer`, before this
+/// node moves on: the answer must go out on this session, which the move ends), and moves
+/// this node to the next epoch. `Ok` is what to log.
+async fn apply_received<F>(
+    repl: &Arc<Replication>,
+    (epoch, by_node, entries, _last_seq): (u64, u64, u64, u64),
+    m: Vec<Manifest>,
+    answer: F,
+) -> Result<String, String>
+where
+    F: std::future::Future<Output = Result<(), String>>,
+{
     let got = manifest::count(&m);
     if got != entries {
         tracing::warn!(
@@ -337,28 +352,73 @@ where
         );
     }
     let r = repl.clone();
-    let applied = tokio::task::spawn_blocking(move || {
-        let settled = r.store_and_apply(by_node, epoch, &m)?;
-        let moved = r.advance_epoch(epoch)?;
-        Ok::<_, String>((settled, moved))
-    })
-    .await
-    .map_err(|e| e.to_string())??;
+    let settled = tokio::task::spawn_blocking(move || r.store_and_apply(by_node, epoch, &m))
+        .await
+        .map_err(|e| e.to_string())??;
+    // The manifest is stored and applied: if this answer is lost, the peer sends it again and
+    // applying it twice changes nothing.
+    answer.await?;
+    let r = repl.clone();
+    let moved = tokio::task::spawn_blocking(move || r.advance_epoch(epoch))
+        .await
+        .map_err(|e| e.to_string())??;
     // The core moves to the next epoch with it and lifts the fence TAKEN_OVER set.
     repl.core_event(nsq_core::replication::Event::ManifestApplied {
         taker: by_node,
         epoch,
     });
-    let mut out = BytesMut::new();
-    replication::encode(&Frame::ManifestApplied { epoch }, &mut out);
-    // The manifest is stored and applied: if this write is lost, the peer sends it again
-    // and applying it twice changes nothing.
-    wr.write_all(&out).await.map_err(|e| e.to_string())?;
-    let _ = wr.flush().await;
     Ok(format!(
-        "epoch {epoch} taken over by {by_node:016x}: manifest of {got} IDs applied ({} settled at once), now epoch {}{}",
-        applied.0,
+        "epoch {epoch} taken over by {by_node:016x}: manifest of {got} IDs applied ({settled} settled at once), now epoch {}{}",
         repl.epoch(),
-        if applied.1 { ", every link starts again" } else { "" }
+        if moved { ", every link starts again" } else { "" }
     ))
+}
+
+/// The peer answered HELLO with TAKEN_OVER `{epoch, by_node, entries}`: reads its MANIFEST
+/// frames up to MANIFEST_END, stores and applies them, answers MANIFEST_APPLIED and moves
+/// this node to the next epoch. `Ok` is what to log.
+pub(super) async fn taken_over<R, W>(
+    repl: &Arc<Replication>,
+    rd: &mut R,
+    wr: &mut W,
+    buf: &mut BytesMut,
+    taken: (u64, u64, u64, u64),
+) -> Result<String, String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let epoch = taken.0;
+    let m = read_manifest(repl, rd, buf, epoch).await?;
+    apply_received(repl, taken, m, async {
+        let mut out = BytesMut::new();
+        replication::encode(&Frame::ManifestApplied { epoch }, &mut out);
+        wr.write_all(&out).await.map_err(|e| e.to_string())?;
+        let _ = wr.flush().await;
+        Ok(())
+    })
+    .await
+}
+
+/// TAKEN_OVER on a welcomed session (the taker welcomed this node's next epoch while it took
+/// an earlier one over, and says so once done): as [`taken_over`], MANIFEST_APPLIED queued
+/// through the session's writer (`to_writer`), which sends it before the move to the next
+/// epoch (if any) ends the session.
+pub(super) async fn taken_over_live<R: AsyncRead + Unpin>(
+    repl: &Arc<Replication>,
+    rd: &mut R,
+    buf: &mut BytesMut,
+    taken: (u64, u64, u64, u64),
+    to_writer: &tokio::sync::mpsc::UnboundedSender<super::driver::SessionCmd>,
+) -> Result<String, String> {
+    let epoch = taken.0;
+    let m = read_manifest(repl, rd, buf, epoch).await?;
+    apply_received(repl, taken, m, async {
+        to_writer
+            .send(super::driver::SessionCmd::Frame(Frame::ManifestApplied {
+                epoch,
+            }))
+            .map_err(|_| "the session's writer ended".to_string())
+    })
+    .await
 }
