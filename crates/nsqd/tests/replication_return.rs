@@ -48,6 +48,8 @@ enum Answer {
 
 struct Fake {
     addr: SocketAddr,
+    /// Its node ID (one per fake: two members never share one).
+    node: u64,
     hellos: mpsc::UnboundedReceiver<Hello>,
     applied: mpsc::UnboundedReceiver<u64>,
     /// Every message A replicated: body → ID.
@@ -65,6 +67,7 @@ impl Fake {
     async fn start() -> Fake {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
+        let node = FAKE_NODE + u64::from(addr.port());
         let (htx, hellos) = mpsc::unbounded_channel();
         let (atx, applied) = mpsc::unbounded_channel();
         let ids = Arc::new(Mutex::new(HashMap::new()));
@@ -81,12 +84,13 @@ impl Fake {
                 let cut = cut2.subscribe();
                 let (drops, acks) = (drops2.clone(), acks2.clone());
                 tokio::spawn(async move {
-                    let _ = serve(s, htx, atx, ids, plan, cut, (drops, acks)).await;
+                    let _ = serve(s, htx, atx, ids, plan, cut, (drops, acks, node)).await;
                 });
             }
         });
         Fake {
             addr,
+            node,
             hellos,
             applied,
             ids,
@@ -148,7 +152,7 @@ async fn serve(
     ids: Arc<Mutex<HashMap<String, MessageId>>>,
     plan: Arc<Mutex<VecDeque<Answer>>>,
     mut cut: watch::Receiver<u64>,
-    (drops, acks): (Drops, Arc<AtomicBool>),
+    (drops, acks, node): (Drops, Arc<AtomicBool>, u64),
 ) -> Option<()> {
     let mut magic = [0u8; 4];
     s.read_exact(&mut magic).await.ok()?;
@@ -163,10 +167,10 @@ async fn serve(
     let mut out = BytesMut::new();
     replication::encode(
         &Frame::Challenge(Challenge {
-            node_id: FAKE_NODE,
+            node_id: node,
             nonce: [7; NONCE_LEN],
             broadcast_address: "fake".into(),
-            tcp_port: 1,
+            tcp_port: node as u16,
             proof: Default::default(),
         }),
         &mut out,
@@ -180,7 +184,7 @@ async fn serve(
     let mut out = BytesMut::new();
     let welcome = Frame::Welcome(Welcome {
         version: LINK_VERSION,
-        node_id: FAKE_NODE,
+        node_id: node,
         answer: WelcomeAnswer::Catchup,
         last_seq: 0,
         max_frame: MIN_MAX_FRAME,
@@ -211,7 +215,7 @@ async fn serve(
             replication::encode(
                 &Frame::TakenOver {
                     epoch,
-                    by_node: FAKE_NODE,
+                    by_node: node,
                     entries: n as u64,
                     last_seq: 0,
                 },
@@ -442,7 +446,7 @@ async fn after_an_unclean_stop_delivery_waits_for_the_manifest_and_it_survives_a
     assert_eq!(h.epoch, e + 1);
     // DROP names the taker whose manifest was applied (link version 3): a copy of epoch e
     // goes to it as a handoff, never to a second takeover.
-    eventually(async || fake.drops.lock().contains(&(e, FAKE_NODE))).await;
+    eventually(async || fake.drops.lock().contains(&(e, fake.node))).await;
     drop(sub);
     // d's m2 was not met yet: the manifest stays, and a restart applies it again.
     assert_eq!(taken_files(dir.path()), 1);

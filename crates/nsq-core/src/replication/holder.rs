@@ -371,6 +371,19 @@ impl Member {
         self.tell_taken(origin);
     }
 
+    /// `origin`'s identity ended (a new node ID at its address): it never applies a manifest,
+    /// so those kept here are deleted and announced as taken over for a while longer, as
+    /// after MANIFEST_APPLIED.
+    pub(super) fn retire_manifests_of(&mut self, origin: u64) {
+        let now = self.now;
+        for (&(o, epoch), m) in self.manifests.iter_mut() {
+            if o == origin && m.2.is_none() {
+                m.2 = Some(now);
+                self.out.push(Command::DeleteManifest { origin, epoch });
+            }
+        }
+    }
+
     pub(super) fn dropped(&mut self, origin: u64, epoch: u64, taker: u64) {
         for ((o, e), b) in self.backlogs.iter_mut() {
             if *o == origin && *e <= epoch && taker != self.cfg.me {
@@ -456,6 +469,9 @@ impl Member {
             let (last_seq, complete) = (b.last_seq, b.complete);
             self.drop_backlog(key);
             self.manifests.insert(key, (last_seq, complete, None));
+            if self.ended.contains(&origin) {
+                self.retire_manifests_of(origin);
+            }
             self.answer_hello(origin);
             self.tell_taken(origin);
         } else {

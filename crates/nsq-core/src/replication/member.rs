@@ -299,6 +299,7 @@ impl Member {
                 b.ended = true;
             }
         }
+        self.retire_manifests_of(old);
         self.status_dirty = true;
         self.commit();
     }

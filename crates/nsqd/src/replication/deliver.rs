@@ -130,7 +130,10 @@ impl<'a> Putter<'a> {
         {
             self.flush();
         }
-        self.batch.get_or_insert_with(|| (key, Vec::new())).1.push(msg);
+        self.batch
+            .get_or_insert_with(|| (key, Vec::new()))
+            .1
+            .push(msg);
     }
 
     fn flush(&mut self) {

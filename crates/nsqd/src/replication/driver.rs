@@ -531,9 +531,9 @@ async fn run(
             // Acknowledgements and failures are published once per event (one wake-up of the
             // waiting publishes, however many seqs it settles).
             let (mut acked, mut failed) = (0, 0);
-            if std::env::var_os("NSQD_CORE_TRACE").is_some() { eprintln!("CORE {:x} <- {ev:?}", repl.identity.node_id); }
+            tracing::trace!("REPLICATION: core <- {ev:?}");
             for c in member.handle(repl.clock(), ev) {
-                if std::env::var_os("NSQD_CORE_TRACE").is_some() { eprintln!("CORE {:x} -> {c:?}", repl.identity.node_id); }
+                tracing::trace!("REPLICATION: core -> {c:?}");
                 match c {
                     Command::AckPublish { seq } => acked = acked.max(seq),
                     Command::FailPublish { seq } => failed = failed.max(seq),

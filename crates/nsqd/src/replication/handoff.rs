@@ -267,9 +267,7 @@ impl Replication {
         let path = manifest::manifest_path(&self.data_path, origin, epoch);
         let listed = match manifest::read(&path, epoch) {
             Ok(m) => Some(m),
-            Err(manifest::ManifestError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-                None
-            }
+            Err(manifest::ManifestError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(format!("{} - {e}", path.display())),
         };
         let mut have: HashSet<(String, String, MessageId)> = HashSet::new();
@@ -310,7 +308,9 @@ impl Replication {
                         channel,
                         message,
                     } => (topic.clone(), channel.clone(), message.id),
-                    adopt::Put::Topic { topic, message } => (topic.clone(), String::new(), message.id),
+                    adopt::Put::Topic { topic, message } => {
+                        (topic.clone(), String::new(), message.id)
+                    }
                 };
                 if have.contains(&(topic.clone(), channel.clone(), id)) {
                     continue;

@@ -75,7 +75,6 @@ pub(super) async fn run_peer(repl: Arc<Replication>, i: usize, info: HelloInfo) 
             _ = async { stop.wait_for(|s| *s).await.is_ok() } => return,
         };
         repl.session_down(i);
-        if std::env::var_os("NSQD_CORE_TRACE").is_some() { eprintln!("OUT {addr} ended: {end:?}"); }
         if !matches!(end, End::ManifestFailed(_)) {
             // Answered (or unreachable): the startup hold waits no more for it.
             repl.peer_answered(i);
@@ -690,7 +689,8 @@ async fn reader(
                 // ran (docs/replication.md, Return): its manifest follows.
                 core.received(Msg::TakenOver { epoch, last_seq });
                 let taken = (epoch, by_node, entries, last_seq);
-                match super::returning::taken_over_live(repl, rd, &mut buf, taken, to_writer).await {
+                match super::returning::taken_over_live(repl, rd, &mut buf, taken, to_writer).await
+                {
                     Ok(done) => tracing::info!("REPLICATION: {done}"),
                     Err(e) => {
                         return format!(

@@ -147,7 +147,6 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, tcp: TcpStream, peer: Soc
         last_stored: None,
     };
     let end = s.run(&mut stream, buf, rx).await;
-    if std::env::var_os("NSQD_CORE_TRACE").is_some() { eprintln!("IN {origin:x} ended: {end:?}"); }
     s.stored(true);
     if let Some((b, session)) = &s.backlog {
         b.link_down(*session);
@@ -243,7 +242,6 @@ fn store(
     )))
 }
 
-
 type LinkEnd = Result<(), (Option<LinkErrorCode>, String)>;
 
 /// How often at most the store's progress is reported to the core between appends (the end
@@ -335,7 +333,9 @@ impl Session<'_> {
             last_seq,
             max_frame: self.repl.settings.max_frame,
         });
-        send(stream, &welcome).await.map_err(|e| (None, e.to_string()))?;
+        send(stream, &welcome)
+            .await
+            .map_err(|e| (None, e.to_string()))?;
         tracing::info!(
             "REPLICATION: replicating {origin:016x} epoch {epoch} ({answer:?} after seq {last_seq})"
         );
@@ -424,9 +424,9 @@ impl Session<'_> {
                         Frame::Ping { stamp } => self.link.received(Msg::Ping {
                             stamp: Duration::from_nanos(stamp),
                         }),
-                        Frame::Status(entries) => self.link.received(Msg::Status(
-                            entries.iter().map(status_entry).collect(),
-                        )),
+                        Frame::Status(entries) => self
+                            .link
+                            .received(Msg::Status(entries.iter().map(status_entry).collect())),
                         Frame::Drop { epoch, taker } => {
                             self.link.received(Msg::Drop { epoch, taker })
                         }
@@ -441,15 +441,10 @@ impl Session<'_> {
                             origin,
                             epoch,
                             item,
-                        } => Spill::add(
-                            &mut self.spill,
-                            repl,
-                            self.link.origin,
-                            origin,
-                            epoch,
-                            item,
-                        )
-                        .map_err(|e| (Some(LinkErrorCode::Internal), e))?,
+                        } => {
+                            Spill::add(&mut self.spill, repl, self.link.origin, origin, epoch, item)
+                                .map_err(|e| (Some(LinkErrorCode::Internal), e))?
+                        }
                         Frame::HandoffEnd {
                             origin,
                             epoch,
@@ -523,7 +518,11 @@ impl Session<'_> {
     /// Appends one read's log frames to the welcomed backlog: the seq to acknowledge, if the
     /// copy is complete (a replica does not acknowledge during a catch-up: until
     /// CATCHUP_END its backlog is not complete up to its seq).
-    async fn append(&mut self, records: Vec<Record>, inline: bool) -> Result<Option<u64>, (Option<LinkErrorCode>, String)> {
+    async fn append(
+        &mut self,
+        records: Vec<Record>,
+        inline: bool,
+    ) -> Result<Option<u64>, (Option<LinkErrorCode>, String)> {
         let Some((backlog, session)) = self.backlog.clone() else {
             return Err((
                 Some(LinkErrorCode::BadFrame),

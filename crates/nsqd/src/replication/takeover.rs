@@ -135,12 +135,16 @@ impl Replication {
         let done = match delivered {
             Ok(Ok(d)) => d,
             Ok(Err(e)) => {
-                tracing::error!("REPLICATION: taking over {origin:016x} epoch {epoch} failed - {e}");
+                tracing::error!(
+                    "REPLICATION: taking over {origin:016x} epoch {epoch} failed - {e}"
+                );
                 b.taking_over.store(false, Ordering::Release);
                 return Some(false);
             }
             Err(e) => {
-                tracing::error!("REPLICATION: taking over {origin:016x} epoch {epoch} failed - {e}");
+                tracing::error!(
+                    "REPLICATION: taking over {origin:016x} epoch {epoch} failed - {e}"
+                );
                 b.taking_over.store(false, Ordering::Release);
                 return Some(false);
             }
