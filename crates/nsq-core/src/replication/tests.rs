@@ -549,3 +549,134 @@ fn a_claim_keeps_the_origin_fenced_for_the_link_timeout_after_the_claimants_sess
     let c = recv(&mut o, s(6), 2, Link::Out, Msg::Pong { stamp: s(6) });
     assert!(c.contains(&Command::Unfence), "{c:?}");
 }
+
+#[test]
+fn a_stale_hello_of_an_epoch_taken_over_here_is_not_welcomed() {
+    // Member 2 took origin 1's epoch 1 over; 1 applied the manifest. A HELLO of epoch 1 sent
+    // before 1 moved on arrives late: welcoming it would start a new copy of an epoch whose
+    // messages 2 now delivers.
+    let mut m = Member::new(
+        Config::new(2, 2, (1..=3).map(addr).collect(), T),
+        Start {
+            epoch: 1,
+            manifests: vec![(1, 1, 5)],
+            ..Start::default()
+        },
+    );
+    up(&mut m, s(0), 1, Link::In);
+    let c = recv(&mut m, s(0), 1, Link::In, hello(1));
+    assert!(c.contains(&Command::SendManifest {
+        origin: 1,
+        epoch: 1
+    }));
+    let c = recv(&mut m, s(1), 1, Link::In, Msg::ManifestApplied { epoch: 1 });
+    assert!(c.contains(&Command::DeleteManifest {
+        origin: 1,
+        epoch: 1
+    }));
+    assert!(!welcomes(&c, 1), "{c:?}");
+    let c = m.handle(s(2), Event::Tick);
+    assert!(!welcomes(&c, 1), "{c:?}");
+    // Its next epoch is.
+    up(&mut m, s(3), 1, Link::In);
+    let c = recv(&mut m, s(3), 1, Link::In, hello(2));
+    assert!(welcomes(&c, 2), "{c:?}");
+}
+
+#[test]
+fn a_manifest_of_an_ended_identity_is_deleted_it_is_never_applied() {
+    // Member 2 took origin 1's epoch 1 over and keeps its manifest; 10.0.0.1 comes back
+    // with a wiped disk (node ID 11): 1 will never apply it.
+    let mut m = Member::new(
+        Config::new(2, 2, (1..=3).map(addr).collect(), T),
+        Start {
+            epoch: 1,
+            manifests: vec![(1, 1, 5)],
+            held: vec![held(1, 2, 3)],
+            ..Start::default()
+        },
+    );
+    up(&mut m, s(0), 1, Link::In);
+    let c = m.handle(
+        s(1),
+        Event::LinkUp {
+            peer: 11,
+            addr: addr(1),
+            link: Link::In,
+        },
+    );
+    assert!(c.contains(&Command::DeleteManifest {
+        origin: 1,
+        epoch: 1
+    }));
+    // Its epoch 2, held here, is taken over; that manifest goes at once too.
+    m.handle(
+        s(1),
+        Event::LinkDown {
+            peer: 1,
+            link: Link::In,
+        },
+    );
+    m.handle(s(1), Event::Tick);
+    recv(&mut m, s(2), 11, Link::In, Msg::Status(vec![]));
+    let c = m.handle(s(2), Event::Tick);
+    assert!(c.contains(&Command::StartTakeover {
+        origin: 1,
+        epoch: 2
+    }));
+    let c = m.handle(
+        s(3),
+        Event::TakeoverEnded {
+            origin: 1,
+            epoch: 2,
+            ok: true,
+        },
+    );
+    assert!(c.contains(&Command::DeleteManifest {
+        origin: 1,
+        epoch: 2
+    }));
+    // Both still announced as taken over (other holders must not take them over again).
+    let taken: Vec<(u64, u64)> = m
+        .status_now()
+        .iter()
+        .filter(|e| e.state == BacklogState::TakenOver)
+        .map(|e| (e.origin, e.epoch))
+        .collect();
+    assert_eq!(taken, [(1, 1), (1, 2)]);
+}
+
+#[test]
+fn a_changed_lookupd_list_starts_the_gone_rule_again() {
+    // Member 2 holds origin 1's epoch 1; two lookupds configured, one never answers: 1 is
+    // never gone. The list changes to the one that answers: gone T after the change.
+    let mut cfg = Config::new(2, 2, (1..=3).map(addr).collect(), T);
+    cfg.lookupds = 2;
+    let mut m = Member::new(
+        cfg,
+        Start {
+            epoch: 1,
+            held: vec![held(1, 1, 5)],
+            ..Start::default()
+        },
+    );
+    let answer = |at: Duration| Event::LookupdAnswer {
+        lookupd: 0,
+        clock: at,
+        producers: vec![],
+    };
+    let started = |m: &mut Member, from: u64, to: u64| {
+        (from..to).any(|t| {
+            m.handle(s(t), answer(s(t)));
+            m.handle(s(t), Event::Tick)
+                .contains(&Command::StartTakeover {
+                    origin: 1,
+                    epoch: 1,
+                })
+        })
+    };
+    assert!(!started(&mut m, 0, 30), "one lookupd never answers");
+    m.handle(s(30), Event::LookupdsChanged { count: 1 });
+    assert!(!started(&mut m, 30, 39), "gone only T after the change");
+    assert!(started(&mut m, 39, 45));
+}
