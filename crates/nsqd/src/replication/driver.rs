@@ -492,10 +492,10 @@ async fn run(
         s.takeover_timeout,
     );
     cfg.ack_timeout = s.ack_timeout;
-    // nsqd's origin stays in a claimed epoch, fenced, until the taker's manifest moves it on
-    // (`returning.rs` applies it and moves on itself): a takeover that fails leaves the epoch
-    // to the origin's next session, whose copies it resumes.
-    cfg.leave_claimed_epoch = false;
+    // As in the simulation: an origin leaves an epoch a live member claims at once (its
+    // sessions start again in the next, fenced until the manifest is applied), since the
+    // taker never welcomes it back into the epoch it takes over.
+    cfg.leave_claimed_epoch = true;
     // Membership is proven by the handshake (`membership.rs`) before a link is reported up;
     // members report their own `broadcast_address:tcp_port`, not the peer list's spelling.
     cfg.check_addresses = false;
@@ -629,9 +629,9 @@ impl Exec {
                 tokio::spawn(async move { r.delete_manifest(origin, epoch).await });
             }
             Command::NewEpoch { epoch } => {
-                // The core moved on to `epoch`: persisted as Return persists it, and every
-                // session starts again in it. After a manifest applied by Return (the only
-                // move while `leave_claimed_epoch` is off) the epoch is there already.
+                // The core moved on to `epoch` (it left an epoch a member claims, or applied a
+                // manifest): persisted as Return persists it, and every session starts again
+                // in it. After a manifest Return applied the epoch is there already.
                 let r = repl.clone();
                 tokio::task::spawn_blocking(move || match r.advance_epoch(epoch - 1) {
                     Ok(true) => tracing::warn!(
