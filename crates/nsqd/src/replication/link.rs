@@ -10,9 +10,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::BytesMut;
+use nsq_protocol::replication::{self as wire, Frame};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ServerConfig};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf, ReadHalf, WriteHalf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
@@ -231,6 +233,28 @@ impl AsyncWrite for LinkWrite {
         match self.get_mut() {
             LinkWrite::Plain(s) => Pin::new(s).poll_shutdown(cx),
             LinkWrite::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Reads one frame with a deadline (5 s: the dead-link rule).
+pub(super) async fn read_frame<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    max_frame: u32,
+) -> Result<Frame, String> {
+    loop {
+        match wire::decode(buf, max_frame) {
+            Ok(Some(f)) => return Ok(f),
+            Ok(None) => {}
+            Err(e) => return Err(format!("bad frame - {e}")),
+        }
+        buf.reserve(8 << 10);
+        match tokio::time::timeout(super::LINK_TIMEOUT, rd.read_buf(buf)).await {
+            Err(_) => return Err(format!("no frame for {:?}", super::LINK_TIMEOUT)),
+            Ok(Ok(0)) => return Err("connection closed".into()),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e.to_string()),
         }
     }
 }

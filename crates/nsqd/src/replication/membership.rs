@@ -18,8 +18,15 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes};
-use nsq_protocol::replication::{encode_payload, Challenge, Frame, Hello, NONCE_LEN};
+use bytes::{BufMut, Bytes, BytesMut};
+use nsq_protocol::replication::{
+    self as replication, encode_payload, Challenge, Frame, Hello, LinkErrorCode, NONCE_LEN,
+};
+use tokio::io::AsyncWriteExt;
+
+use super::link::{read_frame, LinkRead, LinkWrite};
+use super::origin::End;
+use super::Replication;
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
@@ -163,6 +170,72 @@ pub(crate) async fn listed_peer(peers: &[String], ip: IpAddr) -> bool {
         }
     }
     false
+}
+
+/// The handshake after HELLO (docs/replication.md, Membership): reads the replica's
+/// CHALLENGE, checks its proof and answers with AUTH. The replica's CHALLENGE, or how the
+/// session ends.
+pub(super) async fn handshake(
+    repl: &Replication,
+    rd: &mut LinkRead,
+    wr: &mut LinkWrite,
+    buf: &mut BytesMut,
+    hello: &Hello,
+    binding: &[u8],
+) -> Result<Challenge, End> {
+    let c = match read_frame(rd, buf, repl.settings.max_frame).await {
+        Ok(Frame::Challenge(c)) => c,
+        Ok(Frame::Error {
+            code: LinkErrorCode::NotInGroup,
+            text,
+        }) if text == SELF_LINK => {
+            // A node refuses a link to itself with this code and text.
+            return Err(End::SelfLink);
+        }
+        Ok(Frame::Error { code, text }) => {
+            return Err(End::NotEstablished(format!("refused ({code:?}): {text}")))
+        }
+        Ok(other) => return Err(End::NotEstablished(format!("unexpected {other:?}"))),
+        // E_BAD_PROTOCOL from a node with replication off is not a link frame.
+        Err(e) => return Err(End::NotEstablished(e)),
+    };
+    if c.node_id == repl.identity.node_id {
+        return Err(End::SelfLink);
+    }
+    let secret = repl.secret();
+    let proven = c.node_id != 0 && verify(secret, Side::Replica, hello, &c, binding, &c.proof);
+    if !proven {
+        let mut b = BytesMut::new();
+        replication::encode(
+            &Frame::Error {
+                code: LinkErrorCode::NotInGroup,
+                text: NOT_IN_GROUP.into(),
+            },
+            &mut b,
+        );
+        let _ = wr.write_all(&b).await;
+        let _ = wr.shutdown().await;
+        return Err(End::NotEstablished(format!(
+            "{:016x} is not in the group: {}",
+            c.node_id,
+            if c.node_id == 0 {
+                "node ID 0"
+            } else if secret.is_some() {
+                "wrong proof (another secret, or none)"
+            } else {
+                "it sent a proof: it has a secret, this node has none"
+            }
+        )));
+    }
+    let auth = Frame::Auth {
+        proof: proof(secret, Side::Origin, hello, &c, binding),
+    };
+    let mut b = BytesMut::new();
+    replication::encode(&auth, &mut b);
+    if let Err(e) = wr.write_all(&b).await {
+        return Err(End::NotEstablished(e.to_string()));
+    }
+    Ok(c)
 }
 
 #[cfg(test)]

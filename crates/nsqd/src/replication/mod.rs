@@ -9,6 +9,8 @@
 //! replication off none of this exists and the daemon behaves as NSQ does.
 
 mod backlog;
+mod catchup;
+mod commands;
 mod deliver;
 mod driver;
 mod handoff;
@@ -20,6 +22,7 @@ pub mod membership;
 mod origin;
 mod replica;
 pub mod returning;
+mod served;
 mod settings;
 pub mod takeover;
 mod views;

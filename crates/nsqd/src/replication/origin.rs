@@ -11,20 +11,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use nsq_protocol::replication::{
-    self, Challenge, Frame, Hello, Item, LinkErrorCode, WelcomeAnswer, LINK_VERSION, MAGIC_R1,
-};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use nsq_protocol::replication::{self, Frame, Hello, WelcomeAnswer, LINK_VERSION, MAGIC_R1};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use nsq_core::replication::Msg;
 
+use super::catchup::{start_catchup, Catchup, Chunk};
 use super::driver::{status_entry, CoreLink, SessionCmd};
-use super::link::{LinkRead, LinkStream, LinkWrite};
+use super::link::{read_frame, LinkRead, LinkStream, LinkWrite};
 use super::log::Take;
-use super::membership;
+use super::membership::{self, handshake};
 use super::{Replication, HEARTBEAT, LINK_TIMEOUT};
 
 /// Reconnection backoff bounds.
@@ -33,9 +32,6 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Bytes of live frames per write, and of STATE items added to one write.
 const WRITE_LIVE: usize = 1 << 20;
 const WRITE_STATE: usize = 256 << 10;
-/// Bytes of bodies read from disk per catch-up chunk (`nsq_core::CatchupScan`); with the
-/// chunk being sent and the one queued, a catch-up holds at most three of them.
-const CHUNK_BYTES: usize = 1 << 20;
 
 /// The ports HELLO announces.
 #[derive(Debug, Clone, Copy)]
@@ -46,7 +42,7 @@ pub(super) struct HelloInfo {
 
 /// Why a session ended.
 #[derive(Debug)]
-enum End {
+pub(super) enum End {
     /// The peer is this very node: stop dialling it.
     SelfLink,
     /// Before WELCOME.
@@ -111,28 +107,6 @@ pub(super) async fn run_peer(repl: Arc<Replication>, i: usize, info: HelloInfo) 
             _ = async { stop.wait_for(|s| *s).await.is_ok() } => return,
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
-    }
-}
-
-/// Reads one frame with a deadline (5 s: the dead-link rule).
-pub(super) async fn read_frame<R: AsyncRead + Unpin>(
-    rd: &mut R,
-    buf: &mut BytesMut,
-    max_frame: u32,
-) -> Result<Frame, String> {
-    loop {
-        match replication::decode(buf, max_frame) {
-            Ok(Some(f)) => return Ok(f),
-            Ok(None) => {}
-            Err(e) => return Err(format!("bad frame - {e}")),
-        }
-        buf.reserve(8 << 10);
-        match tokio::time::timeout(LINK_TIMEOUT, rd.read_buf(buf)).await {
-            Err(_) => return Err(format!("no frame for {LINK_TIMEOUT:?}")),
-            Ok(Ok(0)) => return Err("connection closed".into()),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e.to_string()),
-        }
     }
 }
 
@@ -340,131 +314,6 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     }
 }
 
-/// The handshake after HELLO (docs/replication.md, Membership): reads the replica's
-/// CHALLENGE, checks its proof and answers with AUTH. The replica's CHALLENGE, or how the
-/// session ends.
-async fn handshake(
-    repl: &Replication,
-    rd: &mut LinkRead,
-    wr: &mut LinkWrite,
-    buf: &mut BytesMut,
-    hello: &Hello,
-    binding: &[u8],
-) -> Result<Challenge, End> {
-    let c = match read_frame(rd, buf, repl.settings.max_frame).await {
-        Ok(Frame::Challenge(c)) => c,
-        Ok(Frame::Error {
-            code: LinkErrorCode::NotInGroup,
-            text,
-        }) if text == membership::SELF_LINK => {
-            // A node refuses a link to itself with this code and text.
-            return Err(End::SelfLink);
-        }
-        Ok(Frame::Error { code, text }) => {
-            return Err(End::NotEstablished(format!("refused ({code:?}): {text}")))
-        }
-        Ok(other) => return Err(End::NotEstablished(format!("unexpected {other:?}"))),
-        // E_BAD_PROTOCOL from a node with replication off is not a link frame.
-        Err(e) => return Err(End::NotEstablished(e)),
-    };
-    if c.node_id == repl.identity.node_id {
-        return Err(End::SelfLink);
-    }
-    let secret = repl.secret();
-    let proven = c.node_id != 0
-        && membership::verify(
-            secret,
-            membership::Side::Replica,
-            hello,
-            &c,
-            binding,
-            &c.proof,
-        );
-    if !proven {
-        let mut b = BytesMut::new();
-        replication::encode(
-            &Frame::Error {
-                code: LinkErrorCode::NotInGroup,
-                text: membership::NOT_IN_GROUP.into(),
-            },
-            &mut b,
-        );
-        let _ = wr.write_all(&b).await;
-        let _ = wr.shutdown().await;
-        return Err(End::NotEstablished(format!(
-            "{:016x} is not in the group: {}",
-            c.node_id,
-            if c.node_id == 0 {
-                "node ID 0"
-            } else if secret.is_some() {
-                "wrong proof (another secret, or none)"
-            } else {
-                "it sent a proof: it has a secret, this node has none"
-            }
-        )));
-    }
-    let auth = Frame::Auth {
-        proof: membership::proof(secret, membership::Side::Origin, hello, &c, binding),
-    };
-    let mut b = BytesMut::new();
-    replication::encode(&auth, &mut b);
-    if let Err(e) = wr.write_all(&b).await {
-        return Err(End::NotEstablished(e.to_string()));
-    }
-    Ok(c)
-}
-
-/// One chunk of a catch-up snapshot, with the log's last seq read before it was taken.
-struct Chunk {
-    /// The items must go out before any live frame above this seq (see
-    /// `nsq_core::CatchupScan`: a frame above it may settle what they say is pending).
-    seq: u64,
-    items: Vec<Item>,
-    /// The snapshot is complete after these items.
-    last: bool,
-}
-
-/// Reads the catch-up snapshot in chunks of [`CHUNK_BYTES`] on a blocking thread, each
-/// chunk after the link took the one before (the channel holds one: at most three chunks
-/// exist at once — being sent, queued, being read). An error is the last message.
-fn start_catchup(repl: &Arc<Replication>) -> mpsc::Receiver<Result<Chunk, String>> {
-    let (tx, rx) = mpsc::channel::<Result<Chunk, String>>(1);
-    let engine = repl.engine().cloned();
-    let log = repl.log.clone();
-    tokio::task::spawn_blocking(move || {
-        let Some(e) = engine else {
-            let _ = tx.blocking_send(Err("the engine is gone".into()));
-            return;
-        };
-        let mut scan = nsq_core::CatchupScan::new(&e);
-        drop(e);
-        loop {
-            let seq = log.last_seq();
-            let mut items = Vec::new();
-            let chunk = scan
-                .next_chunk(CHUNK_BYTES, &mut items)
-                .map(|last| Chunk { seq, items, last })
-                .map_err(|e| e.to_string());
-            let end = !matches!(chunk, Ok(Chunk { last: false, .. }));
-            if tx.blocking_send(chunk).is_err() || end {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-/// A catch-up in progress on the writer's side.
-struct Catchup {
-    chunks: mpsc::Receiver<Result<Chunk, String>>,
-    /// Items of the last chunk received, not sent yet.
-    items: VecDeque<Item>,
-    /// Live frames above this seq wait (the last chunk's `seq`; CATCHUP_BEGIN's at first).
-    limit: u64,
-    /// The last chunk was received.
-    complete: bool,
-}
-
 /// Sends the live frames from `next` on (and a catch-up, if any) until the link fails. A
 /// catch-up whose snapshot fails ends the session without CATCHUP_END: the replica's copy
 /// stays incomplete and the next session catches up again.
@@ -654,18 +503,6 @@ async fn flush_and_end(wr: &mut LinkWrite, out: &[u8], e: String) -> String {
         }
     }
     e
-}
-
-impl Catchup {
-    /// A chunk arrived (the items before it are sent): its items are next, and live frames
-    /// up to its seq may go before them.
-    fn take(&mut self, chunk: Result<Chunk, String>) -> Result<(), String> {
-        let chunk = chunk.map_err(|e| format!("catch-up snapshot failed, no CATCHUP_END - {e}"))?;
-        self.limit = self.limit.max(chunk.seq);
-        self.items.extend(chunk.items);
-        self.complete = chunk.last;
-        Ok(())
-    }
 }
 
 /// Takes ACKs (and heartbeats) until the link fails.

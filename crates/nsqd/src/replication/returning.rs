@@ -26,7 +26,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::identity::{self, Identity};
-use super::origin::read_frame;
+use super::link::read_frame;
 use super::Replication;
 
 /// The longest an origin holds delivery at startup for its peers' answers.
