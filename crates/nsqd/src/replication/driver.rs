@@ -368,11 +368,15 @@ async fn run(
             _ = tick.tick() => Input::Core(Event::Tick),
             _ = async { stop.wait_for(|s| *s).await.is_ok() } => return,
         };
+        let tick = matches!(input, Input::Core(Event::Tick));
         let mut events = sessions.events(input);
-        let now_lookupds = exec.lookup.lookupds().len();
-        if now_lookupds != lookupds {
-            lookupds = now_lookupds;
-            events.insert(0, Event::LookupdsChanged { count: lookupds });
+        // The lookupd list is looked at once per tick (not per publish's event).
+        if tick {
+            let now_lookupds = exec.lookup.lookupds().len();
+            if now_lookupds != lookupds {
+                lookupds = now_lookupds;
+                events.insert(0, Event::LookupdsChanged { count: lookupds });
+            }
         }
         for ev in events {
             // Acknowledgements and failures are published once per event (one wake-up of the
