@@ -132,7 +132,7 @@ pub trait BackendQueue: Send + Sync + 'static {
     }
 
     /// One step of a chunked, non-consuming read of what is written and not yet taken (a
-    /// replication catch-up, crate::replicate): hands the records from `from` on — from the
+    /// replication catch-up, crate::replicator): hands the records from `from` on — from the
     /// read position when `from` is `None` or before it — to `f`, in order, without taking
     /// them, until about `max_bytes` of payload (at least one record) or the write position.
     /// The caller keeps other readers out during the call (not between calls). A record the

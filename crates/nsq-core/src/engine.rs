@@ -11,7 +11,7 @@ use crate::backend::{BackendError, BackendQueue, DropSink};
 use crate::channel::{Channel, Returning};
 use crate::diskqueue::{DiskQueue, DiskQueueOptions};
 use crate::options::{Health, Options};
-use crate::replicate::Replicator;
+use crate::replicator::Replicator;
 use crate::reserve::Reserve;
 use crate::topic::Topic;
 
@@ -42,9 +42,9 @@ pub struct Engine {
     loading: AtomicBool,
     /// With `Options::reserve` (and a memory queue): the disk space memory must fit in.
     reserve: Option<Arc<Reserve>>,
-    /// Set once, before metadata loading, when replication is on (crate::replicate).
+    /// Set once, before metadata loading, when replication is on (crate::replicator).
     replicator: OnceLock<Arc<dyn Replicator>>,
-    /// A returning origin's delivery hold and skip set (replication, `channel/returning.rs`).
+    /// A returning origin's delivery hold and skip set (replication, `channel/skips.rs`).
     returning: Arc<Returning>,
     me: Weak<Engine>,
 }
@@ -122,7 +122,7 @@ impl Engine {
         &*self.hooks
     }
 
-    /// Turns replication on (crate::replicate): topics created from now on report to `r`.
+    /// Turns replication on (crate::replicator): topics created from now on report to `r`.
     /// Call before any topic exists. `false` if one was set already.
     pub fn set_replicator(&self, r: Arc<dyn Replicator>) -> bool {
         self.replicator.set(r).is_ok()

@@ -22,7 +22,7 @@ pub(crate) enum Pending {
 #[derive(Default, Clone)]
 pub struct PutReceipt {
     pending: Vec<Pending>,
-    /// The replication log seq of the publish (0: not replicated; crate::replicate).
+    /// The replication log seq of the publish (0: not replicated; crate::replicator).
     replication_seq: u64,
 }
 

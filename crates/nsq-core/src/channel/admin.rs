@@ -11,7 +11,7 @@ use super::{Channel, ChannelStats, Consumer, SubscribeError};
 use crate::backend::BackendError;
 use crate::e2e::E2eLatency;
 use crate::message::Message;
-use crate::replicate::Replicator;
+use crate::replicator::Replicator;
 
 impl Channel {
     // ---- consumers --------------------------------------------------------------------------

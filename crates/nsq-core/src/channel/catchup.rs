@@ -1,5 +1,5 @@
 //! The channel's part of a replication catch-up snapshot
-//! ([`crate::replicate::CatchupScan`], docs/replication.md "Who holds which origin's
+//! ([`crate::replicator::CatchupScan`], docs/replication.md "Who holds which origin's
 //! messages"): the unread records of its diskqueue one bounded step at a time, then —
 //! under the same lock as the step that reached the write position — what it holds in
 //! memory (queued, in flight, deferred).
@@ -9,7 +9,7 @@ use nsq_protocol::replication::{Item, MessageItem, PendingChannel};
 use super::Channel;
 use crate::backend::{BackendError, RecordPos};
 use crate::message::Message;
-use crate::replicate::CatchupError;
+use crate::replicator::CatchupError;
 
 impl Channel {
     /// One step of this channel's snapshot, under the channel lock once no backend write of
@@ -20,7 +20,7 @@ impl Channel {
     /// memory queue, the in-flight and the deferred messages (with their due time as Unix
     /// ns): at that moment every message pending here is in one of those places, or on
     /// disk from the read position on, which the earlier steps read while it was unread
-    /// (see [`crate::replicate::CatchupScan`] for why that is enough).
+    /// (see [`crate::replicator::CatchupScan`] for why that is enough).
     ///
     /// `Ok(Some(next))`: more to read; `Ok(None)`: done (also for a channel being deleted,
     /// whose deletion is streamed). Blocking: reads diskqueue files.

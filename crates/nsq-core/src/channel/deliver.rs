@@ -9,7 +9,7 @@ use nsq_protocol::MessageId;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::returning::{Returning, TakeSkips};
+use super::skips::{Returning, TakeSkips};
 use super::state::Requeued;
 use super::{now, Channel, FinishError, RequeueError};
 use crate::message::{now_nanos, Message};

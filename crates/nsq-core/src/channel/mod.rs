@@ -22,10 +22,10 @@ mod deliver;
 mod enter;
 mod journal;
 mod reads;
-mod returning;
+mod skips;
 mod state;
 
-pub use returning::Returning;
+pub use skips::Returning;
 
 #[cfg(test)]
 mod model;
@@ -47,7 +47,7 @@ use crate::e2e::E2eLatency;
 pub use crate::inflight::FinishError;
 use crate::message::now_nanos;
 use crate::options::{Health, Options};
-use crate::replicate::Replicator;
+use crate::replicator::Replicator;
 use crate::reserve::Reserve;
 use state::{ChannelState, Config, Now};
 
@@ -221,7 +221,7 @@ pub struct Channel {
     /// Signalled when a backend write completes (see [`Channel::lock_settled`]).
     writes_done: Condvar,
     e2e: E2eLatency,
-    /// Replication (crate::replicate); `None` when off and for an ephemeral channel.
+    /// Replication (crate::replicator); `None` when off and for an ephemeral channel.
     repl: Option<Arc<dyn Replicator>>,
 }
 

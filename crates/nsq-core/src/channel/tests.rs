@@ -354,7 +354,7 @@ fn a_catchup_step_waits_for_outstanding_writes_or_fails() {
     let mut items = Vec::new();
     let r = ch.catchup_step(None, 1 << 20, &mut items);
     assert!(
-        matches!(r, Err(crate::replicate::CatchupError::Unsettled { .. })),
+        matches!(r, Err(crate::replicator::CatchupError::Unsettled { .. })),
         "{r:?} {items:?}"
     );
     backend.set_hold(false);
@@ -372,7 +372,7 @@ fn a_catchup_step_fails_when_the_backend_cannot_be_read() {
     let mut items = Vec::new();
     let r = ch.catchup_step(None, 1 << 20, &mut items);
     assert!(
-        matches!(r, Err(crate::replicate::CatchupError::Backend { .. })),
+        matches!(r, Err(crate::replicator::CatchupError::Backend { .. })),
         "{r:?}"
     );
     backend.inner.lock().scan_fail = false;

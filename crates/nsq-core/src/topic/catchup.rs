@@ -1,4 +1,4 @@
-//! The topic's part of a replication catch-up snapshot ([`crate::replicate::CatchupScan`],
+//! The topic's part of a replication catch-up snapshot ([`crate::replicator::CatchupScan`],
 //! docs/replication.md "Who holds which origin's messages"): its STATE TOPIC item and what is
 //! pending on the topic itself, read one bounded step at a time under the pump lock.
 
@@ -10,7 +10,7 @@ use super::Topic;
 use crate::backend::{BackendError, RecordPos};
 use crate::channel::Channel;
 use crate::message::Message;
-use crate::replicate::CatchupError;
+use crate::replicator::CatchupError;
 
 /// Where [`Topic::catchup_disk`] stopped.
 pub(crate) enum TopicDisk {

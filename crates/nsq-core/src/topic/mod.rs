@@ -34,7 +34,7 @@ use crate::engine::Engine;
 use crate::message::{now_nanos, GuidFactory, Message};
 use crate::options::{Health, Options};
 use crate::receipt::PutReceipt;
-use crate::replicate::Replicator;
+use crate::replicator::Replicator;
 use crate::reserve::Reserve;
 use pump::fan_out_owned;
 use state::{Gate, Publish, TopicState};
@@ -85,7 +85,7 @@ pub struct Topic {
     /// channels; close/delete/empty write-lock it, so no acknowledged batch is half delivered
     /// when the channels close.
     pub(crate) pump_lock: Arc<RwLock<()>>,
-    /// Replication (crate::replicate); `None` when off and for an ephemeral topic.
+    /// Replication (crate::replicator); `None` when off and for an ephemeral topic.
     repl: Option<Arc<dyn Replicator>>,
 }
 
@@ -137,7 +137,7 @@ impl Topic {
 
     /// The IDs pending on the topic itself (its memory queue, a stalled batch, the unread
     /// records of its diskqueue), read under the pump lock as a catch-up does; `Err` if the
-    /// diskqueue could not be read. Blocking. (Replication's Return, `channel/returning.rs`.)
+    /// diskqueue could not be read. Blocking. (Replication's Return, `channel/skips.rs`.)
     pub(crate) fn pending_ids(
         &self,
     ) -> Result<rustc_hash::FxHashSet<nsq_protocol::MessageId>, BackendError> {
