@@ -26,7 +26,9 @@ use tokio::net::TcpStream;
 
 const MESSAGES: usize = 200;
 
-/// The entries under `<data>/replica/` of `origin` (backlog directories, manifests).
+/// The entries under `<data>/replica/` of `origin` (backlog directories, manifests), not
+/// counting an applied manifest's take-point record (`<origin>.<epoch>.applied` and `.taken`,
+/// deleted 10 minutes after: docs/replication.md, "Return").
 fn kept_of(data: &std::path::Path, origin: u64) -> Vec<String> {
     let prefix = format!("{origin:016x}.");
     std::fs::read_dir(data.join("replica"))
@@ -34,6 +36,7 @@ fn kept_of(data: &std::path::Path, origin: u64) -> Vec<String> {
             d.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .filter(|n| n.starts_with(&prefix))
+                .filter(|n| !n.ends_with(".applied") && !n.ends_with(".taken"))
                 .collect()
         })
         .unwrap_or_default()

@@ -597,3 +597,50 @@ async fn a_claimed_origin_leaves_its_epoch_and_stays_fenced_until_the_manifest_c
     assert_eq!(dat(dir.path())["epoch"], e1 + 1);
     a.shutdown().await;
 }
+
+/// Take points (docs/replication.md, "Return"): A takes over an epoch of another origin B
+/// that carries message X (B had it from A: say B took A's epoch over and then vanished); a
+/// manifest of A's own earlier epoch, from a copy taken before that, then lists X. A keeps X
+/// — it came back here after the taker's copy was taken — and delivers it: dropping it would
+/// lose it, since B, its only other holder, is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_does_not_take_back_a_message_adopted_after_its_copy() {
+    use common::origin::{admin, publish as origin_pub, Origin};
+    use nsq_protocol::replication::AdminOp;
+    let mut fake = Fake::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let o = common::options(
+        dir.path(),
+        &[
+            "--replicas=2".to_string(),
+            format!("--replication-peer={}", fake.addr),
+            "--replication-takeover-timeout=1s".to_string(),
+        ],
+    );
+    let a = common::start_replayed(o).await;
+    let e1 = fake.hello().await.epoch;
+    // B replicates its epoch 1 to A: topic t, channel c, message X (id(7), "body-7").
+    let (mut b, answer) = Origin::hello(&a, 1, None).await;
+    assert!(matches!(answer, Frame::Welcome(_)), "{answer:?}");
+    b.send(&Frame::CatchupBegin { seq: 0 }).await;
+    b.send(&Frame::CatchupEnd { seq: 0 }).await;
+    b.send(&admin(1, AdminOp::Create, "t", "")).await;
+    b.send(&admin(2, AdminOp::Create, "t", "c")).await;
+    b.send(&origin_pub(3, "t", &["c"], 0, &[7])).await;
+    b.acked(3).await;
+    drop(b);
+    // B is gone: A takes its epoch over (X is now A's), and its replica (the fake) stores it.
+    let x = common::origin::id(7);
+    eventually(async || a.nsqd.replication.as_ref().unwrap().takeovers() == 1).await;
+    // The fake took A's epoch e1 over from a copy up to seq 0, listing X.
+    fake.then(Answer::TakenOver {
+        epoch: e1,
+        delay: Duration::ZERO,
+        entries: vec![("t".into(), "c".into(), vec![x])],
+    });
+    fake.cut_links();
+    assert_eq!(fake.applied().await, e1);
+    let mut sub = subscribe(&a, "c").await;
+    assert_eq!(receive(&mut sub, 1).await, ["body-7"]);
+    a.shutdown().await;
+}

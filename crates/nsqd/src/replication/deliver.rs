@@ -29,11 +29,20 @@ pub(super) struct Delivered {
 
 /// The copy a takeover took: up to which seq of the origin's log, and whether its catch-up
 /// had ended. TAKEN_OVER and STATUS carry it, so it is kept beside the manifest
-/// ([`Taken::path`]) for as long as the manifest is.
+/// ([`Taken::path`]) for as long as the manifest is — and, with `at`, for the retire period
+/// after its origin applied it (`takeover.rs`, [`Replication::retire_applied`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Taken {
     pub(crate) last_seq: u64,
     pub(crate) complete: bool,
+    /// This node's take point of the adopted messages: its epoch and the log seq of the last
+    /// put (of the takeover, or of a later handoff adopted into the same manifest). A
+    /// manifest of this node's own epoch `e` up to seq `s` that lists one of them does not
+    /// take it back when this point is after `(e, s)`: the message came back here after the
+    /// taker's copy was taken (docs/replication.md, "Return", take points). `(0, 0)`: not
+    /// known (a record written before the puts).
+    #[serde(default)]
+    pub(crate) at: (u64, u64),
 }
 
 impl Taken {
@@ -51,7 +60,7 @@ impl Taken {
 
     /// Writes the record beside the manifest at `manifest` (before the manifest: a manifest
     /// found without it is of a copy nothing is known of).
-    fn write(&self, manifest: &Path) -> std::io::Result<()> {
+    pub(crate) fn write(&self, manifest: &Path) -> std::io::Result<()> {
         let json = serde_json::to_vec(self).map_err(std::io::Error::other)?;
         std::fs::write(Taken::path(manifest), json)
     }

@@ -359,6 +359,8 @@ async fn run(
         client,
     };
     let mut lookupds = exec.lookup.lookupds().len();
+    // Applied manifests are retired now and then (`takeover.rs`).
+    let mut retired_at = std::time::Instant::now();
     loop {
         let input = tokio::select! {
             i = rx.recv() => match i {
@@ -371,6 +373,11 @@ async fn run(
         let tick = matches!(input, Input::Core(Event::Tick));
         let mut events = sessions.events(input);
         // The lookupd list is looked at once per tick (not per publish's event).
+        if tick && retired_at.elapsed() >= Duration::from_secs(60) {
+            retired_at = std::time::Instant::now();
+            let r = repl.clone();
+            tokio::task::spawn_blocking(move || r.retire_applied());
+        }
         if tick {
             let now_lookupds = exec.lookup.lookupds().len();
             if now_lookupds != lookupds {

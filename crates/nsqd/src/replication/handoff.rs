@@ -322,6 +322,13 @@ impl Replication {
             n += u64::from(any);
         }
         let receipt = putter.finish()?;
+        // What was put came here now: the take point moves on (`deliver::Taken::at`).
+        if let Some(mut t) = super::deliver::Taken::read(&path) {
+            t.at = t.at.max((self.epoch(), receipt.replication_seq()));
+            if let Err(e) = t.write(&path) {
+                tracing::warn!("REPLICATION: failed to record a take point - {e}");
+            }
+        }
         if let Some(listed) = listed {
             if !added.is_empty() {
                 let entries = listed

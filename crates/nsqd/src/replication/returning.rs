@@ -276,9 +276,42 @@ impl Replication {
         }
     }
 
-    /// Stores a received manifest (synced) and applies it. Blocking.
-    fn store_and_apply(&self, by_node: u64, epoch: u64, m: &[Manifest]) -> Result<usize, String> {
+    /// Stores a received manifest (synced) and applies it. Blocking. A listed message this
+    /// node adopted again after the taker's copy (up to `last_seq`) was taken stays (its take
+    /// point is later: [`Replication::adopted_after`]).
+    fn store_and_apply(
+        &self,
+        by_node: u64,
+        epoch: u64,
+        last_seq: u64,
+        m: &[Manifest],
+    ) -> Result<usize, String> {
         let engine = self.engine().ok_or("no engine")?.clone();
+        let back = self.adopted_after(epoch, last_seq);
+        let kept: Vec<Manifest>;
+        let m = if back.is_empty() {
+            m
+        } else {
+            kept = m
+                .iter()
+                .map(|x| Manifest {
+                    ids: x
+                        .ids
+                        .iter()
+                        .filter(|id| !back.contains(id))
+                        .copied()
+                        .collect(),
+                    ..x.clone()
+                })
+                .collect();
+            let n = manifest::count(m) - manifest::count(&kept);
+            if n > 0 {
+                tracing::info!(
+                    "REPLICATION: {n} IDs of the manifest of epoch {epoch} came back here after its copy was taken; kept"
+                );
+            }
+            &kept
+        };
         let _files = self.ret.files.lock();
         let dir = taken_dir(&self.data_path);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{} - {e}", dir.display()))?;
@@ -338,7 +371,7 @@ async fn read_manifest<R: AsyncRead + Unpin>(
 /// this node to the next epoch. `Ok` is what to log.
 async fn apply_received<F>(
     repl: &Arc<Replication>,
-    (epoch, by_node, entries, _last_seq): (u64, u64, u64, u64),
+    (epoch, by_node, entries, last_seq): (u64, u64, u64, u64),
     m: Vec<Manifest>,
     answer: F,
 ) -> Result<String, String>
@@ -352,9 +385,10 @@ where
         );
     }
     let r = repl.clone();
-    let settled = tokio::task::spawn_blocking(move || r.store_and_apply(by_node, epoch, &m))
-        .await
-        .map_err(|e| e.to_string())??;
+    let settled =
+        tokio::task::spawn_blocking(move || r.store_and_apply(by_node, epoch, last_seq, &m))
+            .await
+            .map_err(|e| e.to_string())??;
     // The manifest is stored and applied: if this answer is lost, the peer sends it again and
     // applying it twice changes nothing.
     answer.await?;

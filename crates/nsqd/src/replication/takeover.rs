@@ -13,6 +13,7 @@
 //! nsqlookupd/http.go `doDebug`, whose `last_update` the origin's PINGs refresh, nsqd/lookup.go
 //! `lookupLoop`), and deleting copies and manifests. NSQ has no counterpart.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,7 @@ use std::time::Duration;
 use nsq_core::receipt::PutReceipt;
 use nsq_core::replica::manifest;
 use nsq_core::replication::Event;
+use nsq_protocol::message::MessageId;
 
 use super::deliver::{deliver, Taken};
 use super::lookupd_debug::poll_debug;
@@ -27,6 +29,8 @@ use super::Replication;
 
 /// How soon a takeover whose messages are not yet synced or replicated tries again.
 const CONFIRM_RETRY: Duration = Duration::from_secs(1);
+/// How long an applied manifest is kept (the core announces its epoch `taken over` as long).
+pub(super) const RETIRE_AFTER: Duration = Duration::from_secs(600);
 
 impl Replication {
     /// Polls every nsqlookupd's `/debug` (one poll at a time) and tells the core what each
@@ -130,7 +134,11 @@ impl Replication {
         );
         let path = manifest::manifest_path(&self.data_path, origin, epoch);
         let (bb, p) = (b.clone(), path.clone());
-        let taken = Taken { last_seq, complete };
+        let taken = Taken {
+            last_seq,
+            complete,
+            at: (0, 0),
+        };
         let delivered = tokio::task::spawn_blocking(move || deliver(&engine, &bb, &p, taken)).await;
         let done = match delivered {
             Ok(Ok(d)) => d,
@@ -149,6 +157,16 @@ impl Replication {
                 return Some(false);
             }
         };
+        // The take point of what was put (see `Taken::at`), beside the manifest.
+        let taken = Taken {
+            at: (self.epoch(), done.receipt.replication_seq()),
+            ..taken
+        };
+        if let Err(e) = taken.write(&path) {
+            tracing::warn!(
+                "REPLICATION: failed to record the take point of {origin:016x} epoch {epoch} - {e}"
+            );
+        }
         self.taken.lock().insert((origin, epoch), done.ids);
         self.taken_seq.lock().insert((origin, epoch), taken);
         drop(g);
@@ -218,24 +236,86 @@ impl Replication {
         tracing::info!("REPLICATION: copy of {origin:016x} epoch {epoch} deleted");
     }
 
-    /// Deletes the manifest of `(origin, epoch)` taken over here (the core's
-    /// `DeleteManifest`: the origin applied it). The core still announces the epoch as taken
-    /// over for a while.
+    /// The manifest of `(origin, epoch)` taken over here is applied by its origin (the
+    /// core's `DeleteManifest`): it is kept as `<origin>.<epoch>.applied`, with its take point,
+    /// for the retire period ([`RETIRE_AFTER`]) — a manifest of one of this node's own epochs
+    /// that lists a message adopted here must not take it back ([`Replication::adopted_after`])
+    /// — then deleted by [`Replication::retire_applied`].
     pub(super) async fn delete_manifest(self: &Arc<Self>, origin: u64, epoch: u64) {
         let _g = self.takeover_lock.lock().await;
         let path = manifest::manifest_path(&self.data_path, origin, epoch);
         let r = tokio::task::spawn_blocking(move || {
-            Taken::remove(&path);
-            std::fs::remove_file(&path)
+            std::fs::rename(&path, path.with_extension("applied"))
         })
         .await;
         match r {
             Ok(Err(e)) if e.kind() != std::io::ErrorKind::NotFound => {
-                tracing::error!("REPLICATION: failed to delete the manifest - {e}");
+                tracing::error!("REPLICATION: failed to retire the manifest - {e}");
             }
             _ => tracing::info!(
-                "REPLICATION: {origin:016x} applied the manifest of epoch {epoch}; deleted"
+                "REPLICATION: {origin:016x} applied the manifest of epoch {epoch}; retired"
             ),
         }
+    }
+
+    /// Deletes the applied manifests (and their take points) older than [`RETIRE_AFTER`].
+    /// Blocking.
+    pub(super) fn retire_applied(&self) {
+        let Ok(rd) = std::fs::read_dir(self.data_path.join("replica")) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.extension().is_none_or(|x| x != "applied") {
+                continue;
+            }
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= RETIRE_AFTER);
+            if old {
+                Taken::remove(&p);
+                if let Err(e) = std::fs::remove_file(&p) {
+                    tracing::error!("REPLICATION: failed to delete {} - {e}", p.display());
+                }
+            }
+        }
+    }
+
+    /// The IDs this node adopted (takeovers, handoffs) after its own epoch `epoch`'s copy
+    /// up to `last_seq` was taken: those of its kept and recently applied manifests whose
+    /// take point is after `(epoch, last_seq)`. Blocking.
+    pub(super) fn adopted_after(&self, epoch: u64, last_seq: u64) -> HashSet<MessageId> {
+        let mut ids = HashSet::new();
+        let Ok(rd) = std::fs::read_dir(self.data_path.join("replica")) else {
+            return ids;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Some(ext) = p.extension().and_then(|x| x.to_str()) else {
+                continue;
+            };
+            if ext != "manifest" && ext != "applied" {
+                continue;
+            }
+            let Some(file_epoch) = p
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .and_then(|s| s.split_once('.'))
+                .and_then(|(_, e)| e.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            let Some(t) = Taken::read(&p) else { continue };
+            if t.at <= (epoch, last_seq) {
+                continue;
+            }
+            if let Ok(m) = manifest::read(&p, file_epoch) {
+                ids.extend(m.into_iter().flat_map(|x| x.ids));
+            }
+        }
+        ids
     }
 }
