@@ -22,8 +22,9 @@ fn main() -> ExitCode {
 }
 
 /// Raises the soft open-files limit to the hard one, as every Go program does at start-up (Go
-/// 1.19+, os/rlimit.go) — so NSQ does — and nsqd needs: each TCP connection holds two
-/// descriptors (nsqd/src/transport.rs). Best effort: on failure the limit stays as it was.
+/// 1.19+, os/rlimit.go) — so NSQ does — and nsqd needs: each TCP connection holds one
+/// descriptor (crates/nsqd/src/transport.rs), each diskqueue file open another. Best effort:
+/// on failure the limit stays as it was.
 fn raise_nofile_limit() {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let lim = getrlimit(Resource::Nofile);

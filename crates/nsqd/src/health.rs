@@ -1,4 +1,4 @@
-//! Health that follows the disk (docs/durability.md, "Health"): nsqd is unhealthy from a
+//! Health that follows the disk (docs/durability.md, "Full disk"): nsqd is unhealthy from a
 //! failed disk write until a write succeeds (nsqd/nsqd.go `SetHealth`, as NSQ). In NSQ only a
 //! later message write clears it, and with the memory queues absorbing publishes that write
 //! may never come: a node behind a load balancer that health-checks `/ping` gets no traffic,
