@@ -463,7 +463,8 @@ async fn after_an_unclean_stop_delivery_waits_for_the_manifest_and_it_survives_a
 }
 
 /// Two takers of the same epoch (docs/replication.md, Safety model): A applies both
-/// manifests, moves to the next epoch once, and delivers only what neither lists.
+/// manifests, moves to the next epoch once, and delivers only what neither lists. (N = 3, so
+/// that both peers are in A's replica set and hold its messages.)
 #[tokio::test]
 async fn the_manifests_of_two_takers_are_both_applied() {
     let mut f1 = Fake::start().await;
@@ -472,7 +473,7 @@ async fn the_manifests_of_two_takers_are_both_applied() {
     let o = common::options(
         dir.path(),
         &[
-            "--replicas=2".to_string(),
+            "--replicas=3".to_string(),
             format!("--replication-peer={}", f1.addr),
             format!("--replication-peer={}", f2.addr),
         ],

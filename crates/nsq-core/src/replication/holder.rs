@@ -393,7 +393,39 @@ impl Member {
         }
     }
 
+    /// The origin's session of `epoch` carries no copy to this node (STANDBY): the copy is
+    /// forgotten (the driver's session deleted it as it read the frame); the session stays.
+    pub(super) fn standby(&mut self, origin: u64, epoch: u64) {
+        let welcomed = self
+            .in_links
+            .get(&origin)
+            .is_some_and(|l| l.epoch == Some(epoch));
+        let key = (origin, epoch);
+        if welcomed
+            && self
+                .backlogs
+                .get(&key)
+                .is_some_and(|b| b.state == BacklogState::Replicating)
+        {
+            self.backlogs.remove(&key);
+            self.status_dirty = true;
+        }
+    }
+
     pub(super) fn stored(&mut self, origin: u64, epoch: u64, last_seq: u64, complete: bool) {
+        let live = self
+            .in_links
+            .get(&origin)
+            .is_some_and(|l| l.epoch == Some(epoch));
+        if live && !self.backlogs.contains_key(&(origin, epoch)) {
+            // A member told STANDBY that joined the origin's set later: a new copy.
+            let addr = self.in_links.get(&origin).map(|l| l.addr.clone());
+            let mut b = Backlog::new(&self.cfg, self.now, addr);
+            b.watch.link_up();
+            b.state = BacklogState::Replicating;
+            self.backlogs.insert((origin, epoch), b);
+            self.status_dirty = true;
+        }
         let Some(b) = self.backlogs.get_mut(&(origin, epoch)) else {
             return;
         };
@@ -402,10 +434,6 @@ impl Member {
         }
         b.last_seq = last_seq;
         b.complete = complete;
-        let live = self
-            .in_links
-            .get(&origin)
-            .is_some_and(|l| l.epoch == Some(epoch));
         if complete && live {
             self.out.push(Command::Send {
                 to: origin,

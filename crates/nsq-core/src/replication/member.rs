@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use super::holder::{Backlog, Gossip, InLink};
-use super::{BacklogState, Command, Config, Event, Group, Link, Msg, Start};
+use super::{BacklogState, Command, Config, Event, Group, Join, Link, Msg, Start};
 
 /// One node's replication core (see the module docs of `replication`).
 pub struct Member {
@@ -276,8 +276,9 @@ impl Member {
         }
         match link {
             Link::Out => {
-                self.group.session_down(peer);
+                let joined = self.group.session_down(peer);
                 self.welcomed.remove(&peer);
+                self.join(joined);
                 self.commit();
             }
             Link::In => self.in_link_down(peer),
@@ -291,7 +292,8 @@ impl Member {
             return;
         }
         self.gossip.remove(&old);
-        self.group.forget(old);
+        let joined = self.group.forget(old);
+        self.join(joined);
         self.welcomed.remove(&old);
         self.addrs.retain(|_, id| *id != old);
         for ((o, _), b) in self.backlogs.iter_mut() {
@@ -319,6 +321,7 @@ impl Member {
             Msg::Ping { stamp } if link == Link::In => self.ping(from, stamp),
             Msg::ManifestApplied { epoch } if link == Link::In => self.origin_applied(from, epoch),
             Msg::Drop { epoch, taker } if link == Link::In => self.dropped(from, epoch, taker),
+            Msg::Standby { epoch } if link == Link::In => self.standby(from, epoch),
             // replica → origin
             Msg::Welcome {
                 epoch,
@@ -363,16 +366,10 @@ impl Member {
             return;
         }
         self.heard_member = self.heard_member.max(echo);
-        match resume.filter(|&s| s <= self.last_seq) {
-            Some(s) => {
-                self.group.session_up(peer, s, true);
-                self.out.push(Command::Resume { peer, from: s + 1 });
-            }
-            None => {
-                self.group.session_up(peer, self.last_seq, false);
-                self.out.push(Command::StartCatchup { peer });
-            }
-        }
+        let joined = self
+            .group
+            .session_up(peer, resume.filter(|&s| s <= self.last_seq));
+        self.join(joined);
         for &(epoch, taker) in &self.applied {
             self.out.push(Command::Send {
                 to: peer,
@@ -383,7 +380,34 @@ impl Member {
         self.commit();
     }
 
+    /// The origin streams its log to the members that joined its set (only they store it).
+    fn join(&mut self, joined: Vec<(u64, Join)>) {
+        for (peer, join) in joined {
+            self.out.push(match join {
+                Join::Resume { from } => Command::Resume { peer, from },
+                Join::Catchup => Command::StartCatchup { peer },
+            });
+        }
+    }
+
+    /// Members outside a settled set delete their copies of this epoch (STANDBY).
+    fn release(&mut self) {
+        for peer in self.group.release() {
+            self.out.push(Command::Send {
+                to: peer,
+                link: Link::Out,
+                msg: Msg::Standby { epoch: self.epoch },
+            });
+        }
+    }
+
+    /// The origin's replica set and acknowledgements (for `/stats`).
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
     fn commit(&mut self) {
+        self.release();
         let Some(c) = self.group.committed() else {
             return;
         };

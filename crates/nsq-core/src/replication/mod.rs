@@ -30,7 +30,7 @@ mod tests;
 use std::time::Duration;
 
 pub use gone::GoneWatch;
-pub use group::Group;
+pub use group::{Group, Join};
 pub use member::Member;
 pub use ring::Ring;
 
@@ -85,6 +85,14 @@ pub enum Msg {
         stamp: Duration,
     },
     ManifestApplied {
+        epoch: u64,
+    },
+    /// The receiver is outside the origin's replica set for `epoch`, which is settled
+    /// without it: it deletes what it holds of `epoch` and keeps the session (PING,
+    /// STATUS). The driver's session deletes the stored copy as it reads the frame, in
+    /// order with the log frames around it (a catch-up may follow on the same session when
+    /// the receiver joins the set later); the core forgets the backlog.
+    Standby {
         epoch: u64,
     },
     /// Epochs up to `epoch` were taken over by `taker` (whose manifest the origin applied):

@@ -114,6 +114,8 @@ pub struct Report {
     pub overlap_deliveries: u64,
     /// From a permanent death to the last of its acknowledged messages delivered.
     pub dead_origin_drained: Option<Duration>,
+    /// At the end, the most members holding a live origin's current epoch.
+    pub max_holders: usize,
     /// Duplicate deliveries by class.
     pub dups: DupStats,
     /// The longest time two takers of one epoch were both alive without having heard of each
@@ -479,6 +481,32 @@ impl World {
         }
     }
 
+    /// Only the replica set stores: once the group has settled, no live origin's current
+    /// epoch is held by more than N−1 members.
+    fn check_copies(&mut self) {
+        let need = self.p.replicas - 1;
+        for o in 0..self.p.nodes {
+            let n = &self.nodes[o];
+            if !n.alive || n.core.is_none() {
+                continue;
+            }
+            let key = (n.id, n.epoch);
+            let holders: Vec<usize> = (0..self.p.nodes)
+                .filter(|&j| j != o && self.nodes[j].alive)
+                .filter(|&j| self.nodes[j].backlogs.contains_key(&key))
+                .collect();
+            self.report.max_holders = self.report.max_holders.max(holders.len());
+            if holders.len() > need {
+                self.fail(format!(
+                    "n{o} {:x} epoch {} is held by {} members (n{holders:?}), more than N-1 = {need}",
+                    key.0,
+                    key.1,
+                    holders.len()
+                ));
+            }
+        }
+    }
+
     fn end_checks(&mut self) {
         let open: Vec<_> = self.two_takers.keys().copied().collect();
         for k in open {
@@ -538,6 +566,7 @@ impl World {
                 ));
             }
         }
+        self.check_copies();
         let r = &mut self.report;
         r.published = self.published.len() as u64;
         r.acked = self.acked.len() as u64;

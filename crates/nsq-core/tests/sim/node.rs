@@ -630,6 +630,13 @@ impl World {
         }
         match frame {
             Frame::Core(msg) => {
+                if let (Msg::Standby { epoch: e }, false, Some(ep)) = (&msg, dialer, epoch) {
+                    // The driver's session deletes the copy as it reads STANDBY.
+                    if *e == ep {
+                        self.nodes[to].backlogs.remove(&(peer, ep));
+                        self.nodes[to].synced.remove(&(peer, ep));
+                    }
+                }
                 if let Msg::Status(entries) = &msg {
                     let to_id = self.nodes[to].id;
                     self.saw_status(to_id, peer, entries);

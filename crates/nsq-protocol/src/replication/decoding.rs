@@ -168,6 +168,7 @@ pub fn decode_payload(frame_type: u8, payload: Bytes) -> Result<Frame, FrameErro
         ft::PING => Frame::Ping { stamp: r.u64()? },
         ft::PONG => Frame::Pong { stamp: r.u64()? },
         ft::MANIFEST_APPLIED => Frame::ManifestApplied { epoch: r.u64()? },
+        ft::STANDBY => Frame::Standby { epoch: r.u64()? },
         ft::HANDOFF => Frame::Handoff {
             origin: r.u64()?,
             epoch: r.u64()?,

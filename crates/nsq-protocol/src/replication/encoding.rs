@@ -103,7 +103,9 @@ pub fn encode_payload(frame: &Frame, out: &mut impl BufMut) -> Result<(), FrameE
         | Frame::CatchupEnd { seq }
         | Frame::Goodbye { seq }
         | Frame::Ack { seq } => out.put_u64(*seq),
-        Frame::ManifestApplied { epoch } | Frame::ManifestEnd { epoch } => out.put_u64(*epoch),
+        Frame::ManifestApplied { epoch }
+        | Frame::ManifestEnd { epoch }
+        | Frame::Standby { epoch } => out.put_u64(*epoch),
         Frame::Drop { epoch, taker } => {
             out.put_u64(*epoch);
             out.put_u64(*taker);

@@ -301,6 +301,12 @@ pub enum Frame {
     ManifestApplied {
         epoch: u64,
     },
+    /// You are outside my replica set of `epoch`, which holds every acknowledged message
+    /// without you: delete your copy of `epoch`, keep the session (a catch-up follows on it
+    /// if you join the set later).
+    Standby {
+        epoch: u64,
+    },
     Handoff {
         origin: u64,
         epoch: u64,
@@ -368,6 +374,7 @@ impl Frame {
             Frame::Goodbye { .. } => ft::GOODBYE,
             Frame::Drop { .. } => ft::DROP,
             Frame::ManifestApplied { .. } => ft::MANIFEST_APPLIED,
+            Frame::Standby { .. } => ft::STANDBY,
             Frame::Handoff { .. } => ft::HANDOFF,
             Frame::HandoffEnd { .. } => ft::HANDOFF_END,
             Frame::Auth { .. } => ft::AUTH,

@@ -24,7 +24,7 @@ pub const MAGIC_R1: &[u8; 4] = b"  R1";
 /// TAKEN_OVER's `last_seq`, DROP's taker). A HELLO of another version is decoded only as far
 /// as its version and node ID (the first two fields of every version), so that it can be
 /// refused as unsupported or as not in the group.
-pub const LINK_VERSION: u16 = 3;
+pub const LINK_VERSION: u16 = 4;
 /// The bytes of a handshake nonce (HELLO, CHALLENGE).
 pub const NONCE_LEN: usize = 16;
 /// The most bytes of a membership proof (CHALLENGE, AUTH).
@@ -51,6 +51,7 @@ pub mod frame_type {
     pub const HANDOFF_END: u8 = 0x0e;
     pub const AUTH: u8 = 0x0f;
     pub const PING: u8 = 0x10;
+    pub const STANDBY: u8 = 0x11;
     pub const HEARTBEAT: u8 = 0x40;
     pub const STATUS: u8 = 0x41;
     pub const ERROR: u8 = 0x42;

@@ -288,6 +288,7 @@ fn small_origin_frames_bytes() {
         "00000011 0b 0000000000000003 0000000000000009",
     );
     check(Frame::Ping { stamp: 17 }, "00000009 10 0000000000000011");
+    check(Frame::Standby { epoch: 5 }, "00000009 11 0000000000000005");
     check(
         Frame::ManifestApplied { epoch: 3 },
         "00000009 0c 0000000000000003",
@@ -417,6 +418,10 @@ fn directions_and_seqs() {
     assert_eq!(Frame::Goodbye { seq: 4 }.seq(), Some(4));
     assert_eq!(Frame::Ack { seq: 4 }.seq(), None);
     assert_eq!(Frame::Drop { epoch: 4, taker: 1 }.seq(), None);
+    assert_eq!(
+        Frame::Standby { epoch: 1 }.direction(),
+        Direction::OriginToReplica
+    );
     assert_eq!(
         Frame::Ping { stamp: 1 }.direction(),
         Direction::OriginToReplica
@@ -784,6 +789,7 @@ fn frame() -> impl Strategy<Value = Frame> {
         any::<u64>().prop_map(|stamp| Frame::Ping { stamp }),
         any::<u64>().prop_map(|stamp| Frame::Pong { stamp }),
         any::<u64>().prop_map(|epoch| Frame::ManifestApplied { epoch }),
+        any::<u64>().prop_map(|epoch| Frame::Standby { epoch }),
         (any::<u64>(), any::<u64>(), item()).prop_map(|(origin, epoch, item)| Frame::Handoff {
             origin,
             epoch,

@@ -196,6 +196,32 @@ impl Replication {
         Ok(())
     }
 
+    /// Deletes `b`, the copy a session wrote until its origin said STANDBY (docs/replication.md,
+    /// "Who holds which origin's messages"): gone from the map and the disk before the
+    /// session reads on, so that a catch-up on the same session opens a new one. No takeover
+    /// runs on it (its origin's session is live). Blocking.
+    pub(crate) fn release_copy(&self, b: &Arc<Backlog>) {
+        {
+            let mut m = self.backlogs.lock();
+            if m.get(&(b.origin, b.epoch))
+                .is_some_and(|x| Arc::ptr_eq(x, b))
+            {
+                m.remove(&(b.origin, b.epoch));
+            }
+        }
+        b.session.fetch_add(1, Ordering::AcqRel);
+        let dir = b.store.lock().dir().to_path_buf();
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => tracing::info!(
+                "REPLICATION: copy of {:016x} epoch {} deleted: outside its replica set",
+                b.origin,
+                b.epoch
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::error!("REPLICATION: failed to delete a backlog - {e}"),
+        }
+    }
+
     /// The backlog of `(origin, epoch)`, opened (recovered) or created. Blocking.
     pub(crate) fn open_backlog(
         &self,

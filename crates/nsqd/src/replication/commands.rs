@@ -193,6 +193,12 @@ impl Exec {
                     let f = Frame::Status(repl.wire_status(&entries));
                     sessions.send(to, link, SessionCmd::Frame(f));
                 }
+                Msg::Standby { epoch } => {
+                    tracing::info!(
+                        "REPLICATION: {to:016x} is outside the replica set of epoch {epoch}: it keeps no copy"
+                    );
+                    sessions.send(to, link, SessionCmd::Frame(Frame::Standby { epoch }))
+                }
                 Msg::HandoffDone { origin, epoch } => {
                     sessions.send(to, link, SessionCmd::Frame(Frame::HandoffDone { origin, epoch }))
                 }
@@ -272,12 +278,15 @@ impl Exec {
                 }
                 tracing::info!("REPLICATION: delivery of replicated messages unfenced");
             }
-            // The origin's session decides from the replica's WELCOME and its outbox
-            // (`origin.rs`), by the same rule; Return applies the manifest as TAKEN_OVER
-            // arrives (`returning.rs`).
-            Command::StartCatchup { .. }
-            | Command::Resume { .. }
-            | Command::ApplyManifest { .. }
+            // Only the replica set gets the log (`origin.rs` streams once told).
+            Command::StartCatchup { peer } => {
+                sessions.send(peer, Link::Out, SessionCmd::Stream { from: None })
+            }
+            Command::Resume { peer, from } => {
+                sessions.send(peer, Link::Out, SessionCmd::Stream { from: Some(from) })
+            }
+            // Return applies the manifest as TAKEN_OVER arrives (`returning.rs`).
+            Command::ApplyManifest { .. }
             // Published by `run`.
             | Command::AckPublish { .. }
             | Command::FailPublish { .. } => {}

@@ -75,6 +75,9 @@ pub(crate) enum SessionCmd {
     /// Served link: welcome the origin into `epoch` (open its backlog, WELCOME with what the
     /// store holds).
     Welcome { epoch: u64 },
+    /// Origin's link: the replica joined the replica set; stream the log to it from `from`
+    /// (its copy is complete up to the seq before), or catch it up first (`None`).
+    Stream { from: Option<u64> },
     /// Served link: TAKEN_OVER of `epoch` and its manifest.
     Manifest { epoch: u64, last_seq: u64 },
     /// End the session (a new one may follow).
@@ -389,6 +392,8 @@ async fn run(
             // Acknowledgements and failures are published once per event (one wake-up of the
             // waiting publishes, however many seqs it settles).
             let (mut acked, mut failed) = (0, 0);
+            // The replica set as the views and the outbox see it follows the core's.
+            let regroup = !matches!(ev, Event::Published { .. } | Event::Logged { .. });
             tracing::trace!("REPLICATION: core <- {ev:?}");
             for c in member.handle(repl.clock(), ev) {
                 tracing::trace!("REPLICATION: core -> {c:?}");
@@ -400,6 +405,9 @@ async fn run(
             }
             raise(&repl.committed, acked);
             raise(&repl.failed, failed);
+            if regroup {
+                repl.sync_group(member.group());
+            }
         }
     }
 }

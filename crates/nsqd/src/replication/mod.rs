@@ -62,47 +62,27 @@ struct Peer {
     node_id: u64,
     /// A session is up (WELCOME received).
     live: bool,
-    /// The highest seq it acknowledged in this session.
+    /// The highest seq it acknowledged in this session (the core's count).
     acked: u64,
     /// The outbox frames up to this seq are not needed by its session any more.
     floor: u64,
     catching_up: bool,
     in_set: bool,
+    /// The core has this session (it decided whether the peer is in the set).
+    decided: bool,
     last_seen: Option<Instant>,
 }
 
 /// The replica set and the acknowledgements as the views (`/stats`), the outbox's trimming
-/// and the clean stop see them (docs/replication.md, "Who holds which origin's messages").
-/// Whether a publish is acknowledged is the core's decision (`driver.rs`), by the same
-/// rule (`nsq_core::replication::Group`).
+/// and the clean stop see them (docs/replication.md, "Who holds which origin's messages"):
+/// a copy of the core's `Group` (`nsq_core::replication::group`), taken by the driver after
+/// each event that may change it (`driver.rs`), keyed here by `--replication-peer`.
 struct Group {
-    me: u64,
     need: usize,
     peers: Vec<Peer>,
 }
 
 impl Group {
-    /// Ring distance from this node (the ring is ordered by node ID and wraps around).
-    fn ring_key(&self, p: &Peer) -> u64 {
-        p.node_id.wrapping_sub(self.me)
-    }
-
-    /// Sticky: members leave only when their link dies; free places go to live peers in ring
-    /// order.
-    fn refill(&mut self) {
-        let members = self.peers.iter().filter(|p| p.in_set).count();
-        if members >= self.need {
-            return;
-        }
-        let mut candidates: Vec<usize> = (0..self.peers.len())
-            .filter(|&i| self.peers[i].live && !self.peers[i].in_set)
-            .collect();
-        candidates.sort_by_key(|&i| self.ring_key(&self.peers[i]));
-        for i in candidates.into_iter().take(self.need - members) {
-            self.peers[i].in_set = true;
-        }
-    }
-
     fn acked_by(&self, seq: u64) -> usize {
         self.peers
             .iter()
@@ -230,12 +210,12 @@ impl Replication {
                 floor: 0,
                 catching_up: false,
                 in_set: false,
+                decided: false,
                 last_seen: None,
             })
             .collect();
         let repl = Arc::new(Replication {
             group: Mutex::new(Group {
-                me: identity.node_id,
                 need: settings.replicas - 1,
                 peers,
             }),
@@ -348,38 +328,53 @@ impl Replication {
 
     // ---- the group ---------------------------------------------------------------------
 
-    /// The acknowledgements themselves are the core's (`driver.rs`); this group keeps what
-    /// the outbox and the views need.
-    fn update_committed(&self, g: &Group) {
-        // The outbox keeps what some live link still needs.
-        if let Some(floor) = g.peers.iter().filter(|p| p.live).map(|p| p.floor).min() {
-            self.log.trim_to(floor);
+    /// The outbox keeps what a member of the set still needs, and what a session the core
+    /// has not placed yet may resume from.
+    fn trim_outbox(&self, g: &Group) {
+        let needed = g
+            .peers
+            .iter()
+            .filter(|p| p.live && (p.in_set || !p.decided));
+        match needed.map(|p| p.floor).min() {
+            Some(floor) => self.log.trim_to(floor),
+            // Only members outside the set are linked: one that joins catches up.
+            None if g.peers.iter().any(|p| p.live) => self.log.trim_to(self.log.last_seq()),
+            // Nobody linked: kept for a session that may resume.
+            None => {}
         }
     }
 
-    /// A session with peer `i` began: `floor` is what it holds of the log already.
-    pub(crate) fn session_up(&self, i: usize, node_id: u64, floor: u64, catching_up: bool) {
+    /// A session with peer `i` was welcomed: `floor` is what it holds of the log already.
+    /// Whether it joins the set is the core's decision (`sync_group`).
+    pub(crate) fn session_up(&self, i: usize, node_id: u64, floor: u64) {
         let mut g = self.group.lock();
         let p = &mut g.peers[i];
         p.node_id = node_id;
         p.live = true;
         p.floor = floor;
-        p.acked = if catching_up { 0 } else { floor };
-        p.catching_up = catching_up;
+        p.acked = 0;
+        p.catching_up = false;
+        p.in_set = false;
+        p.decided = false;
         p.last_seen = Some(Instant::now());
-        g.refill();
-        self.update_committed(&g);
+        self.trim_outbox(&g);
     }
 
-    /// Peer `i` acknowledged `seq` (after its catch-up, if any).
+    /// The session with peer `i` streams from `floor + 1` on (a catch-up: from the log's
+    /// end when it began).
+    pub(crate) fn streaming(&self, i: usize, floor: u64) {
+        let mut g = self.group.lock();
+        g.peers[i].floor = floor;
+        self.trim_outbox(&g);
+    }
+
+    /// Peer `i` acknowledged `seq`.
     pub(crate) fn on_ack(&self, i: usize, seq: u64) {
         let mut g = self.group.lock();
         let p = &mut g.peers[i];
-        p.acked = p.acked.max(seq);
         p.floor = p.floor.max(seq);
-        p.catching_up = false;
         p.last_seen = Some(Instant::now());
-        self.update_committed(&g);
+        self.trim_outbox(&g);
     }
 
     /// A frame came from peer `i` (its `last_seen`).
@@ -387,19 +382,33 @@ impl Replication {
         self.group.lock().peers[i].last_seen = Some(Instant::now());
     }
 
-    /// Peer `i`'s session ended: it leaves the set, the next live peer in ring order joins.
+    /// Peer `i`'s session ended.
     pub(crate) fn session_down(&self, i: usize) {
         let mut g = self.group.lock();
         let p = &mut g.peers[i];
         let was_live = p.live;
         p.live = false;
         p.in_set = false;
+        p.decided = false;
         p.catching_up = false;
-        g.refill();
         if was_live {
             tracing::warn!("REPLICATION: link to {} lost", g.peers[i].addr);
         }
-        self.update_committed(&g);
+        self.trim_outbox(&g);
+    }
+
+    /// The core's replica set and acknowledgements, copied for the views and the outbox.
+    pub(crate) fn sync_group(&self, core: &nsq_core::replication::Group) {
+        let mut g = self.group.lock();
+        for p in g.peers.iter_mut().filter(|p| p.live) {
+            if let Some(c) = core.peer(p.node_id).filter(|c| c.live) {
+                p.decided = true;
+                p.in_set = c.in_set;
+                p.catching_up = c.catching_up;
+                p.acked = c.acked;
+            }
+        }
+        self.trim_outbox(&g);
     }
 
     // ---- acknowledgement ---------------------------------------------------------------
@@ -467,7 +476,7 @@ impl Replication {
         loop {
             let behind = {
                 let g = self.group.lock();
-                g.peers.iter().any(|p| p.live && p.floor < last)
+                g.peers.iter().any(|p| p.live && p.in_set && p.floor < last)
             };
             if !behind || tokio::time::Instant::now() >= deadline {
                 break;

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use nsq_core::replication::Msg;
 
-use super::catchup::{start_catchup, Catchup, Chunk};
+use super::catchup::{start_catchup, Catchup};
 use super::driver::{status_entry, CoreLink, SessionCmd};
 use super::link::{read_frame, LinkRead, LinkStream, LinkWrite};
 use super::log::Take;
@@ -254,14 +254,11 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     let resume = welcome.answer == WelcomeAnswer::Resume
         && welcome.last_seq <= last
         && welcome.last_seq + 1 >= front;
-    let (next, floor) = if resume {
-        (welcome.last_seq + 1, welcome.last_seq)
-    } else {
-        (last + 1, last)
-    };
-    // The core counts this session's ACKs from `floor` when it resumes, from its catch-up's
-    // end otherwise (the same rule as `Group`); the log's position first, so that it knows
-    // the replica's `last_seq` is within it.
+    let floor = if resume { welcome.last_seq } else { last };
+    // The outbox keeps `floor` on for this session until the core placed it (in the set, it
+    // may resume from there); the log's position first, so that the core knows the
+    // replica's `last_seq` is within it.
+    repl.session_up(i, welcome.node_id, floor);
     core.logged(last);
     core.received(Msg::Welcome {
         epoch,
@@ -285,21 +282,12 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
             return End::Lost(e.to_string());
         }
     }
-    repl.session_up(i, welcome.node_id, floor, !resume);
-    if !resume {
-        repl.count_catchup();
-    }
     repl.peer_answered(i);
     tracing::info!(
-        "REPLICATION: linked to {addr} ({:016x}), {}",
+        "REPLICATION: linked to {addr} ({:016x}), it holds seq {}",
         welcome.node_id,
-        if resume {
-            format!("resuming after seq {}", welcome.last_seq)
-        } else {
-            format!("catching up at seq {last} (it holds {})", welcome.last_seq)
-        }
+        welcome.last_seq
     );
-    let catchup = (!resume).then(|| start_catchup(repl));
     let max_frame = welcome.max_frame.max(replication::MIN_MAX_FRAME);
     let to_writer = ctl_tx2;
     let ends = Ends {
@@ -308,20 +296,69 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
         epoch_watch: &mut epoch_watch,
         epoch,
     };
+    let peer = Peer { i, addr };
     tokio::select! {
-        e = writer(repl, &mut wr, next, catchup, max_frame, ends) => End::Lost(e),
+        e = writer(repl, &peer, &mut wr, max_frame, ends) => End::Lost(e),
         e = reader(repl, i, &core, &mut rd, buf, &to_writer) => End::Lost(e),
     }
 }
 
-/// Sends the live frames from `next` on (and a catch-up, if any) until the link fails. A
+/// The peer a writer streams to: its `--replication-peer` index and address.
+struct Peer<'a> {
+    i: usize,
+    addr: &'a str,
+}
+
+/// The core placed the peer in the replica set: the log goes to it from `from` on, or after
+/// a catch-up (CATCHUP_BEGIN at the log's end now, STATE items with the live frames).
+fn begin_stream(
+    repl: &Arc<Replication>,
+    peer: &Peer<'_>,
+    from: Option<u64>,
+    out: &mut BytesMut,
+) -> (u64, Option<Catchup>) {
+    match from {
+        Some(from) => {
+            repl.streaming(peer.i, from - 1);
+            tracing::info!(
+                "REPLICATION: replicating to {}, resuming after seq {}",
+                peer.addr,
+                from - 1
+            );
+            (from, None)
+        }
+        None => {
+            // The log's end first, then the snapshot: a settlement logged after the end read
+            // here follows its STATE on the wire (`nsq_core::replicator::CatchupScan`).
+            let (_, last) = repl.log.bounds();
+            let chunks = start_catchup(repl);
+            repl.streaming(peer.i, last);
+            repl.count_catchup();
+            replication::encode(&Frame::CatchupBegin { seq: last }, out);
+            tracing::info!(
+                "REPLICATION: replicating to {}, catching it up at seq {last}",
+                peer.addr
+            );
+            let c = Catchup {
+                chunks,
+                items: VecDeque::new(),
+                limit: last,
+                complete: false,
+            };
+            (last + 1, Some(c))
+        }
+    }
+}
+
+/// Sends PINGs and the core's frames, and once the core placed the peer in the replica set
+/// ([`SessionCmd::Stream`]) the live frames (and a catch-up, if any), until the link fails.
+/// A member outside the set gets no log: it holds no copy of this node (STANDBY). A
 /// catch-up whose snapshot fails ends the session without CATCHUP_END: the replica's copy
 /// stays incomplete and the next session catches up again.
 async fn writer(
-    repl: &Replication,
+    repl: &Arc<Replication>,
+    peer: &Peer<'_>,
     wr: &mut LinkWrite,
-    mut next: u64,
-    chunks: Option<mpsc::Receiver<Result<Chunk, String>>>,
     _max_frame: u32,
     ends: Ends<'_>,
 ) -> String {
@@ -336,15 +373,10 @@ async fn writer(
     let mut ending = false;
     let mut rx = repl.log.subscribe();
     let mut out = BytesMut::with_capacity(64 << 10);
-    let mut catchup = chunks.map(|chunks| Catchup {
-        chunks,
-        items: VecDeque::new(),
-        limit: next - 1,
-        complete: false,
-    });
-    if catchup.is_some() {
-        replication::encode(&Frame::CatchupBegin { seq: next - 1 }, &mut out);
-    }
+    // Nothing of the log until the core says the peer is in the set.
+    let mut streaming = false;
+    let mut next = 0;
+    let mut catchup: Option<Catchup> = None;
     let mut last_write = Instant::now();
     // PING goes out at its own pace, busy link or idle: its PONG is the proof of life that
     // fencing counts (docs/replication.md, The core).
@@ -374,7 +406,7 @@ async fn writer(
         }
         // Live frames first (during a catch-up, only up to the last chunk's seq).
         let limit = catchup.as_ref().map_or(u64::MAX, |c| c.limit);
-        if next <= limit {
+        if streaming && next <= limit {
             match repl.log.take(next, WRITE_LIVE) {
                 Take::Gone => {
                     return format!("fell behind the outbox (seq {next}): catch-up needed")
@@ -417,6 +449,10 @@ async fn writer(
                 Ok(SessionCmd::Close | SessionCmd::Refuse) => {
                     return flush_and_end(wr, &out, "closed by the core".into()).await;
                 }
+                Ok(SessionCmd::Stream { from }) if !streaming => {
+                    streaming = true;
+                    (next, catchup) = begin_stream(repl, peer, from, &mut out);
+                }
                 Ok(_) => {}
                 Err(mpsc::error::TryRecvError::Empty) => break,
                 Err(mpsc::error::TryRecvError::Disconnected) => return "core gone".into(),
@@ -439,7 +475,7 @@ async fn writer(
                 .as_ref()
                 .is_some_and(|c| c.items.is_empty() && !c.complete);
             tokio::select! {
-                r = rx.changed() => {
+                r = rx.changed(), if streaming => {
                     if r.is_err() {
                         return "log closed".into();
                     }
@@ -455,6 +491,10 @@ async fn writer(
                         }
                     }
                     Some(SessionCmd::Close | SessionCmd::Refuse) => return "closed by the core".into(),
+                    Some(SessionCmd::Stream { from }) if !streaming => {
+                        streaming = true;
+                        (next, catchup) = begin_stream(repl, peer, from, &mut out);
+                    }
                     Some(_) => {}
                     None => return "core gone".into(),
                 },

@@ -137,6 +137,7 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, tcp: TcpStream, peer: Soc
         addr: (hello.broadcast_address.clone(), hello.tcp_port),
         sync: hello.sync,
         backlog: None,
+        standby: None,
         spill: None,
         manifest_sent: None,
         last_stored: None,

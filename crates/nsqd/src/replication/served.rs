@@ -65,6 +65,8 @@ pub(super) struct Session<'a> {
     pub(super) sync: bool,
     /// The backlog the core welcomed the origin into, and this session's number on it.
     pub(super) backlog: Option<(Arc<Backlog>, u64)>,
+    /// The welcomed epoch whose copy was deleted on STANDBY: a catch-up opens a new one.
+    pub(super) standby: Option<u64>,
     /// A handoff arriving from this member (as a holder of another origin's epoch).
     pub(super) spill: Option<Spill>,
     /// The epoch whose manifest was sent: MANIFEST_APPLIED of it ends the session.
@@ -104,6 +106,35 @@ impl Session<'_> {
     /// last seq, or CATCHUP when it holds nothing complete.
     async fn welcome(&mut self, stream: &mut LinkStream, epoch: u64) -> LinkEnd {
         let origin = self.link.origin;
+        let backlog = self.open(epoch).await?;
+        let (last_seq, catching_up) = {
+            let s = backlog.store.lock();
+            (s.last_seq(), s.index().catching_up())
+        };
+        let answer = if last_seq == 0 || catching_up {
+            WelcomeAnswer::Catchup
+        } else {
+            WelcomeAnswer::Resume
+        };
+        let welcome = Frame::Welcome(Welcome {
+            version: LINK_VERSION,
+            node_id: self.repl.identity.node_id,
+            answer,
+            last_seq,
+            max_frame: self.repl.settings.max_frame,
+        });
+        send(stream, &welcome)
+            .await
+            .map_err(|e| (None, e.to_string()))?;
+        tracing::info!(
+            "REPLICATION: replicating {origin:016x} epoch {epoch} ({answer:?} after seq {last_seq})"
+        );
+        Ok(())
+    }
+
+    /// Opens (or creates) the backlog of `epoch` and makes this session the one writing it.
+    async fn open(&mut self, epoch: u64) -> Result<Arc<Backlog>, (Option<LinkErrorCode>, String)> {
+        let origin = self.link.origin;
         let r = self.repl.clone();
         let addr = self.addr.clone();
         let opened = tokio::task::spawn_blocking(move || {
@@ -122,31 +153,32 @@ impl Session<'_> {
         };
         let session = backlog.session.fetch_add(1, Ordering::AcqRel) + 1;
         backlog.link_up(session);
-        let (last_seq, catching_up) = {
-            let s = backlog.store.lock();
-            (s.last_seq(), s.index().catching_up())
-        };
-        let answer = if last_seq == 0 || catching_up {
-            WelcomeAnswer::Catchup
-        } else {
-            WelcomeAnswer::Resume
-        };
-        self.backlog = Some((backlog, session));
+        self.backlog = Some((backlog.clone(), session));
+        self.standby = None;
         self.last_stored = None;
         self.stored(true);
-        let welcome = Frame::Welcome(Welcome {
-            version: LINK_VERSION,
-            node_id: self.repl.identity.node_id,
-            answer,
-            last_seq,
-            max_frame: self.repl.settings.max_frame,
-        });
-        send(stream, &welcome)
+        Ok(backlog)
+    }
+
+    /// STANDBY of `epoch`: this node is outside the origin's replica set, which holds every
+    /// acknowledged message without it. The copy is deleted before anything after it is read
+    /// (a catch-up follows on this session if this node joins the set later).
+    async fn standby(&mut self, epoch: u64) -> LinkEnd {
+        let Some((b, session)) = self.backlog.take() else {
+            return Ok(());
+        };
+        if b.epoch != epoch {
+            self.backlog = Some((b, session));
+            return Ok(());
+        }
+        b.link_down(session);
+        let r = self.repl.clone();
+        tokio::task::spawn_blocking(move || r.release_copy(&b))
             .await
-            .map_err(|e| (None, e.to_string()))?;
-        tracing::info!(
-            "REPLICATION: replicating {origin:016x} epoch {epoch} ({answer:?} after seq {last_seq})"
-        );
+            .map_err(|e| (Some(LinkErrorCode::Internal), e.to_string()))?;
+        self.standby = Some(epoch);
+        self.last_stored = None;
+        self.link.received(Msg::Standby { epoch });
         Ok(())
     }
 
@@ -238,6 +270,14 @@ impl Session<'_> {
                         Frame::Drop { epoch, taker } => {
                             self.link.received(Msg::Drop { epoch, taker })
                         }
+                        Frame::Standby { epoch } => {
+                            // In order: what came before it is stored first.
+                            let before = std::mem::take(&mut records);
+                            if !before.is_empty() {
+                                self.append(before, false).await?;
+                            }
+                            self.standby(epoch).await?;
+                        }
                         Frame::ManifestApplied { epoch } => {
                             self.link.received(Msg::ManifestApplied { epoch });
                             if self.manifest_sent == Some(epoch) && self.backlog.is_none() {
@@ -304,6 +344,7 @@ impl Session<'_> {
                         Some(SessionCmd::Manifest { epoch, last_seq }) => {
                             self.manifest(stream, epoch, last_seq).await?
                         }
+                        Some(SessionCmd::Stream { .. }) => {}
                     }
                     last_write = Instant::now();
                 }
@@ -331,11 +372,18 @@ impl Session<'_> {
         records: Vec<Record>,
         inline: bool,
     ) -> Result<Option<u64>, (Option<LinkErrorCode>, String)> {
+        if self.backlog.is_none() {
+            // The origin's catch-up after STANDBY: this node joined its replica set.
+            let Some(epoch) = self.standby else {
+                return Err((
+                    Some(LinkErrorCode::BadFrame),
+                    "a log frame before WELCOME".into(),
+                ));
+            };
+            self.open(epoch).await?;
+        }
         let Some((backlog, session)) = self.backlog.clone() else {
-            return Err((
-                Some(LinkErrorCode::BadFrame),
-                "a log frame before WELCOME".into(),
-            ));
+            return Err((Some(LinkErrorCode::Internal), "no backlog".into()));
         };
         let sync = self.sync;
         // A small batch without SYNC is appended here: one buffered write into the page
