@@ -53,16 +53,16 @@ fn hello_bytes() {
             http_port: 4151,
             nonce: *b"0123456789abcdef",
         }),
-        "00000043 01 0003 0102030405060708 0000000000000003 03 0000000000000009 \
+        "00000043 01 0004 0102030405060708 0000000000000003 03 0000000000000009 \
          0000000000000002 0002 01000000 0269 02 6831 1036 1037 {id}",
     );
 }
 
 #[test]
 fn a_hello_of_another_version_is_read_only_as_far_as_its_version_and_node_id() {
-    // Version 1 and 2 HELLOs (version 1 had no nonce) and future ones: they decode to their
-    // version and node ID alone, so the replica can answer "unsupported version" (or "not in
-    // group").
+    // Version 1, 2 and 3 HELLOs (version 1 had no nonce; version 3 had no STANDBY) and
+    // future ones: they decode to their version and node ID alone, so the replica can answer
+    // "unsupported version" (or "not in group").
     for (version, rest, node_id) in [
         (
             1u16,
@@ -70,8 +70,9 @@ fn a_hello_of_another_version_is_read_only_as_far_as_its_version_and_node_id() {
             0x0102030405060708,
         ),
         (2, "0000000000000009", 9),
-        (4, "0000000000000009", 9),
-        (4, "ffff", 0),
+        (3, "0000000000000009", 9),
+        (5, "0000000000000009", 9),
+        (5, "ffff", 0),
     ] {
         let payload = hex(&format!("{version:04x} {rest}"));
         let mut bytes = hex(&format!("{:08x} 01", payload.len() + 1));
