@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Browser tests of the nsqadmin UI: builds nsqd and nsqadmin, starts them on free ports,
-# installs chromium (apt) and playwright-core (npm) if missing, runs ui.test.mjs, stops both.
+# installs chromium (apt) and playwright-core (npm) if missing, runs ui.test.mjs, stops them.
+# Besides one nsqd and its nsqadmin, a replicating pair (A and B, --replicas=2, each the
+# other's --replication-peer) and a second nsqadmin over A, B and the first nsqd, for the
+# Replication page.
 # Screenshots go to target/nsqadmin-screenshots/.
 set -euo pipefail
 
@@ -57,13 +60,38 @@ NSQD_TCP="$(grep -m1 -o 'TCP: listening on [^ ]*' "$WORK/nsqd.log" | sed 's/.* /
 PIDS+=("$!")
 ADMIN_HTTP="$(listen_addr "$WORK/nsqadmin.log")"
 
+# A free TCP port on 127.0.0.1 (bound to 0, then released for a daemon to take).
+free_port() {
+    node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'
+}
+A_TCP="127.0.0.1:$(free_port)"
+B_TCP="127.0.0.1:$(free_port)"
+for n in a b; do
+    if [ "$n" = a ]; then own="$A_TCP" peer="$B_TCP"; else own="$B_TCP" peer="$A_TCP"; fi
+    mkdir -p "$WORK/nsqd-$n"
+    "$BIN/nsqd" --tcp-address="$own" --http-address=127.0.0.1:0 --broadcast-address=127.0.0.1 \
+        --data-path="$WORK/nsqd-$n" --replicas=2 --replication-peer="$peer" 2>"$WORK/nsqd-$n.log" &
+    PIDS+=("$!")
+done
+A_HTTP="$(listen_addr "$WORK/nsqd-a.log")"
+B_HTTP="$(listen_addr "$WORK/nsqd-b.log")"
+"$BIN/nsqadmin" --http-address=127.0.0.1:0 --nsqd-http-address="$A_HTTP" \
+    --nsqd-http-address="$B_HTTP" --nsqd-http-address="$NSQD_HTTP" 2>"$WORK/nsqadmin-repl.log" &
+PIDS+=("$!")
+REPL_ADMIN_HTTP="$(listen_addr "$WORK/nsqadmin-repl.log")"
+
 echo "nsqd http=$NSQD_HTTP tcp=$NSQD_TCP, nsqadmin http=$ADMIN_HTTP" >&2
+echo "replicating nsqd a=$A_HTTP ($A_TCP) b=$B_HTTP ($B_TCP), nsqadmin http=$REPL_ADMIN_HTTP" >&2
 mkdir -p "$TARGET_DIR/nsqadmin-screenshots"
 status=0
 NSQADMIN_URL="http://$ADMIN_HTTP" NSQD_HTTP="$NSQD_HTTP" NSQD_TCP="$NSQD_TCP" \
+REPL_ADMIN_URL="http://$REPL_ADMIN_HTTP" REPL_NSQD_HTTP="$A_HTTP,$B_HTTP" REPL_NSQD_TCP="$A_TCP,$B_TCP" \
 SCREENSHOT_DIR="$TARGET_DIR/nsqadmin-screenshots" \
     node --test --test-concurrency=1 "$HERE/ui.test.mjs" || status=$?
 if [ "$status" -ne 0 ]; then
     echo "--- nsqadmin log ---" >&2; tail -n 50 "$WORK/nsqadmin.log" >&2
+    echo "--- nsqadmin (replication) log ---" >&2; tail -n 50 "$WORK/nsqadmin-repl.log" >&2
+    echo "--- nsqd a log ---" >&2; tail -n 30 "$WORK/nsqd-a.log" >&2
+    echo "--- nsqd b log ---" >&2; tail -n 30 "$WORK/nsqd-b.log" >&2
 fi
 exit "$status"

@@ -1,6 +1,8 @@
 // Browser tests of the nsqadmin UI (node:test + playwright-core driving Debian's chromium).
 // Env: NSQADMIN_URL (http://host:port), NSQD_HTTP (host:port), NSQD_TCP (host:port, optional),
-// SCREENSHOT_DIR. Started by run.sh, which also starts nsqd and nsqadmin.
+// SCREENSHOT_DIR; for the Replication page REPL_ADMIN_URL (an nsqadmin over the replicating
+// pair and NSQD_HTTP), REPL_NSQD_HTTP and REPL_NSQD_TCP (the pair, `a,b`; optional: without
+// them that test is skipped). Started by run.sh, which also starts the daemons.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -13,6 +15,9 @@ const ADMIN = process.env.NSQADMIN_URL;
 const NSQD = process.env.NSQD_HTTP;
 const NSQD_TCP = process.env.NSQD_TCP || '';
 const SHOTS = process.env.SCREENSHOT_DIR || 'target/nsqadmin-screenshots';
+const REPL_ADMIN = process.env.REPL_ADMIN_URL || '';
+const REPL_HTTP = (process.env.REPL_NSQD_HTTP || '').split(',').filter(Boolean);
+const REPL_TCP = (process.env.REPL_NSQD_TCP || '').split(',').filter(Boolean);
 assert.ok(ADMIN && NSQD, 'NSQADMIN_URL and NSQD_HTTP must be set');
 fs.mkdirSync(SHOTS, { recursive: true });
 
@@ -27,8 +32,11 @@ async function nsqd(method, p, body) {
   return text;
 }
 
-async function stats() {
-  return JSON.parse(await nsqd('GET', '/stats?format=json'));
+async function stats(addr = NSQD) {
+  const r = await fetch(`http://${addr}/stats?format=json`);
+  const text = await r.text();
+  assert.equal(r.status, 200, `GET ${addr}/stats: ${text}`);
+  return JSON.parse(text);
 }
 
 function topicOf(s, t) { return (s.topics || []).find((x) => x.topic_name === t); }
@@ -239,7 +247,8 @@ test('charts update after publishing', async () => {
 test('phone width (390 px): no page-level horizontal overflow', async () => {
   const p = await page(390, 844);
   for (const [route, sel, name] of [['/', '#topics-table', 'topics-390'], ['/topics/orders', '#topic-nodes', 'topic-390'],
-    ['/topics/orders/billing', '#channel-nodes', 'channel-390'], ['/nodes', '#nodes-table', 'nodes-390']]) {
+    ['/topics/orders/billing', '#channel-nodes', 'channel-390'], ['/nodes', '#nodes-table', 'nodes-390'],
+    ['/replication', '#replication-nodes', 'replication-390']]) {
     await p.goto(ADMIN + route);
     await p.waitForSelector(sel);
     const overflow = await p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
@@ -255,5 +264,83 @@ test('an API error is shown in a red box', async () => {
   await p.waitForSelector('.view-error');
   assert.match(await p.textContent('.view-error'), /UPSTREAM_ERROR: failed to query any nsqd/);
   await shot(p, 'error-1280');
+  await p.close();
+});
+
+test('replication page without replication: the node is listed "off"', async () => {
+  const p = await page();
+  await p.goto(ADMIN + '/');
+  await p.click('nav a[data-nav=replication]');
+  await p.waitForSelector('#replication-nodes');
+  assert.equal(new URL(p.url()).pathname, '/replication');
+  assert.equal(await p.getAttribute('nav a[data-nav=replication]', 'class'), 'active');
+  const rows = p.locator('#replication-nodes tbody tr');
+  assert.equal(await rows.count(), 1);
+  assert.equal(await rows.first().getAttribute('data-node'), NSQD);
+  assert.equal((await rows.first().locator('[data-field=state]').textContent()).trim(), 'off');
+  assert.match(await p.textContent('main'), /No node has replication on/);
+  assert.match(await p.textContent('main'), /No node holds a replica backlog/);
+  await shot(p, 'replication-off-1280');
+  await p.close();
+});
+
+test('replication page: a row per node, the backlogs each holds', { skip: REPL_HTTP.length !== 2 && 'no replicating pair' }, async () => {
+  const [a, b] = REPL_HTTP;
+  // Both linked to their replica before publishing: 3 messages to A, 2 to B.
+  for (const n of [a, b]) {
+    await until(async () => ((await stats(n)).replication.peers || [])
+      .some((x) => x.in_replica_set && x.state === 'connected'), `${n}'s replica linked`);
+  }
+  for (const [n, count] of [[a, 3], [b, 2]]) {
+    for (let i = 0; i < count; i++) {
+      const r = await fetch(`http://${n}/pub?topic=replicated`, { method: 'POST', body: `m${i}` });
+      assert.equal(r.status, 200, await r.text());
+    }
+  }
+  const sa = (await stats(a)).replication;
+  const sb = (await stats(b)).replication;
+
+  const p = await page();
+  await p.goto(REPL_ADMIN + '/replication');
+  await p.waitForSelector('#replication-nodes');
+  const nodes = await p.$$eval('#replication-nodes tbody tr', (rows) => rows.map((r) => r.dataset.node));
+  assert.deepEqual(nodes, [a, b, NSQD]);
+  assert.match(await p.textContent('[data-field=replicating]'), /^2 Replicating$/);
+  for (const [n, s, peerTcp] of [[a, sa, REPL_TCP[1]], [b, sb, REPL_TCP[0]]]) {
+    const row = p.locator(`#replication-nodes tr[data-node="${n}"]`);
+    const field = async (f) => (await row.locator(`[data-field=${f}]`).textContent()).trim();
+    assert.equal(await field('node_id'), s.node_id);
+    assert.equal(num(await field('epoch')), s.epoch);
+    assert.equal(num(await field('replicas')), 2);
+    assert.equal(await field('fenced'), 'no');
+    assert.equal(await field('replica_set'), peerTcp);
+    assert.equal(await field('peers'), '1 / 1');
+    assert.ok(num(await field('lag_frames')) >= 0);
+    assert.equal(num(await field('publish_failures')), 0);
+    assert.equal(num(await field('takeovers')), 0);
+  }
+  assert.equal((await p.locator(`#replication-nodes tr[data-node="${NSQD}"] [data-field=state]`).textContent()).trim(), 'off');
+
+  // B holds A's 3 messages, A holds B's 2; the origin cell names the origin's node.
+  for (const [holder, hs, origin, os, count] of [[b, sb, a, sa, 3], [a, sa, b, sb, 2]]) {
+    const held = hs.backlogs.find((x) => x.origin === os.node_id);
+    assert.ok(held, `${holder} holds ${origin}'s backlog: ${JSON.stringify(hs.backlogs)}`);
+    const row = p.locator(`#replication-backlogs tr[data-holder="${holder}"][data-origin="${os.node_id}.${os.epoch}"]`);
+    assert.equal(await row.count(), 1);
+    assert.equal(num(await row.locator('[data-field=messages]').textContent()), count);
+    assert.equal(num(await row.locator('[data-field=bytes]').textContent()), held.bytes);
+    assert.equal(num(await row.locator('[data-field=last_seq]').textContent()), held.last_seq);
+    assert.equal((await row.locator('[data-field=state]').textContent()).trim(), 'replicating');
+    const originCell = row.locator('[data-field=origin]');
+    assert.match(await originCell.textContent(), new RegExp(os.node_id));
+    assert.equal(await originCell.locator('a').getAttribute('href'), `/nodes/${encodeURIComponent(origin)}`);
+  }
+  await shot(p, 'replication-1280');
+
+  // The origin's link leads to its node page and its Replication panel.
+  await p.locator(`#replication-backlogs tr[data-holder="${b}"] [data-field=origin] a`).click();
+  await p.waitForSelector('#node-replication');
+  assert.equal(new URL(p.url()).pathname, `/nodes/${encodeURIComponent(a)}`);
+  assert.equal((await p.textContent('#node-replication [data-field=fenced]')).trim(), 'Not Fenced');
   await p.close();
 });

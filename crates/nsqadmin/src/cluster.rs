@@ -155,7 +155,7 @@ pub struct ClusterInfo {
 }
 
 /// Runs `f` for every item concurrently; results in input order.
-async fn fan_out<I, T, F, Fut>(items: Vec<I>, f: F) -> Vec<T>
+pub(crate) async fn fan_out<I, T, F, Fut>(items: Vec<I>, f: F) -> Vec<T>
 where
     I: Send + 'static,
     T: Send + 'static,
@@ -240,7 +240,8 @@ fn gather<T>(
     Ok(ok)
 }
 
-async fn get_json<T: for<'de> Deserialize<'de>>(
+/// `GET url` (a V1 answer, `GETV1`) decoded as `T`.
+pub(crate) async fn get_json<T: for<'de> Deserialize<'de>>(
     c: HttpClient,
     url: String,
 ) -> Result<T, ClusterError> {

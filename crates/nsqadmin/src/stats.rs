@@ -42,6 +42,11 @@ pub struct Replication {
     /// The replay of the node's backlogs at startup: `replaying`, `done` or `failed`.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub replay: String,
+    /// Whether the node's replication core fences its delivery of replicated messages
+    /// (docs/replication.md, "Fencing"); absent from an nsqd that does not write it, and then
+    /// not passed on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fenced: Option<bool>,
     pub backlogs: Vec<ReplicaBacklog>,
     pub publish_waiting: u64,
     pub publish_failures: u64,
@@ -624,7 +629,7 @@ mod tests {
         let with = r#"{"topics":[],"replication":{"node_id":"6d1f0c33a9e2b774","epoch":3,
             "replicas":2,"peers":[{"address":"10.0.0.6:4150","node_id":"00000000000000aa",
             "state":"connected","in_replica_set":true,"catching_up":false,"acked_seq":81234,
-            "lag_frames":12,"last_seen_ms":120}],"replay":"done","backlogs":[{"origin":"00000000000000aa",
+            "lag_frames":12,"last_seen_ms":120}],"replay":"done","fenced":false,"backlogs":[{"origin":"00000000000000aa",
             "epoch":7,"state":"replicating","messages":5321,"bytes":1843200,"last_seq":90211,
             "segments":1}],"publish_waiting":1,"publish_failures":2,"takeovers":0,
             "taken_over_by_peers":0}}"#;

@@ -1,5 +1,5 @@
 // nsqadmin web UI: a dependency-free single-page app over nsqadmin's JSON API.
-// Views: topics (root), topic, channel, nodes, node, counter, lookup. Charts are inline SVG fed
+// Views: topics (root), topic, channel, nodes, node, counter, lookup, replication (ours). Charts are inline SVG fed
 // by /api/history (nsqadmin's own /stats polling); Graphite sparklines appear when
 // --graphite-url is set and a graph interval is chosen.
 (function () {
@@ -169,6 +169,7 @@
       '<a href="' + url('/nodes') + '" data-link data-nav="nodes">Nodes</a>' +
       '<a href="' + url('/counter') + '" data-link data-nav="counter">Counter</a>' +
       '<a href="' + url('/lookup') + '" data-link data-nav="lookup">Lookup</a>' +
+      '<a href="' + url('/replication') + '" data-link data-nav="replication">Replication</a>' +
       gsel + '<span class="spacer"></span>' +
       '<a class="ext" href="https://nsq.io/" target="_blank" rel="noopener">Docs</a>' +
       '<a class="ext" href="https://github.com/nsqio/nsq" target="_blank" rel="noopener">GitHub</a>' +
@@ -634,7 +635,9 @@
       '<span data-field="replicas">' + commafy(r.replicas) + ' Replicas</span>, ' +
       '<span data-field="publish_waiting">' + commafy(r.publish_waiting) + ' Publishes Waiting</span>, ' +
       '<span data-field="publish_failures">' + commafy(r.publish_failures) + ' Publish Failures</span>, ' +
-      '<span data-field="takeovers">' + commafy(r.takeovers) + ' Takeovers</span></p>';
+      '<span data-field="takeovers">' + commafy(r.takeovers) + ' Takeovers</span>' +
+      (r.fenced === undefined ? '' : ', <span data-field="fenced">' +
+        (r.fenced ? '<span class="label label-danger">Fenced</span>' : 'Not Fenced') + '</span>') + '</p>';
     var peers = r.peers || [];
     html += '<h4>Peers</h4>';
     if (!peers.length) {
@@ -847,6 +850,79 @@
     });
   }
 
+  // The cluster's replication (ours; NSQ's nsqadmin has no such page): /api/replication lists
+  // every nsqd with its /stats `replication` key (null when off, `error` when unreadable). A
+  // table of the nodes, then one of the backlogs each node holds for the others (origins).
+  function replicationView() {
+    load(api('GET', '/replication'), function (d) {
+      var nodes = d.nodes || [];
+      var byId = Object.create(null);
+      nodes.forEach(function (n) { if (n.replication) { byId[n.replication.node_id] = n; } });
+      // A node ID as code, with the node it belongs to when one of the nodes has it.
+      function idCell(id) {
+        var n = byId[id];
+        return '<code>' + esc(id) + '</code>' + (n ? ' ' + hostCell(n.node, n.hostname) : '');
+      }
+      var on = nodes.filter(function (n) { return n.replication; }).length;
+      var html = '<h2>Replication</h2><p class="summary"><span data-field="nodes">' + commafy(nodes.length) +
+        (nodes.length === 1 ? ' Node' : ' Nodes') + '</span>, <span data-field="replicating">' + commafy(on) + ' Replicating</span></p>';
+      if (!nodes.length) {
+        main().innerHTML = html + notice('No nsqd nodes found.');
+        return;
+      }
+      if (!on) { html += notice('No node has replication on (see <code>--replication-peer</code>).'); }
+      html += '<div class="table-wrap"><table class="table" id="replication-nodes"><thead><tr><th>NSQd Host</th>' +
+        '<th>Node ID</th><th class="num">Epoch</th><th class="num">Replicas</th><th title="delivery of replicated messages stopped: no member heard this node lately, or one claims its epoch">Fenced</th><th>Replica Set</th>' +
+        '<th class="num" title="replication peers linked / listed">Peers Up</th>' +
+        '<th class="num" title="frames of this node\'s log its peers have not acknowledged, the most of any peer">Max Lag</th>' +
+        '<th class="num" title="publishes waiting for replica acknowledgements">Pub. Waiting</th>' +
+        '<th class="num" title="publishes failed for want of replica acknowledgements">Pub. Failed</th>' +
+        '<th class="num">Takeovers</th></tr></thead><tbody>';
+      var backlogs = [];
+      nodes.forEach(function (n) {
+        var r = n.replication;
+        html += '<tr data-node="' + esc(n.node) + '"><td>' + hostCell(n.node, n.hostname) + '</td>';
+        if (n.error) {
+          html += '<td colspan="10" data-field="state"><span class="label label-danger">error</span> ' + esc(n.error) + '</td></tr>';
+          return;
+        }
+        if (!r) {
+          html += '<td colspan="10" data-field="state"><span class="label label-default">off</span></td></tr>';
+          return;
+        }
+        var peers = r.peers || [];
+        var connected = peers.filter(function (p) { return p.state === 'connected'; }).length;
+        var lag = peers.reduce(function (m, p) { return Math.max(m, p.lag_frames || 0); }, 0);
+        var set = peers.filter(function (p) { return p.in_replica_set; }).map(function (p) {
+          var peer = byId[p.node_id];
+          return peer ? '<a href="' + url('/nodes/' + enc(peer.node)) + '" data-link title="' + esc(p.node_id) + '">' + esc(p.address) + '</a>'
+            : esc(p.address);
+        });
+        var fenced = r.fenced === undefined ? '' : r.fenced ? '<span class="label label-danger">yes</span>' : 'no';
+        html += '<td data-field="node_id"><code>' + esc(r.node_id) + '</code></td>' + num('epoch', r.epoch) + num('replicas', r.replicas) +
+          '<td data-field="fenced">' + fenced + '</td><td data-field="replica_set">' + (set.length ? set.join(', ') : '–') + '</td>' +
+          '<td class="num" data-field="peers">' + connected + ' / ' + peers.length + '</td>' + num('lag_frames', lag) +
+          num('publish_waiting', r.publish_waiting) + num('publish_failures', r.publish_failures) + num('takeovers', r.takeovers) + '</tr>';
+        (r.backlogs || []).forEach(function (b) { backlogs.push([n, b]); });
+      });
+      html += '</tbody></table></div><h3>Replica Backlogs</h3>';
+      if (!backlogs.length) {
+        html += notice('No node holds a replica backlog.');
+      } else {
+        html += '<div class="table-wrap"><table class="table" id="replication-backlogs"><thead><tr><th>Held By</th><th>Origin</th>' +
+          '<th class="num">Epoch</th><th>State</th><th class="num">Messages</th><th class="num">Bytes</th><th class="num">Last Seq</th></tr></thead><tbody>';
+        backlogs.forEach(function (x) {
+          var n = x[0], b = x[1];
+          html += '<tr data-holder="' + esc(n.node) + '" data-origin="' + esc(b.origin + '.' + b.epoch) + '"><td>' + hostCell(n.node, n.hostname) + '</td>' +
+            '<td data-field="origin">' + idCell(b.origin) + '</td>' + num('epoch', b.epoch) + '<td data-field="state">' + esc(b.state) + '</td>' +
+            num('messages', b.messages) + num('bytes', b.bytes) + num('last_seq', b.last_seq) + '</tr>';
+        });
+        html += '</tbody></table></div>';
+      }
+      main().innerHTML = html;
+    });
+  }
+
   // ---- router ---------------------------------------------------------------------------------
 
   function route() {
@@ -860,6 +936,7 @@
     if (parts[0] === 'nodes' && parts.length === 2) { return ['node', parts[1]]; }
     if (parts[0] === 'counter' && parts.length === 1) { return ['counter']; }
     if (parts[0] === 'lookup' && parts.length === 1) { return ['lookup']; }
+    if (parts[0] === 'replication' && parts.length === 1) { return ['replication']; }
     return ['none'];
   }
 
@@ -869,7 +946,8 @@
     document.body.classList.remove('counter-page');
     clearAlerts();
     var r = route();
-    var nav = { topics: 'topics', topic: 'topics', channel: 'topics', nodes: 'nodes', node: 'nodes', counter: 'counter', lookup: 'lookup' }[r[0]];
+    var nav = { topics: 'topics', topic: 'topics', channel: 'topics', nodes: 'nodes', node: 'nodes', counter: 'counter', lookup: 'lookup',
+      replication: 'replication' }[r[0]];
     document.querySelectorAll('[data-nav]').forEach(function (a) {
       a.classList.toggle('active', a.getAttribute('data-nav') === nav);
     });
@@ -882,6 +960,7 @@
       case 'node': return nodeView(r[1]);
       case 'counter': return counterView();
       case 'lookup': return lookupView();
+      case 'replication': return replicationView();
       default: main().innerHTML = '';
     }
   }

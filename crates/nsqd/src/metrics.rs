@@ -419,6 +419,12 @@ fn replication_families(e: &mut Exposition, r: &Replication) {
         r.publish_waiting() as f64,
     );
     e.single(
+        "nsq_nsqd_replication_fenced",
+        Kind::Gauge,
+        "1 while the replication core fences this node's delivery of its replicated messages (/stats replication.fenced).",
+        b(r.fenced()),
+    );
+    e.single(
         "nsq_nsqd_replication_publish_failures_total",
         Kind::Counter,
         "Publishes failed because too few replicas acknowledged them within --replication-ack-timeout.",

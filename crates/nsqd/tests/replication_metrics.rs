@@ -131,7 +131,7 @@ async fn without_replication_metrics_are_as_before() {
 }
 
 /// The `# HELP` and `# TYPE` lines of every replication family, in order.
-const FAMILIES: [(&str, &str, &str); 9] = [
+const FAMILIES: [(&str, &str, &str); 10] = [
     (
         "nsq_nsqd_replication_peer_up",
         "gauge",
@@ -161,6 +161,11 @@ const FAMILIES: [(&str, &str, &str); 9] = [
         "nsq_nsqd_replication_publish_waiting",
         "gauge",
         "Publishes waiting for their replica acknowledgements now.",
+    ),
+    (
+        "nsq_nsqd_replication_fenced",
+        "gauge",
+        "1 while the replication core fences this node's delivery of its replicated messages (/stats replication.fenced).",
     ),
     (
         "nsq_nsqd_replication_publish_failures_total",
@@ -248,6 +253,8 @@ async fn peer_and_backlog_lines() {
     one("nsq_nsqd_replication_peer_up", format!("{peer} 1"));
     one("nsq_nsqd_replication_peer_in_set", format!("{peer} 1"));
     one("nsq_nsqd_replication_publish_waiting", " 0".into());
+    // B answers A's PINGs: A delivers.
+    one("nsq_nsqd_replication_fenced", " 0".into());
     one("nsq_nsqd_replication_publish_failures_total", " 0".into());
     one("nsq_nsqd_replication_takeovers_total", " 0".into());
     // B started after A: the first session is a catch-up (every new backlog starts with one).
@@ -288,6 +295,8 @@ async fn peer_and_backlog_lines() {
         one(f, &[]);
     }
     one("nsq_nsqd_replication_catchups_total", &[" 0".into()]);
+    // A `--replicas=1` node never fences.
+    one("nsq_nsqd_replication_fenced", &[" 0".into()]);
     // The same numbers as /stats.
     let st = request(
         p.b().http_addr().unwrap(),
@@ -319,5 +328,42 @@ async fn peer_and_backlog_lines() {
     one("nsq_nsqd_replication_peer_lag_frames", format!("{peer} 0"));
     one("nsq_nsqd_replication_publish_failures_total", " 1".into());
     one("nsq_nsqd_replication_publish_waiting", " 0".into());
+    p.shutdown().await;
+}
+
+/// `nsq_nsqd_replication_fenced` and `/stats`' `fenced` follow the core's fence
+/// (docs/replication.md, The core, "Fencing"): 0 / `false` while B answers A's PINGs, 1 /
+/// `true` once B is gone for T/2 (T = 2 s here), in `/metrics`, the JSON and the text `/stats`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_gauge_and_stats_follow_the_fence() {
+    let mut p = Pair::start(&["--replication-takeover-timeout=2s"]).await;
+    let http = p.a.http_addr().unwrap();
+    let body = async || {
+        request(http, "GET", "/stats?format=json", &[], b"")
+            .await
+            .text()
+    };
+    let text = async || request(http, "GET", "/stats", &[], b"").await.text();
+    let fenced = |v: &str| expect("nsq_nsqd_replication_fenced", &[format!(" {v}")]);
+
+    // `fenced` follows `replay`, before `backlogs`.
+    let st = body().await;
+    assert!(
+        st.contains(r#","replay":"done","fenced":false,"backlogs":["#),
+        "{st}"
+    );
+    assert!(text().await.contains(" fenced false\n"));
+    assert_eq!(
+        lines_of(&render(&p.a), "nsq_nsqd_replication_fenced"),
+        fenced("0")
+    );
+
+    p.b.take().unwrap().shutdown().await;
+    eventually(async || lines_of(&render(&p.a), "nsq_nsqd_replication_fenced") == fenced("1"))
+        .await;
+    let st = body().await;
+    assert!(st.contains(r#","fenced":true,"#), "{st}");
+    let t = text().await;
+    assert!(t.contains(" fenced true\n"), "{t}");
     p.shutdown().await;
 }

@@ -52,7 +52,8 @@ pub(super) async fn handle(
         | Endpoint::Static
         | Endpoint::Render
         | Endpoint::Ping
-        | Endpoint::Metrics => Err(Reply::error(StatusCode::NOT_FOUND, "NOT_FOUND")),
+        | Endpoint::Metrics
+        | Endpoint::Replication => Err(Reply::error(StatusCode::NOT_FOUND, "NOT_FOUND")),
     };
     r.unwrap_or_else(|e| e)
 }
@@ -63,12 +64,12 @@ fn err(status: StatusCode, msg: &str) -> Reply {
     Reply::error(status, msg)
 }
 
-fn upstream(e: crate::cluster::ClusterError) -> Reply {
+pub(super) fn upstream(e: crate::cluster::ClusterError) -> Reply {
     err(StatusCode::BAD_GATEWAY, &format!("UPSTREAM_ERROR: {e}"))
 }
 
 /// `maybeWarnMsg`: `""` or `WARNING: ` + the step messages joined by `"; "`.
-fn warn_msg(w: &[String]) -> String {
+pub(super) fn warn_msg(w: &[String]) -> String {
     if w.is_empty() {
         String::new()
     } else {

@@ -3,10 +3,11 @@
 //! `--base-path`, `500 INTERNAL_ERROR` on a handler panic, the V1 response framing
 //! (`nsq_http::reply::Reply`), and gzip/deflate compression of every response.
 //!
-//! [`api`] has the `/api` and `/config` endpoints, [`ui`] the index page, assets and the
-//! Graphite proxy; Go's URL rules are `nsq_go::url`.
+//! [`api`] has the `/api` and `/config` endpoints, [`replication`] `/api/replication` (ours),
+//! [`ui`] the index page, assets and the Graphite proxy; Go's URL rules are `nsq_go::url`.
 
 mod api;
+mod replication;
 mod ui;
 
 use nsq_go::url as query;
@@ -59,6 +60,8 @@ pub(crate) enum Endpoint {
     HistoryChannel,
     /// `/metrics` (Prometheus; crate::metrics).
     Metrics,
+    /// `/api/replication` (ours: every node's replication state; http/replication.rs).
+    Replication,
 }
 
 const ROUTES: &[(Method, &str, Endpoint)] = &[
@@ -72,6 +75,7 @@ const ROUTES: &[(Method, &str, Endpoint)] = &[
     (Method::GET, "/nodes/:node", Endpoint::Index),
     (Method::GET, "/counter", Endpoint::Index),
     (Method::GET, "/lookup", Endpoint::Index),
+    (Method::GET, "/replication", Endpoint::Index),
     (Method::GET, "/static/:asset", Endpoint::Static),
     (Method::GET, "/fonts/:asset", Endpoint::Static),
     (Method::GET, "/render", Endpoint::Render),
@@ -103,6 +107,7 @@ const ROUTES: &[(Method, &str, Endpoint)] = &[
         Endpoint::TombstoneTopicProducer,
     ),
     (Method::GET, "/api/counter", Endpoint::Counter),
+    (Method::GET, "/api/replication", Endpoint::Replication),
     (Method::GET, "/api/graphite", Endpoint::Graphite),
     (Method::GET, "/api/history", Endpoint::HistoryTotal),
     (
@@ -275,6 +280,7 @@ async fn route(admin: Arc<Admin>, peer: SocketAddr, req: Request) -> Reply {
             }
             Endpoint::Metrics => Reply::new(StatusCode::OK, crate::metrics::render())
                 .with(header::CONTENT_TYPE, nsq_prometheus::CONTENT_TYPE),
+            Endpoint::Replication => replication::handle(&admin).await,
             _ => api::handle(&admin, ep, params, ctx).await,
         }
     });
@@ -300,6 +306,14 @@ mod tests {
             Some((Endpoint::Channel, vec!["t".into(), "c".into()]))
         );
         assert_eq!(r.lookup(&Method::GET, "/render"), None);
+        assert_eq!(
+            r.lookup(&Method::GET, "/replication"),
+            Some((Endpoint::Index, vec![]))
+        );
+        assert_eq!(
+            r.lookup(&Method::GET, "/api/replication"),
+            Some((Endpoint::Replication, vec![]))
+        );
         assert_eq!(
             r.allowed("/api/topics/x", Some(&Method::PUT)).as_deref(),
             Some("DELETE, GET, OPTIONS, POST")

@@ -42,6 +42,10 @@ struct ReplicationJson {
     /// The replay of the backlogs at startup: `replaying` (the list is not complete yet),
     /// `done` or `failed`.
     replay: &'static str,
+    /// Whether the replication core fenced this node's delivery of its replicated messages
+    /// (docs/replication.md, The core, "Fencing"): no member or nsqlookupd proved recently
+    /// that it hears this node, or a member claimed its epoch.
+    fenced: bool,
     backlogs: Vec<BacklogJson>,
     publish_waiting: u64,
     publish_failures: u64,
@@ -97,6 +101,7 @@ fn replication_json(r: &crate::replication::Replication) -> ReplicationJson {
             })
             .collect(),
         replay: r.replay_state(),
+        fenced: r.fenced(),
         backlogs: r
             .backlogs()
             .into_iter()
@@ -441,8 +446,8 @@ pub(crate) fn render_text(s: &StatsJson) -> String {
     if let Some(r) = &s.replication {
         let _ = writeln!(
             w,
-            "\nReplication: node {} epoch {} replicas {} publish_waiting {} publish_failures {}",
-            r.node_id, r.epoch, r.replicas, r.publish_waiting, r.publish_failures
+            "\nReplication: node {} epoch {} replicas {} publish_waiting {} publish_failures {} fenced {}",
+            r.node_id, r.epoch, r.replicas, r.publish_waiting, r.publish_failures, r.fenced
         );
         for p in &r.peers {
             let _ = writeln!(
