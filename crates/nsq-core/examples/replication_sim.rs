@@ -33,6 +33,10 @@ fn main() {
     let (mut steps, mut runs, mut failed) = (0u64, 0u64, Vec::new());
     let mut total = sim::Report::default();
     let mut drained_max = Duration::ZERO;
+    // Planned leaves: begun, finished, the longest handover without and with partitions.
+    let (mut leaves, mut leaves_done) = (0u64, 0u64);
+    let (mut leave_max, mut leave_max_part) = (Duration::ZERO, Duration::ZERO);
+    let mut holders_max = 0;
     // Duplicates of runs without partitions (crashes, wipes, delays, skew, lookupd faults)
     // and of runs with them, and what each acknowledged.
     let (mut crash_dups, mut part_dups) = (sim::DupStats::default(), sim::DupStats::default());
@@ -68,6 +72,14 @@ fn main() {
         }
         total.linked_second_takers += r.linked_second_takers;
         drained_max = drained_max.max(r.dead_origin_drained.unwrap_or_default());
+        leaves += r.leaves;
+        leaves_done += r.leaves_done;
+        holders_max = holders_max.max(r.max_holders);
+        if p.partitions {
+            leave_max_part = leave_max_part.max(r.longest_leave);
+        } else {
+            leave_max = leave_max.max(r.longest_leave);
+        }
         if verbose {
             println!(
                 "seed {seed} partitions={} nodes={} N={} T={:?} lookupds={}: {}two takers unaware {:?}, drained {:?}",
@@ -103,6 +115,9 @@ fn main() {
         total.duplicates,
         total.max_copies,
         drained_max
+    );
+    println!(
+        "planned leaves: {leaves} begun, {leaves_done} handed over and exited; longest {leave_max:?} without partitions, {leave_max_part:?} with; at the end at most {holders_max} members held a live origin's epoch"
     );
     println!("duplicates by class: {}", total.dups);
     println!("  runs without partitions ({crash_acked} acknowledged): {crash_dups}");

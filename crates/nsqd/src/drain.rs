@@ -134,6 +134,11 @@ pub(crate) struct Remaining {
 }
 
 impl Remaining {
+    /// Messages delivered and not yet finished.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.queued == 0 && self.in_flight == 0 && self.deferred == 0
     }

@@ -118,7 +118,14 @@ impl Nsqd {
 
     /// Starts draining (crate::drain); `false` if the node was draining already.
     pub fn start_drain(&self) -> bool {
-        self.drain.start(&self.engine, &self.lookup)
+        let started = self.drain.start(&self.engine, &self.lookup);
+        if started {
+            // Replicated: the messages go to the replica set at once (a planned leave).
+            if let Some(r) = &self.replication {
+                r.leave();
+            }
+        }
+        started
     }
 
     /// Every connected TCP client.

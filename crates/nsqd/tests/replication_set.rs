@@ -48,8 +48,18 @@ async fn start(dir: &TempDir, port: u16, peers: [u16; 2]) -> NsqdHandle {
         format!("--replication-peer=127.0.0.1:{}", peers[0]),
         format!("--replication-peer=127.0.0.1:{}", peers[1]),
         "--replication-ack-timeout=3s".to_string(),
+        // Far longer than the tests wait: a planned leave does not wait for it.
+        "--replication-takeover-timeout=60s".to_string(),
     ];
     start_on(dir.path(), &args).await
+}
+
+fn depth(n: &NsqdHandle) -> i64 {
+    n.nsqd
+        .engine
+        .get_topic("t")
+        .and_then(|t| t.get_channel("c"))
+        .map_or(0, |c| c.stats().depth + c.stats().in_flight_count as i64)
 }
 
 async fn publish(n: &NsqdHandle, count: usize) {
@@ -81,6 +91,7 @@ async fn only_the_replica_set_stores_and_a_member_outside_it_deletes_its_copy() 
     }
     let origin = repl(&a).identity.node_id;
     eventually(async || repl(&a).peers().iter().all(|p| p.connected)).await;
+    // Until A's set is settled, its other peer may still hold an empty copy.
     // A channel, so the messages stay unsettled.
     let mut sub = FrameConn::connect(a.tcp_addr(), b"  V2").await;
     sub.send_ok(b"SUB t c\n").await;
@@ -119,4 +130,44 @@ async fn only_the_replica_set_stores_and_a_member_outside_it_deletes_its_copy() 
         x.shutdown().await;
     }
     a.shutdown().await;
+}
+
+/// A draining member hands its unsettled messages to its replica set at once (a planned
+/// takeover, the takeover timeout of 60 s not waited for): the taker holds every one of them,
+/// those in flight at A included, and A none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_member_hands_its_messages_to_its_replica_set_at_once() {
+    let dirs = [
+        TempDir::new().unwrap(),
+        TempDir::new().unwrap(),
+        TempDir::new().unwrap(),
+    ];
+    let ports = [free_port(), free_port(), free_port()];
+    let mut n = Vec::new();
+    for k in 0..3 {
+        n.push(start(&dirs[k], ports[k], peers_of(&ports, k)).await);
+    }
+    let a = &n[0];
+    eventually(async || repl(a).peers().iter().all(|p| p.connected)).await;
+    let mut sub = FrameConn::connect(a.tcp_addr(), b"  V2").await;
+    sub.send_ok(b"SUB t c\n").await;
+    publish(a, 500).await;
+    // 10 in flight at A when it leaves, never finished.
+    sub.send(b"RDY 10\n").await;
+    for _ in 0..10 {
+        sub.message().await;
+    }
+    assert_eq!(depth(a), 500);
+    let began = std::time::Instant::now();
+    assert!(a.nsqd.start_drain());
+    eventually(async || depth(a) == 0 && depth(&n[1]) + depth(&n[2]) == 500).await;
+    let took = began.elapsed();
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    // One taker (A's replica set), none of A's messages twice.
+    assert!(depth(&n[1]) == 0 || depth(&n[2]) == 0);
+    println!("handed over in {took:?}");
+    drop(sub);
+    for x in n {
+        x.shutdown().await;
+    }
 }

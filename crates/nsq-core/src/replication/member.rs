@@ -59,6 +59,12 @@ pub struct Member {
     /// The manifests this node applied: (its epoch, the taker). Applied once: a message
     /// listed may have come back since (adopted in a takeover of a later epoch).
     applied: BTreeSet<(u64, u64)>,
+    /// A planned leave ([`Event::Leave`]): the epoch it began in and the log's last seq;
+    /// `true` once the node moved on to hand that epoch over.
+    leave: Option<(u64, u64, bool)>,
+    /// The taker whose TAKEN_OVER of the leave's epoch covers the leave's seq: once its
+    /// manifest is applied, the leave is done ([`Command::Left`]).
+    leave_taker: Option<u64>,
     next_ping: Duration,
     // ---- the holder's side (holder.rs)
     pub(super) backlogs: BTreeMap<(u64, u64), Backlog>,
@@ -96,6 +102,8 @@ impl Member {
             left: BTreeMap::new(),
             claimed: None,
             applied: start.applied.into_iter().collect(),
+            leave: None,
+            leave_taker: None,
             next_ping: now,
             backlogs: BTreeMap::new(),
             manifests: BTreeMap::new(),
@@ -187,6 +195,12 @@ impl Member {
                 }
             }
             Event::Logged { seq } => self.last_seq = self.last_seq.max(seq),
+            Event::Leave { seq } => {
+                if self.leave.is_none() && self.group.need() > 0 {
+                    self.leave = Some((self.epoch, seq, false));
+                    self.leave_step();
+                }
+            }
             Event::Stored {
                 origin,
                 epoch,
@@ -346,6 +360,12 @@ impl Member {
                     return;
                 }
                 self.taken.insert((epoch, from));
+                if self
+                    .leave
+                    .is_some_and(|(e, seq, _)| e == epoch && last_seq >= seq)
+                {
+                    self.leave_taker = Some(from);
+                }
                 self.out.push(Command::ApplyManifest {
                     taker: from,
                     epoch,
@@ -406,8 +426,28 @@ impl Member {
         &self.group
     }
 
+    /// A planned leave hands the epoch over once the replica set holds the whole log: the
+    /// set settled (every member caught up) and its acknowledgements reach the leave's seq.
+    /// Moving to the next epoch is how the holders learn the epoch ended (the HELLO of the
+    /// new sessions); the one holder first in ring order takes it over at once.
+    fn leave_step(&mut self) {
+        let Some((epoch, seq, false)) = self.leave else {
+            return;
+        };
+        if self.epoch != epoch {
+            // A member claimed the epoch meanwhile: it is being taken over already.
+            self.leave = Some((epoch, seq, true));
+            return;
+        }
+        if self.group.settled() && self.group.committed().is_some_and(|c| c >= seq) {
+            self.leave = Some((epoch, seq, true));
+            self.move_to(epoch + 1);
+        }
+    }
+
     fn commit(&mut self) {
         self.release();
+        self.leave_step();
         let Some(c) = self.group.committed() else {
             return;
         };
@@ -421,6 +461,10 @@ impl Member {
     }
 
     fn manifest_applied(&mut self, taker: u64, epoch: u64) {
+        if self.leave_taker == Some(taker) && self.leave.is_some_and(|(e, _, _)| e == epoch) {
+            self.leave_taker = None;
+            self.out.push(Command::Left);
+        }
         self.out.push(Command::Send {
             to: taker,
             link: Link::Out,
@@ -545,6 +589,14 @@ impl Member {
         if self.cfg.replicas < 2 {
             return;
         }
+        if self.leave.is_some() {
+            // Leaving: nothing replicated is delivered here again (its holders take it).
+            if !self.fenced {
+                self.fenced = true;
+                self.out.push(Command::Fence);
+            }
+            return;
+        }
         let f = self.cfg.fence_after;
         let heard = self.heard_member.max(self.heard_lookupd);
         if self.claims_current() {
@@ -566,6 +618,7 @@ impl Member {
     }
 
     fn tick(&mut self) {
+        self.leave_step();
         let timeout = self.cfg.ack_timeout;
         while let Some(&(seq, at)) = self.waiting.front() {
             if self.now.saturating_sub(at) < timeout {

@@ -173,6 +173,14 @@ pub enum Event {
         clock: Duration,
         producers: Vec<(String, Duration)>,
     },
+    /// This node leaves on purpose (a drain): its log ends at `seq` (no more publishes). The
+    /// core fences its delivery for good and, once its replica set acknowledged `seq`, moves
+    /// to the next epoch: the new sessions' HELLO ends the old epoch for its holders, which
+    /// take it over at once (no takeover timeout), and their manifest takes the messages
+    /// off this node (Return) — a planned takeover.
+    Leave {
+        seq: u64,
+    },
     /// A publish of this node was logged at `seq` and waits for N−1 acknowledgements.
     Published {
         seq: u64,
@@ -293,6 +301,10 @@ pub enum Command {
     NewEpoch {
         epoch: u64,
     },
+    /// A planned leave is done: the manifest of the epoch it handed over, from a copy that
+    /// held its whole log, is applied. Everything this node still holds was in that copy and
+    /// is delivered by the taker: the driver empties its queues (the drain then exits).
+    Left,
 }
 
 /// The core's settings.

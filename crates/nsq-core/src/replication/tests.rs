@@ -771,3 +771,49 @@ fn only_the_replica_set_is_streamed_to_and_the_others_drop_their_copies() {
         .iter()
         .any(|e| e.origin == 1 && e.complete && e.last_seq == 9));
 }
+
+#[test]
+fn a_planned_leave_fences_and_moves_on_once_the_set_holds_the_whole_log() {
+    let mut o = member(1, vec![]);
+    up(&mut o, s(0), 3, Link::Out);
+    let welcome = Msg::Welcome {
+        epoch: 1,
+        resume: None,
+        echo: s(0),
+    };
+    recv(&mut o, s(0), 3, Link::Out, welcome);
+    recv(&mut o, s(0), 3, Link::Out, Msg::Ack { seq: 0 });
+    for seq in 1..=5 {
+        o.handle(s(1), Event::Published { seq });
+    }
+    recv(&mut o, s(1), 3, Link::Out, Msg::Ack { seq: 4 });
+    let c = o.handle(s(1), Event::Leave { seq: 5 });
+    assert!(has(&c, |c| matches!(c, Command::Fence)), "{c:?}");
+    assert!(
+        !has(&c, |c| matches!(c, Command::NewEpoch { .. })),
+        "seq 5 is not in the set yet"
+    );
+    let c = recv(&mut o, s(2), 3, Link::Out, Msg::Ack { seq: 5 });
+    assert!(
+        has(&c, |c| matches!(c, Command::NewEpoch { epoch: 2 })),
+        "{c:?}"
+    );
+    assert!(has(&c, |c| matches!(
+        c,
+        Command::Close {
+            peer: 3,
+            link: Link::Out
+        }
+    )));
+    assert_eq!(o.epoch(), 2);
+    // Fenced for good: a member's proof does not unfence a leaving node.
+    up(&mut o, s(3), 3, Link::Out);
+    let welcome2 = Msg::Welcome {
+        epoch: 2,
+        resume: None,
+        echo: s(3),
+    };
+    let c = recv(&mut o, s(3), 3, Link::Out, welcome2);
+    assert!(!has(&c, |c| matches!(c, Command::Unfence)));
+    assert!(o.is_fenced());
+}

@@ -116,6 +116,11 @@ pub struct Report {
     pub dead_origin_drained: Option<Duration>,
     /// At the end, the most members holding a live origin's current epoch.
     pub max_holders: usize,
+    /// Planned leaves begun, and those whose node had handed every message over (and
+    /// exited); the longest such handover.
+    pub leaves: u64,
+    pub leaves_done: u64,
+    pub longest_leave: Duration,
     /// Duplicate deliveries by class.
     pub dups: DupStats,
     /// The longest time two takers of one epoch were both alive without having heard of each
@@ -144,6 +149,8 @@ pub(crate) enum Ev {
     Fault,
     LookupdPing(usize, usize),
     Restart(usize),
+    /// A leaving node checks whether its messages were handed over (then it exits).
+    LeaveCheck(usize, u64),
     Heal(usize, usize),
     Stranger,
 }
@@ -365,6 +372,7 @@ impl World {
                 self.at(Duration::from_secs(15), Ev::LookupdPing(i, l));
             }
             Ev::Restart(i) => self.restart(i),
+            Ev::LeaveCheck(i, gen) => self.leave_check(i, gen),
             Ev::Heal(a, b) => {
                 self.cut[a][b] = self.cut[a][b].saturating_sub(1);
             }
@@ -429,6 +437,7 @@ impl World {
                     }
                 }
             }
+            80..=87 if self.may_fail_host() && self.nodes[i].alive => self.start_leave(i),
             65..=79 if self.p.lookupds > 0 => {
                 let l = self.rng.below(self.p.lookupds as u64) as usize;
                 let dur = self.rng.ms(1000, (t * 3).as_millis() as u64 + 30_000);
@@ -449,6 +458,44 @@ impl World {
         }
     }
 
+    /// A planned leave (a drain): no more publishes to `i`; its core fences it and hands its
+    /// epoch over once its replica set holds the whole log.
+    fn start_leave(&mut self, i: usize) {
+        if self.nodes[i].leaving.is_some() || self.nodes[i].core.is_none() {
+            return;
+        }
+        self.report.leaves += 1;
+        self.nodes[i].leaving = Some(self.now);
+        let seq = self.nodes[i].seq;
+        self.log_event(|| format!("n{i} LEAVES at seq {seq}"));
+        self.failed_until[i] = Some(Duration::MAX);
+        self.core_event(i, nsq_core::replication::Event::Leave { seq });
+        let gen = self.nodes[i].tick_gen;
+        self.at(Duration::from_millis(250), Ev::LeaveCheck(i, gen));
+    }
+
+    /// A leaving node exits once its messages are handed over (its queues empty: the taker's
+    /// manifest took them off); it comes back later, as after any stop.
+    fn leave_check(&mut self, i: usize, gen: u64) {
+        let n = &self.nodes[i];
+        if !n.alive || n.tick_gen != gen {
+            return;
+        }
+        let Some(began) = n.leaving else { return };
+        if n.own.is_empty() && n.applying.is_empty() {
+            let took = self.now.saturating_sub(began);
+            self.report.leaves_done += 1;
+            self.report.longest_leave = self.report.longest_leave.max(took);
+            self.log_event(|| format!("n{i} LEFT after {took:?}"));
+            self.crash(i, false, false);
+            let t = self.p.takeover_timeout;
+            let back = self.rng.ms(200, (t * 4).as_millis() as u64 + 5000);
+            self.at(back, Ev::Restart(i));
+        } else {
+            self.at(Duration::from_millis(250), Ev::LeaveCheck(i, gen));
+        }
+    }
+
     fn cut_for(&mut self, a: usize, b: usize, dur: Duration) {
         self.log_event(|| format!("CUT {a}->{b} for {dur:?}"));
         self.cut[a][b] += 1;
@@ -465,6 +512,10 @@ impl World {
             l.frozen = None;
         }
         for i in 0..self.p.nodes {
+            if self.nodes[i].leaving.is_some() {
+                // An operator ends a leave that did not finish (a second SIGTERM).
+                self.crash(i, false, false);
+            }
             if !self.nodes[i].alive {
                 self.restart(i);
             }

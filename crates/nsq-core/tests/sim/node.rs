@@ -68,6 +68,8 @@ pub struct Node {
     pub out_sids: BTreeMap<u64, u64>,
     pub in_sids: BTreeMap<u64, u64>,
     pub dial_after: Vec<Duration>,
+    /// A planned leave began then (publishes are refused from then on).
+    pub leaving: Option<Duration>,
 }
 
 impl Node {
@@ -107,6 +109,7 @@ impl Node {
             out_sids: BTreeMap::new(),
             in_sids: BTreeMap::new(),
             dial_after: vec![Duration::ZERO; w.p.nodes],
+            leaving: None,
         }
     }
 
@@ -247,7 +250,7 @@ impl World {
     }
 
     pub(crate) fn publish(&mut self, i: usize, k: usize) {
-        if !self.nodes[i].alive {
+        if !self.nodes[i].alive || self.nodes[i].leaving.is_some() {
             return;
         }
         let ids: Vec<u64> = (0..k).map(|_| self.new_msg()).collect();
@@ -612,6 +615,12 @@ impl World {
                 n.epoch = epoch;
                 n.log.clear();
             }
+            Command::Left => {
+                // The driver empties its queues: the taker holds all of it.
+                let ids: Vec<u64> = std::mem::take(&mut self.nodes[i].own).into_keys().collect();
+                self.watch(&ids, || format!("n{i} drops it: left"));
+                self.log(i, |seq| Frame::Fin(seq, ids));
+            }
         }
     }
 
@@ -814,6 +823,7 @@ impl World {
         n.out_sids.clear();
         n.in_sids.clear();
         n.log.clear();
+        n.leaving = None;
         if power {
             n.backlogs = n.synced.clone();
         }

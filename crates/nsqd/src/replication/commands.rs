@@ -262,6 +262,10 @@ impl Exec {
                     ),
                 });
             }
+            Command::Left => {
+                let r = repl.clone();
+                tokio::task::spawn_blocking(move || r.left());
+            }
             Command::Fence => {
                 if let Some(e) = repl.engine() {
                     e.fence_delivery();

@@ -15,6 +15,7 @@ mod deliver;
 mod driver;
 mod handoff;
 pub mod identity;
+mod leave;
 mod link;
 pub mod log;
 mod lookupd_debug;
