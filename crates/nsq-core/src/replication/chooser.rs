@@ -70,6 +70,7 @@ impl Member {
             if b.retry && now >= b.retry_at {
                 let b = self.backlogs.get_mut(&key).expect("present");
                 b.retry = false;
+                self.note_adoption();
                 self.out.push(Command::StartTakeover { origin, epoch });
             }
             return;
@@ -183,6 +184,11 @@ impl Member {
         let mut free_from = since;
         for c in self.candidates(origin, epoch) {
             if c == me {
+                if self.leaving() {
+                    // A leaving node takes nothing new over (its leave would have to hand it
+                    // on again): the next candidate passes it over after T + 5 s.
+                    return;
+                }
                 let b = self.backlogs.get_mut(&key).expect("present");
                 b.state = BacklogState::TakingOver;
                 self.status_dirty = true;

@@ -100,6 +100,13 @@ impl Group {
         self.refill()
     }
 
+    /// Every session ended together (the origin moved to a new epoch): nobody joins.
+    pub fn reset(&mut self) {
+        for p in self.peers.values_mut() {
+            *p = PeerAcks::default();
+        }
+    }
+
     /// `id` is no more (its identity ended): forgotten.
     pub fn forget(&mut self, id: u64) -> Vec<(u64, Join)> {
         self.peers.remove(&id);

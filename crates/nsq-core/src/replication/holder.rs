@@ -518,6 +518,7 @@ impl Member {
                 .get(&key)
                 .is_some_and(|b| b.state == BacklogState::TakingOver);
         if taker {
+            self.note_adoption();
             self.out.push(Command::AdoptHandoff {
                 from,
                 origin,

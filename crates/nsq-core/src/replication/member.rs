@@ -65,6 +65,9 @@ pub struct Member {
     /// The taker whose TAKEN_OVER of the leave's epoch covers the leave's seq: once its
     /// manifest is applied, the leave is done ([`Command::Left`]).
     leave_taker: Option<u64>,
+    /// This node adopted messages (a takeover or handoff of another origin) since the leave
+    /// began: they are not in the copy handed over, so the leave goes round again.
+    leave_adopted: bool,
     next_ping: Duration,
     // ---- the holder's side (holder.rs)
     pub(super) backlogs: BTreeMap<(u64, u64), Backlog>,
@@ -104,6 +107,7 @@ impl Member {
             applied: start.applied.into_iter().collect(),
             leave: None,
             leave_taker: None,
+            leave_adopted: false,
             next_ping: now,
             backlogs: BTreeMap::new(),
             manifests: BTreeMap::new(),
@@ -198,6 +202,11 @@ impl Member {
             Event::Leave { seq } => {
                 if self.leave.is_none() && self.group.need() > 0 {
                     self.leave = Some((self.epoch, seq, false));
+                    // A takeover still running here adopts after `seq`.
+                    self.leave_adopted = self
+                        .backlogs
+                        .values()
+                        .any(|b| b.state == BacklogState::TakingOver);
                     self.leave_step();
                 }
             }
@@ -463,7 +472,17 @@ impl Member {
     fn manifest_applied(&mut self, taker: u64, epoch: u64) {
         if self.leave_taker == Some(taker) && self.leave.is_some_and(|(e, _, _)| e == epoch) {
             self.leave_taker = None;
-            self.out.push(Command::Left);
+            if self.leave_adopted {
+                // What it adopted meanwhile is not in that copy: another round, from the
+                // log's end now, in the epoch it moved to.
+                self.leave_adopted = self
+                    .backlogs
+                    .values()
+                    .any(|b| b.state == BacklogState::TakingOver);
+                self.leave = Some((self.epoch, self.last_seq, false));
+            } else {
+                self.out.push(Command::Left);
+            }
         }
         self.out.push(Command::Send {
             to: taker,
@@ -493,8 +512,13 @@ impl Member {
             .filter(|(_, l)| *l == Link::Out)
             .map(|(p, _)| *p)
             .collect();
+        // Every session of the old epoch ends at once: none joins the set on the way (a
+        // catch-up of the old epoch to a member outside its set would make a new holder of
+        // it just as it ends).
+        self.group.reset();
         for peer in peers {
-            self.link_down(peer, Link::Out);
+            self.links.remove(&(peer, Link::Out));
+            self.welcomed.remove(&peer);
             self.out.push(Command::Close {
                 peer,
                 link: Link::Out,
@@ -525,6 +549,18 @@ impl Member {
         if claimed {
             self.left.insert(self.epoch, self.now);
             self.move_to(self.epoch + 1);
+        }
+    }
+
+    /// A planned leave runs.
+    pub(super) fn leaving(&self) -> bool {
+        self.leave.is_some()
+    }
+
+    /// Messages of another origin are adopted here (a takeover or a handoff).
+    pub(super) fn note_adoption(&mut self) {
+        if self.leave.is_some() {
+            self.leave_adopted = true;
         }
     }
 
