@@ -222,6 +222,12 @@ class Group:
             out[n] = sum(b["messages"] for b in self.repl(n)["backlogs"] if b["origin"] == oid)
         return out
 
+    def held_by_set(self, origin, count):
+        """`origin`'s backlog as only its replica set stores it: `count` messages on each member
+        of its set, none on the other live nsqd (as `backlog_messages` gives it)."""
+        in_set = set(self.replica_set(origin))
+        return {m: (count if m in in_set else 0) for m in self.backlog_messages(origin)}
+
     def backlog_states(self, origin):
         """The states of `origin`'s backlogs (all epochs) on the other live nsqd, sorted."""
         oid = self.node_ids[origin]

@@ -8,8 +8,9 @@ durable channel), discovering through both lookupds. Faults are nftables rules o
 
 Phase 2a (built) — run always:
   a. steady load: every acknowledged message delivered exactly once to each channel; each
-     origin's backlog is on both peers (/stats) with exactly its unconsumed messages and
-     drains to 0 once the consumers finished; no publish failure.
+     origin's backlog is on its replica set's member (/stats) with exactly its unconsumed
+     messages, and on no other nsqd (only the replica set stores), and drains to 0 once the
+     consumers finished; no publish failure.
   b. a 10 % lossy replication path from one host: nothing lost, no publish failure with the
      default 10 s ack timeout (publishes are slower: latencies printed), no duplicate.
   c. a 3 s cut of one host (< the 10 s takeover timeout and the 5 s link timeout): nothing
@@ -39,6 +40,13 @@ Issue 28 (the paths outside those):
      acknowledged, stored, listed or delivered.
   m. a consumer FINs 500 of 2,000 and leaves with the rest in flight: the copies shrink by
      the 500; after the origin's SIGKILL the taker delivers the 1,500 and none of the 500.
+
+Issue 29:
+  n. a planned leave under load: c is drained (`PUT /config/drain`) while every host
+     publishes and a consumer reads: c hands its messages to its replica set without waiting
+     for the takeover timeout and exits by itself; every acknowledged message is delivered,
+     duplicates only of c's messages and at most the consumer's max in flight, and no
+     publish to a or b fails.
 
 Root only (skipped otherwise); needs `ip`, `nft` and `curl` (.ci/run installs them) and the
 binaries nsqd, nsqlookupd, to_nsq, nsq_tail (NSQD_BIN's directory).
@@ -126,7 +134,8 @@ def test_steady_load(group):
 def steady_load(g):
     started = time.monotonic()
     g.create_channels("g", "t")
-    # 1. With no consumer yet: every origin's messages are on both peers, counted exactly.
+    # 1. With no consumer yet: every origin's messages are on its replica set's member,
+    #    counted exactly, and nothing of it on the other peer.
     pre = {"a": g.producer("a", "pa-", count=300, batch=30),
            "b": g.producer("b", "pb-", count=300, batch=1),
            "c": g.producer("c", "pc-", count=300, batch=30)}
@@ -139,8 +148,8 @@ def steady_load(g):
     sent += g.to_nsq("b", "tb-", 200)
     expect = {"a": 300, "b": 500, "c": 300}
     for o, count in expect.items():
-        wait_for(f"{o}'s backlog of {count} messages on both peers",
-                 lambda o=o, count=count: g.backlog_messages(o) == {m: count for m in NSQD_HOSTS if m != o}
+        wait_for(f"{o}'s backlog of {count} messages on its replica set only",
+                 lambda o=o, count=count: g.backlog_messages(o) == g.held_by_set(o, count)
                  or Pending(str(g.backlog_messages(o))))
     # 2. Consumers (gnsq on channel g, nsq_tail on channel t) while more is published.
     cg = g.consumer("g")
@@ -380,8 +389,8 @@ def restart_after_takeover(g):
     sent, failed, _ = p.results()
     assert (len(sent), failed) == (500, [])
     assert held(g, "c", "g") == 500
-    wait_for("c's 500 messages on both peers",
-             lambda: g.backlog_messages("c") == {"a": 500, "b": 500} or Pending(str(g.backlog_messages("c"))))
+    wait_for("c's 500 messages on its replica set",
+             lambda: g.backlog_messages("c") == g.held_by_set("c", 500) or Pending(str(g.backlog_messages("c"))))
     g.kill("c", signal.SIGKILL)
     wait_for("a takeover of c's backlog", lambda: g.counter("takeovers", "ab") >= 1,
              timeout=TAKEOVER_TIMEOUT + 30)
@@ -412,8 +421,8 @@ def wiped_disk_return(g):
     p.wait()
     sent, failed, _ = p.results()
     assert (len(sent), failed) == (500, [])
-    wait_for("c's 500 messages on both peers",
-             lambda: g.backlog_messages("c") == {"a": 500, "b": 500} or Pending(str(g.backlog_messages("c"))))
+    wait_for("c's 500 messages on its replica set",
+             lambda: g.backlog_messages("c") == g.held_by_set("c", 500) or Pending(str(g.backlog_messages("c"))))
     old_id = g.node_ids["c"]
     g.kill("c", signal.SIGKILL)
     g.wipe("c")
@@ -535,21 +544,21 @@ def test_consumer_leaves_with_messages_in_flight(group):
 
 def consumer_leaves(g):
     """A consumer FINs 500 of a's 2,000 messages and leaves with the rest in flight (requeued):
-    the replicas' copies of a must shrink by exactly the 500, and after a's SIGKILL the taker
+    a's copy must shrink by exactly the 500, and after a's SIGKILL the taker
     delivers the other 1,500 and none of the 500."""
     g.create_channels("g")
     p = g.producer("a", "fa-", count=2000, batch=100)
     p.wait()
     sent, failed, _ = p.results()
     assert (len(sent), failed) == (2000, [])
-    wait_for("a's 2000 messages on both peers",
-             lambda: g.backlog_messages("a") == {"b": 2000, "c": 2000} or Pending(str(g.backlog_messages("a"))))
+    wait_for("a's 2000 messages on its replica set",
+             lambda: g.backlog_messages("a") == g.held_by_set("a", 2000) or Pending(str(g.backlog_messages("a"))))
     lines = g.client("finish_some", f"--nsqd={g.h['a'].ip}:4150", f"--topic={TOPIC}", "--channel=g",
                      "--rdy=2500", "--fin=500")
     finished = {line.split()[1] for line in lines if line.startswith("FINISHED ")}
     assert len(finished) == 500, lines[-3:]
     wait_for("a's copies trimmed by the 500 FINs",
-             lambda: g.backlog_messages("a") == {"b": 1500, "c": 1500} or Pending(str(g.backlog_messages("a"))),
+             lambda: g.backlog_messages("a") == g.held_by_set("a", 1500) or Pending(str(g.backlog_messages("a"))),
              timeout=15)
     time.sleep(5)
     g.kill("a", signal.SIGKILL)
@@ -559,3 +568,37 @@ def consumer_leaves(g):
     again = finished & set(cg.messages())
     assert not again, f"{len(again)} FINed messages delivered again, e.g. {sorted(again)[:5]}"
     print("consumer leaves: 1500 delivered by the taker, none of the 500 FINed")
+
+
+# -- n. a planned leave -------------------------------------------------------------------------
+def test_planned_leave_under_load(group):
+    check(group, planned_leave)
+
+
+def planned_leave(g):
+    g.create_channels("g")
+    cg = g.consumer("g")
+    producers = {n: g.producer(n, f"v{n}-", count=0, batch=10, rate=300) for n in NSQD_HOSTS}
+    time.sleep(4)
+    # c's producer stops first: a draining nsqd refuses publishes (its clients publish elsewhere).
+    producers["c"].stop()
+    began = time.monotonic()
+    g.h["c"].curl(f"http://{g.h['c'].ip}:4151/config/drain", "-X", "PUT")
+    wait_for("c to hand its messages over and exit", lambda: g.nsqd["c"].proc.poll() is not None,
+             timeout=TAKEOVER_TIMEOUT)
+    took = time.monotonic() - began
+    assert g.nsqd["c"].proc.returncode == 0, g.nsqd["c"].proc.returncode
+    time.sleep(2)
+    sent = []
+    for n, p in producers.items():
+        p.stop()
+        acked, failed, _ = p.results()
+        sent += acked
+        if n != "c":
+            assert failed == [], f"{n}: {len(failed)} failed: {p.fail_reasons()}"
+    dups = wait_all_delivered(cg, sent, timeout=60)
+    assert g.counter("takeovers", "ab") >= 1
+    assert not [m for m in dups if not m.startswith("vc-")], "duplicates of a live origin's messages"
+    print(f"planned leave: c exited {took:.1f}s after the drain began (T = {TAKEOVER_TIMEOUT}s), "
+          f"{len(sent)} acknowledged, all delivered, {len(dups)} duplicates (bound {MAX_IN_FLIGHT})")
+    assert len(dups) <= MAX_IN_FLIGHT
