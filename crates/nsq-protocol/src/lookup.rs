@@ -402,8 +402,24 @@ pub struct PeerInfo {
     pub broadcast_address: String,
     pub hostname: String,
     pub http_port: i64,
+    /// Ours, not NSQ's: `"replication":{"group":"<16 hex>"}`, sent by an nsqd that replicates
+    /// its publishes (docs/replication.md, "Membership"), so that the members of one group
+    /// find each other through nsqlookupd. Absent otherwise, and never in nsqlookupd's reply.
+    /// NSQ's nsqlookupd ignores it: nsqlookupd/lookup_protocol_v1.go, `IDENTIFY`, decodes
+    /// the body with `json.Unmarshal` into its `PeerInfo` struct (registration_db.go), and
+    /// encoding/json skips keys the struct has no field for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationInfo>,
     pub tcp_port: i64,
     pub version: String,
+}
+
+/// The `replication` object of an IDENTIFY body (see [`PeerInfo::replication`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReplicationInfo {
+    /// Names the replication group: a hash of its shared secret, `""` for a group without
+    /// one. Membership is still proven on the link; this only keeps groups apart.
+    pub group: String,
 }
 
 impl PeerInfo {
@@ -433,8 +449,19 @@ impl PeerInfo {
             (4, GoValue::Str(s)) => p.version = s,
             _ => {}
         })?;
+        p.replication = replication_of(body);
         Ok(p)
     }
+}
+
+/// The `replication` object of an IDENTIFY body, when it is one with a string `group`;
+/// anything else there is ignored as NSQ ignores the key (the body is valid JSON already).
+fn replication_of(body: &[u8]) -> Option<ReplicationInfo> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let group = v.get("replication")?.get("group")?.as_str()?;
+    Some(ReplicationInfo {
+        group: group.to_string(),
+    })
 }
 
 /// Server side: decodes and checks an IDENTIFY body, with the reference's error texts

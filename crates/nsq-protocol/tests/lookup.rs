@@ -5,7 +5,7 @@ use nsq_protocol::command::DecodeError;
 use nsq_protocol::error::{ErrorCode, NsqError};
 use nsq_protocol::lookup::{
     encode_lookup_command, parse_peer_info, put_lookup_response, take_lookup_response,
-    LookupCommand, LookupCommandKind, LookupDecoder, LookupLimits, PeerInfo,
+    LookupCommand, LookupCommandKind, LookupDecoder, LookupLimits, PeerInfo, ReplicationInfo,
 };
 
 fn run(
@@ -254,6 +254,7 @@ fn peer_info() {
         http_port: 4161,
         tcp_port: 4160,
         version: "1.3.0".into(),
+        ..Default::default()
     };
     let json = p.to_json();
     assert_eq!(
@@ -304,4 +305,41 @@ fn peer_info() {
             String::from_utf8_lossy(body)
         );
     }
+}
+
+/// Ours: a replicating nsqd's IDENTIFY carries `"replication":{"group":…}` (keys stay
+/// alphabetical); a `replication` that is not such an object is ignored, as NSQ's nsqlookupd
+/// ignores the key altogether.
+#[test]
+fn peer_info_with_a_replication_group() {
+    let p = PeerInfo {
+        broadcast_address: "a".into(),
+        hostname: "h".into(),
+        http_port: 2,
+        replication: Some(ReplicationInfo {
+            group: "0123456789abcdef".into(),
+        }),
+        tcp_port: 1,
+        version: "v".into(),
+    };
+    let json = p.to_json();
+    assert_eq!(
+        String::from_utf8(json.clone()).unwrap(),
+        r#"{"broadcast_address":"a","hostname":"h","http_port":2,"replication":{"group":"0123456789abcdef"},"tcp_port":1,"version":"v"}"#
+    );
+    assert_eq!(parse_peer_info(&json).unwrap(), p);
+    let base = r#""broadcast_address":"a","tcp_port":1,"http_port":2,"version":"v""#;
+    for other in [r#"5"#, r#"null"#, r#"{"group":7}"#, r#"{}"#, r#""x""#] {
+        let body = format!(r#"{{{base},"replication":{other}}}"#);
+        assert_eq!(
+            parse_peer_info(body.as_bytes()).unwrap().replication,
+            None,
+            "{body}"
+        );
+    }
+    let body = format!(r#"{{{base},"replication":{{"group":""}}}}"#);
+    assert_eq!(
+        parse_peer_info(body.as_bytes()).unwrap().replication,
+        Some(ReplicationInfo::default())
+    );
 }

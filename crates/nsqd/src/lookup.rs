@@ -1,6 +1,8 @@
 //! nsqd as an nsqlookupd client: one persistent V1 connection per `--lookupd-tcp-address`,
 //! IDENTIFY + REGISTER replay on every (re)connection, REGISTER/UNREGISTER as topics and
 //! channels come and go, PING every 15 s, lazy reconnection, runtime address changes.
+//! IDENTIFY's body is the `PeerInfo` `server.rs` builds: NSQ's fields, and ours,
+//! `replication`, when this node replicates its publishes (replication/discover.rs).
 //!
 //! One task owns every connection and handles events strictly in order; engine hooks feed it
 //! through an unbounded channel (they are synchronous and must never block).

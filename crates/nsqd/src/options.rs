@@ -325,8 +325,8 @@ pub struct NsqdOptions {
     // --- replication (ours, docs/replication.md) ---
     /// `--replicas`: copies of each acknowledged message, this node's included.
     pub replicas: i64,
-    /// `--replication-peer`: the group's other members (TCP addresses); replication is on
-    /// when at least one is given.
+    /// `--replication-peer`: the group's other members (TCP addresses) given by hand; when
+    /// replication is on: [`NsqdOptions::replication_enabled`].
     pub replication_peers: Vec<String>,
     pub replication_takeover_timeout: Duration,
     pub replication_ack_timeout: Duration,
@@ -458,9 +458,11 @@ impl NsqdOptions {
         self.validate_replication()
     }
 
-    /// Replication is on: at least one `--replication-peer`.
+    /// Replication is on: at least one `--replication-peer`, or `--replicas` ≥ 2 with an
+    /// nsqlookupd to find the members through.
     pub fn replication_enabled(&self) -> bool {
         !self.replication_peers.is_empty()
+            || (self.replicas >= 2 && !self.lookupd_tcp_addresses.is_empty())
     }
 
     /// The startup checks of docs/replication.md (Flags), after the reference's own.
@@ -469,7 +471,7 @@ impl NsqdOptions {
             return Err(OptionsError::Replicas(self.replicas));
         }
         let peers = self.replication_peers.len() as i64;
-        if peers < self.replicas - 1 {
+        if peers < self.replicas - 1 && self.lookupd_tcp_addresses.is_empty() {
             return Err(OptionsError::ReplicasPeers(
                 self.replicas,
                 self.replicas - 1,
@@ -704,7 +706,7 @@ pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
     "replicas" => replicas: Int, Some("replicas"),
         "copies of each acknowledged message, this node's included (1: no replication of this node's publishes)";
     "replication-peer" => replication_peers: StrList, Some("replication_peer"),
-        "<addr>:<port> (TCP) of a peer nsqd that replicates with this one (may be given multiple times; replication is on when one is given)";
+        "<addr>:<port> (TCP) of a peer nsqd that replicates with this one (may be given multiple times; replication is on when one is given, or with --replicas >= 2 and --lookupd-tcp-address, which finds the peers)";
     "replication-takeover-timeout" => replication_takeover_timeout: Dur, Some("replication_takeover_timeout"),
         "how long a peer must be gone before this node delivers its replicated backlog";
     "replication-ack-timeout" => replication_ack_timeout: Dur, Some("replication_ack_timeout"),
@@ -712,7 +714,7 @@ pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
     "replication-max-backlog-bytes" => replication_max_backlog_bytes: Int, Some("replication_max_backlog_bytes"),
         "the most this node keeps on disk of one peer's replicated backlog";
     "replication-secret-file" => replication_secret_file: Str, Some("replication_secret_file"),
-        "path to a file holding the replication group's shared secret (members prove it on every link; without it any host at a --replication-peer address may link)";
+        "path to a file holding the replication group's shared secret (members prove it on every link; without it any host at a peer's address may link)";
     ],
     // nsqd's `cfg.Validate()` (apps/nsqd/main.go) checks these three before resolving.
     config_checks: &["tls_required", "tls_min_version", "log_level"],
@@ -840,9 +842,9 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
   -replication-max-backlog-bytes int
     	the most this node keeps on disk of one peer's replicated backlog (default 10737418240)
   -replication-peer value
-    	<addr>:<port> (TCP) of a peer nsqd that replicates with this one (may be given multiple times; replication is on when one is given)
+    	<addr>:<port> (TCP) of a peer nsqd that replicates with this one (may be given multiple times; replication is on when one is given, or with --replicas >= 2 and --lookupd-tcp-address, which finds the peers)
   -replication-secret-file string
-    	path to a file holding the replication group's shared secret (members prove it on every link; without it any host at a --replication-peer address may link)
+    	path to a file holding the replication group's shared secret (members prove it on every link; without it any host at a peer's address may link)
   -replication-takeover-timeout duration
     	how long a peer must be gone before this node delivers its replicated backlog (default 30s)
   -sigterm value

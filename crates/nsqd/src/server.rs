@@ -228,6 +228,14 @@ pub async fn start(mut opts: NsqdOptions) -> Result<NsqdHandle, StartError> {
         broadcast_address: nsqd.opts.broadcast_address.clone(),
         hostname: crate::options::hostname(),
         http_port: nsqd.opts.broadcast_http_port,
+        // Ours: a replicating nsqd names its group, so that the members of the group find
+        // each other (replication/discover.rs). NSQ's nsqlookupd ignores the extra key
+        // (nsqlookupd/lookup_protocol_v1.go, `IDENTIFY`: `json.Unmarshal` into `PeerInfo`).
+        replication: nsqd
+            .replication
+            .as_ref()
+            .and_then(|r| r.lookupd_group())
+            .map(|group| nsq_protocol::lookup::ReplicationInfo { group }),
         tcp_port: nsqd.opts.broadcast_tcp_port,
         version: nsq_protocol::VERSION.to_string(),
     };

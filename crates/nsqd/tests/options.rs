@@ -746,6 +746,18 @@ fn replication_flags() {
     );
     // --replicas=1 with peers: hosts backlogs for them, publishes acknowledged as today.
     assert_eq!(check(&["--replicas=1", "--replication-peer=a:1"]), Ok(()));
+    // With an nsqlookupd the peers are found through it: no count of peers is needed, and
+    // replication is on without a --replication-peer (with --replicas >= 2 only).
+    let lookupd = "--lookupd-tcp-address=l:4160";
+    assert_eq!(check(&["--replicas=3", lookupd]), Ok(()));
+    assert_eq!(
+        check(&["--replicas=3", "--replication-peer=a:1", lookupd]),
+        Ok(())
+    );
+    assert!(run(&["--replicas=2", lookupd]).replication_enabled());
+    assert!(!run(&["--replicas=1", lookupd]).replication_enabled());
+    assert!(!run(&["--replicas=2"]).replication_enabled());
+    assert!(run(&["--replication-peer=a:1"]).replication_enabled());
     assert_eq!(
         check(&["--replication-peer=nohost"]),
         Err(s("--replication-peer must be host:port (got \"nohost\")"))

@@ -218,6 +218,9 @@ pub struct NodeView {
     /// Parallel to `topics`: whether this peer is tombstoned in that topic.
     pub tombstones: Vec<bool>,
     pub topics: Vec<String>,
+    /// Ours: the replication group the nsqd gave in IDENTIFY, only when it gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replication_group: Option<String>,
 }
 
 /// One producer in `/debug` (a Go map in the reference: keys sorted).
@@ -467,6 +470,7 @@ impl RegistrationDb {
                     version: peer.info.version.clone(),
                     tombstones,
                     topics,
+                    replication_group: peer.info.replication.as_ref().map(|r| r.group.clone()),
                 }
             })
             .collect()
@@ -634,6 +638,7 @@ mod tests {
                 http_port: i64::from(port) + 1,
                 tcp_port: i64::from(port),
                 version: "1.3.0".into(),
+                replication: None,
             },
             now,
         )

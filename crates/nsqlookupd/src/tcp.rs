@@ -168,6 +168,7 @@ impl Conn {
                     http_port: i64::from(l.http_addr.port()),
                     tcp_port: i64::from(l.tcp_addr.port()),
                     version: crate::options::VERSION.to_string(),
+                    replication: None,
                 };
                 put_lookup_response(&mut self.out, &crate::http::go_json(&reply));
                 return Ok(());

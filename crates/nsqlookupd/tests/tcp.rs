@@ -320,6 +320,39 @@ async fn nsqd_session_then_lookup_has_reference_shape() {
     assert_eq!(l.json("/debug").await, json!({}));
 }
 
+/// Ours: an nsqd that replicates sends `"replication":{"group":…}` in IDENTIFY; `/nodes`
+/// shows it as `replication_group`, last in its producer, and nowhere else (`/lookup` and
+/// the IDENTIFY reply are NSQ's).
+#[tokio::test]
+async fn a_replication_group_is_shown_by_nodes_only() {
+    let l = Lookupd::start().await;
+    let mut c = l.connect().await;
+    c.send(b"  V1").await;
+    let body = r#"{"broadcast_address":"nsqd-a.local","hostname":"nsqd-a","http_port":4151,"replication":{"group":"0123456789abcdef"},"tcp_port":4150,"version":"1.3.0"}"#;
+    c.identify(body.as_bytes()).await;
+    let reply: serde_json::Value = serde_json::from_slice(&c.frame().await.unwrap()).unwrap();
+    assert_eq!(reply.get("replication"), None);
+    assert_eq!(c.cmd("REGISTER t\n").await, "OK");
+    let remote = c.s.local_addr().unwrap().to_string();
+    l.get("/nodes").await.assert_json(&format!(
+        r#"{{"producers":[{{"remote_address":"{remote}","hostname":"nsqd-a","broadcast_address":"nsqd-a.local","tcp_port":4150,"http_port":4151,"version":"1.3.0","tombstones":[false],"topics":["t"],"replication_group":"0123456789abcdef"}}]}}"#
+    ));
+    l.get("/lookup?topic=t").await.assert_json(&format!(
+        r#"{{"channels":[],"producers":[{{"remote_address":"{remote}","hostname":"nsqd-a","broadcast_address":"nsqd-a.local","tcp_port":4150,"http_port":4151,"version":"1.3.0"}}]}}"#
+    ));
+    // A group without a secret is the empty string, still shown.
+    let body = r#"{"broadcast_address":"b","hostname":"b","http_port":2,"replication":{"group":""},"tcp_port":1,"version":"1.3.0"}"#;
+    let _b = l.identified(body).await;
+    common::eventually(async || {
+        l.json("/nodes").await["producers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["broadcast_address"] == "b" && p["replication_group"] == "")
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn two_connections_are_two_producers() {
     let l = Lookupd::start().await;

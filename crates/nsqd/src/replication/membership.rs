@@ -11,8 +11,9 @@
 //! proof of one side from being reflected as the other's. Verification is constant-time
 //! (`ring::hmac::verify`).
 //!
-//! Without a secret the proofs are empty and membership is the configured peer list: a
-//! HELLO must come from an IP address one of the `--replication-peer` hosts resolves to.
+//! Without a secret the proofs are empty and membership is the peer list: a HELLO must come
+//! from an IP address one of the `--replication-peer` hosts, or of the members found through
+//! nsqlookupd (`discover.rs`: listed once found), resolves to.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -36,9 +37,10 @@ pub const NOT_IN_GROUP: &str = "not in group";
 /// The text of the ERROR (code 4) a link to oneself gets.
 pub const SELF_LINK: &str = "a link to oneself";
 
-/// The group's shared secret, as an HMAC key (never printed).
+/// The group's shared secret, as an HMAC key (never printed), and the group's name derived
+/// from it ([`Secret::group`]).
 #[derive(Clone)]
-pub struct Secret(hmac::Key);
+pub struct Secret(hmac::Key, String);
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -48,7 +50,14 @@ impl std::fmt::Debug for Secret {
 
 impl Secret {
     pub fn new(bytes: &[u8]) -> Secret {
-        Secret(hmac::Key::new(hmac::HMAC_SHA256, bytes))
+        Secret(hmac::Key::new(hmac::HMAC_SHA256, bytes), group_of(bytes))
+    }
+
+    /// The group's name in nsqlookupd (docs/replication.md, "Membership"): 16 hex digits
+    /// that members of one group share and other groups do not, from which the secret cannot
+    /// be read back cheaply (nsqlookupd's `/nodes` shows it to anyone).
+    pub fn group(&self) -> &str {
+        &self.1
     }
 
     /// Reads `--replication-secret-file`: its content without trailing whitespace, which must
@@ -72,6 +81,24 @@ impl Secret {
         }
         Ok(Secret::new(&data[..end]))
     }
+}
+
+/// The salt and work of [`group_of`]: a slow derivation, so that guessing a weak secret
+/// from the group name nsqlookupd shows costs what guessing a password hash does.
+const GROUP_SALT: &[u8] = b"nsq-replication-group";
+const GROUP_ROUNDS: u32 = 100_000;
+
+/// The first 8 bytes of PBKDF2-HMAC-SHA256 of the secret, in hex.
+fn group_of(secret: &[u8]) -> String {
+    let mut out = [0u8; 8];
+    ring::pbkdf2::derive(
+        ring::pbkdf2::PBKDF2_HMAC_SHA256,
+        std::num::NonZeroU32::new(GROUP_ROUNDS).expect("not zero"),
+        GROUP_SALT,
+        secret,
+        &mut out,
+    );
+    out.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Which side a proof is made by.
@@ -119,7 +146,7 @@ pub fn proof(
 ) -> Bytes {
     match secret {
         None => Bytes::new(),
-        Some(Secret(key)) => {
+        Some(Secret(key, _)) => {
             let tag = hmac::sign(key, &transcript(side, hello, challenge, binding));
             Bytes::copy_from_slice(tag.as_ref())
         }
@@ -138,7 +165,7 @@ pub fn verify(
 ) -> bool {
     match secret {
         None => got.is_empty(),
-        Some(Secret(key)) => {
+        Some(Secret(key, _)) => {
             hmac::verify(key, &transcript(side, hello, challenge, binding), got).is_ok()
         }
     }
@@ -172,11 +199,12 @@ pub(crate) async fn listed_peer(peers: &[String], ip: IpAddr) -> bool {
     false
 }
 
-/// The handshake after HELLO (docs/replication.md, Membership): reads the replica's
-/// CHALLENGE, checks its proof and answers with AUTH. The replica's CHALLENGE, or how the
-/// session ends.
+/// The handshake after HELLO (docs/replication.md, Membership) of the session with peer `i`:
+/// reads the replica's CHALLENGE, checks its proof and answers with AUTH. The replica's
+/// CHALLENGE, or how the session ends.
 pub(super) async fn handshake(
     repl: &Replication,
+    i: usize,
     rd: &mut LinkRead,
     wr: &mut LinkWrite,
     buf: &mut BytesMut,
@@ -226,6 +254,11 @@ pub(super) async fn handshake(
                 "it sent a proof: it has a secret, this node has none"
             }
         )));
+    }
+    // A node another peer entry links to now (two spellings of one address): no AUTH, so
+    // that its replica never supersedes that entry's session with this one (discover.rs).
+    if let Some(other) = repl.claim(i, c.node_id) {
+        return Err(End::Duplicate(other));
     }
     let auth = Frame::Auth {
         proof: proof(secret, Side::Origin, hello, &c, binding),
@@ -350,6 +383,20 @@ mod tests {
         assert!(e.ends_with("the file is empty"), "{e}");
         let e = Secret::read(&dir.path().join("missing")).unwrap_err();
         assert!(e.contains("cannot read it"), "{e}");
+    }
+
+    #[test]
+    fn the_group_is_16_hex_digits_of_the_trimmed_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        std::fs::write(&a, b"s3cret \n").unwrap();
+        let g = Secret::new(b"s3cret").group().to_string();
+        assert_eq!(g.len(), 16);
+        assert!(g
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert_eq!(Secret::read(&a).unwrap().group(), g);
+        assert_ne!(Secret::new(b"other").group(), g);
     }
 
     #[test]

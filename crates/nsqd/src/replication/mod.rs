@@ -1,5 +1,6 @@
 //! Replication across nsqd (issue 22; docs/replication.md is the design this follows): with
-//! `--replication-peer` given, this node streams its publishes and settlements to its peers
+//! `--replication-peer` given, or members found through nsqlookupd ([`discover`]), this node
+//! streams its publishes and settlements to its peers
 //! (the origin side: [`log`] and [`origin`]) and keeps its peers' unsettled messages in
 //! replica backlogs (the replica side: [`replica`], over `nsq_core::replica::ReplicaStore`);
 //! with `--replicas=N` ≥ 2 a publish is acknowledged only once N−1 members of the replica set
@@ -12,6 +13,7 @@ mod backlog;
 mod catchup;
 mod commands;
 mod deliver;
+mod discover;
 mod driver;
 mod handoff;
 pub mod identity;
@@ -55,12 +57,18 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How long a clean shutdown waits for the replicas to acknowledge everything.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
-/// One peer as this node, its origin, sees it.
+/// One peer as this node, its origin, sees it: a `--replication-peer`, or a member found
+/// through nsqlookupd (`discover.rs`).
 #[derive(Debug, Clone)]
 struct Peer {
     addr: String,
-    /// Its replication node ID (0 until its first WELCOME).
+    /// Its replication node ID (0 until its first CHALLENGE proved it).
     node_id: u64,
+    /// Its session holds `node_id` from the CHALLENGE to the session's end: no other entry
+    /// links to that node meanwhile (`discover.rs`, `claim`).
+    claimed: bool,
+    /// Its dialling stopped for good: it is this very node, or a node another entry links to.
+    dropped: bool,
     /// A session is up (WELCOME received).
     live: bool,
     /// The highest seq it acknowledged in this session (the core's count).
@@ -74,10 +82,30 @@ struct Peer {
     last_seen: Option<Instant>,
 }
 
+impl Peer {
+    fn new(addr: String) -> Peer {
+        Peer {
+            addr,
+            node_id: 0,
+            claimed: false,
+            dropped: false,
+            live: false,
+            acked: 0,
+            floor: 0,
+            catching_up: false,
+            in_set: false,
+            decided: false,
+            last_seen: None,
+        }
+    }
+}
+
 /// The replica set and the acknowledgements as the views (`/stats`), the outbox's trimming
 /// and the clean stop see them (docs/replication.md, "Who holds which origin's messages"):
 /// a copy of the core's `Group` (`nsq_core::replication::group`), taken by the driver after
-/// each event that may change it (`driver.rs`), keyed here by `--replication-peer`.
+/// each event that may change it (`driver.rs`), keyed here by the peer's address (the
+/// `--replication-peer`s first, then the members found through nsqlookupd, which are only
+/// ever added).
 struct Group {
     need: usize,
     peers: Vec<Peer>,
@@ -145,6 +173,8 @@ pub struct Replication {
     running: Mutex<HashSet<(u64, u64)>>,
     /// The handoffs being sent from here (`handoff.rs`).
     handing: Mutex<HashSet<(u64, u64)>>,
+    /// Finding members through nsqlookupd (`discover.rs`).
+    discovery: discover::State,
     /// Whether the replica backlogs are replayed yet (`backlog.rs`, [`Replication::replay`]):
     /// links, sessions and the takeover watch wait for it; clients need not.
     replay: watch::Sender<backlog::Replay>,
@@ -177,7 +207,7 @@ impl Replication {
     pub fn open(data_path: &Path, settings: Settings) -> Result<Arc<Self>, ReplicationError> {
         let secret = if settings.secret_file.is_empty() {
             tracing::warn!(
-                "REPLICATION: no --replication-secret-file: the link trusts the network (any host at a --replication-peer address may link)"
+                "REPLICATION: no --replication-secret-file: the link trusts the network (any host at a --replication-peer address, or listed by nsqlookupd in this group, may link)"
             );
             None
         } else {
@@ -200,21 +230,7 @@ impl Replication {
             settings.replicas,
             settings.peers
         );
-        let peers = settings
-            .peers
-            .iter()
-            .map(|a| Peer {
-                addr: a.clone(),
-                node_id: 0,
-                live: false,
-                acked: 0,
-                floor: 0,
-                catching_up: false,
-                in_set: false,
-                decided: false,
-                last_seen: None,
-            })
-            .collect();
+        let peers = settings.peers.iter().cloned().map(Peer::new).collect();
         let repl = Arc::new(Replication {
             group: Mutex::new(Group {
                 need: settings.replicas - 1,
@@ -245,6 +261,7 @@ impl Replication {
             running: Mutex::new(HashSet::new()),
             handing: Mutex::new(HashSet::new()),
             replay: watch::channel(backlog::Replay::Pending).0,
+            discovery: discover::State::new(settings.replicas >= 2 && settings.lookupds),
             settings,
             secret,
             link_tls,
@@ -296,29 +313,40 @@ impl Replication {
         }
         let n = self.group.lock().peers.len();
         self.start_return(n);
-        let mut tasks = self.tasks.lock();
+        let hello = origin::HelloInfo {
+            tcp_port,
+            http_port: http_port.unwrap_or(0),
+        };
+        // Peers found through nsqlookupd later are dialled with the same.
+        let _ = self.discovery.hello.set(hello);
         for i in 0..n {
-            let r = self.clone();
-            let hello = origin::HelloInfo {
-                tcp_port,
-                http_port: http_port.unwrap_or(0),
-            };
-            // Sessions begin once the replica backlogs are open (STATUS lists them).
-            tasks.push(tokio::spawn(async move {
-                if r.replayed().await {
-                    origin::run_peer(r, i, hello).await;
-                }
-            }));
+            self.spawn_peer(i, hello);
         }
     }
 
+    /// Starts the task dialling peer `i` (`origin.rs`). Once it ends before the daemon
+    /// stops, the peer is dropped (this very node, or a node another entry links to).
+    fn spawn_peer(self: &Arc<Self>, i: usize, hello: origin::HelloInfo) {
+        let r = self.clone();
+        // Sessions begin once the replica backlogs are open (STATUS lists them).
+        self.tasks.lock().push(tokio::spawn(async move {
+            if r.replayed().await {
+                origin::run_peer(r.clone(), i, hello).await;
+                if !*r.stop.borrow() {
+                    r.group.lock().peers[i].dropped = true;
+                }
+            }
+        }));
+    }
+
     /// Starts the replication core's task (`driver.rs`), with nsqlookupd to poll for the
-    /// gone rule.
+    /// gone rule, and the search for members through nsqlookupd (`discover.rs`).
     pub fn start_takeover_watch(
         self: &Arc<Self>,
         lookup: crate::lookup::Lookup,
         client: nsq_http::client::HttpClient,
     ) {
+        self.start_discovery(lookup.clone(), client.clone());
         self.start_driver(lookup, client);
     }
 
@@ -389,6 +417,7 @@ impl Replication {
         let p = &mut g.peers[i];
         let was_live = p.live;
         p.live = false;
+        p.claimed = false;
         p.in_set = false;
         p.decided = false;
         p.catching_up = false;

@@ -45,6 +45,8 @@ pub(super) struct HelloInfo {
 pub(super) enum End {
     /// The peer is this very node: stop dialling it.
     SelfLink,
+    /// The peer is the node another peer entry (at this address) links to: stop dialling it.
+    Duplicate(String),
     /// Before WELCOME.
     NotEstablished(String),
     /// After WELCOME.
@@ -85,6 +87,10 @@ pub(super) async fn run_peer(repl: Arc<Replication>, i: usize, info: HelloInfo) 
             }
             End::SelfLink => {
                 tracing::warn!("REPLICATION: peer {addr} is this node, dropped");
+                return;
+            }
+            End::Duplicate(other) => {
+                tracing::warn!("REPLICATION: peer {addr} is the node at {other}, dropped");
                 return;
             }
             End::Lost(e) => {
@@ -181,7 +187,7 @@ async fn session(repl: &Arc<Replication>, i: usize, addr: &str, info: HelloInfo)
     let (mut rd, mut wr) = stream.split();
     let mut buf = BytesMut::with_capacity(8 << 10);
     // The replica proves it is a member before anything is sent to it (membership.rs).
-    let c = match handshake(repl, &mut rd, &mut wr, &mut buf, &hello, &binding).await {
+    let c = match handshake(repl, i, &mut rd, &mut wr, &mut buf, &hello, &binding).await {
         Ok(c) => c,
         Err(end) => return end,
     };

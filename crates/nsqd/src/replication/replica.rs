@@ -160,13 +160,17 @@ pub(crate) async fn serve_link(repl: Arc<Replication>, tcp: TcpStream, peer: Soc
 }
 
 /// The checks of a HELLO that need no handshake (`membership`): node ID 0 is no member;
-/// without a secret, the origin must come from an address of the peer list. `Err` says why.
+/// without a secret, the origin must come from an address of the peer list (the
+/// `--replication-peer`s and the members found through nsqlookupd). `Err` says why.
 async fn stranger(repl: &Replication, hello: &Hello, peer: SocketAddr) -> Result<(), String> {
     if hello.node_id == 0 {
         return Err("node ID 0".into());
     }
-    if repl.secret().is_none() && !membership::listed_peer(&repl.settings.peers, peer.ip()).await {
-        return Err(format!("{} is no --replication-peer", peer.ip()));
+    if repl.secret().is_none() && !membership::listed_peer(&repl.peer_addrs(), peer.ip()).await {
+        return Err(format!(
+            "{} is no --replication-peer nor a member found through nsqlookupd",
+            peer.ip()
+        ));
     }
     Ok(())
 }

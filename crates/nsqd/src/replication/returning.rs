@@ -8,7 +8,9 @@
 //! delivered, and deleted once nothing of them is left to skip.
 //!
 //! After an unclean stop, channels deliver nothing until every peer answered HELLO (WELCOME,
-//! or TAKEN_OVER with its manifest applied) or proved unreachable, at most 5 s.
+//! or TAKEN_OVER with its manifest applied) or proved unreachable, at most 5 s; with members
+//! found through nsqlookupd, the peers are those known once an nsqlookupd answered
+//! (`discover.rs`) and any found while delivery is still held.
 //!
 //! NSQ has no counterpart.
 
@@ -142,6 +144,14 @@ impl Replication {
         self.ret.epoch.subscribe()
     }
 
+    /// Peer `i` was found through nsqlookupd: while delivery is held at startup, it is waited
+    /// for too.
+    pub(super) fn wait_for_peer(&self, i: usize) {
+        if let Some(set) = self.ret.waiting.lock().as_mut() {
+            set.insert(i);
+        }
+    }
+
     /// Peer `i` answered HELLO (or proved unreachable): one less to wait for at startup.
     pub(super) fn peer_answered(&self, i: usize) {
         let mut w = self.ret.waiting.lock();
@@ -184,6 +194,13 @@ impl Replication {
                 let _ = tokio::task::spawn_blocking(move || r.apply_stored()).await;
             }
             if unclean {
+                // The members nsqlookupd lists are peers too (found at its first answer).
+                let mut stop = repl.stopping();
+                tokio::select! {
+                    _ = repl.first_round() => {}
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                }
                 loop {
                     let answered = repl.ret.answered.notified();
                     tokio::pin!(answered);

@@ -98,11 +98,14 @@ impl Replication {
         v
     }
 
-    /// The peers, in `--replication-peer` order.
+    /// The peers, in `--replication-peer` order, then the members found through nsqlookupd
+    /// in the order found; without the dropped ones (this very node, or a second address of
+    /// a node another entry links to).
     pub fn peers(&self) -> Vec<PeerInfo> {
         let g = self.group.lock();
         g.peers
             .iter()
+            .filter(|p| !p.dropped)
             .map(|p| PeerInfo {
                 address: p.addr.clone(),
                 node_id: p.node_id,
