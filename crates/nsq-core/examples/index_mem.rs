@@ -4,13 +4,16 @@
 //! `cargo run --release -p nsq-core --example index_mem -- [--messages N] [--pub-batch N]
 //! [--fanout-batch N] [--fin-batch N]` (defaults 1,000,000; 1 message per PUB as a PUB
 //! command gives; 1,024 IDs per FANOUT, the topic pump's batch; 1 ID per FIN, as one FIN
-//! command gives). Four flows, each into a fresh index:
+//! command gives). Six flows, each into a fresh index:
 //!
 //! * `topic→1`: PUBs to a topic without channels (pending on the topic), a FANOUT of them
 //!   to one channel, FINs on it.
 //! * `topic→3`: the same, fanned out to three channels, FINs on each.
 //! * `direct 1` / `direct 3`: PUBs straight to one / three channels (a topic whose channels
 //!   exist), FINs on each.
+//! * `deferred 1`: DPUBs straight to one channel, FINs on it.
+//! * `scattered`: PUBs straight to one channel, FINs of all but every eighth in a scattered
+//!   order (what is left of the index then), then FINs of all.
 //!
 //! For each it prints the index's heap per held message after each step (jemalloc's
 //! `stats.allocated`, nsqd's allocator, less what was allocated before the index was made,
@@ -110,7 +113,7 @@ fn run(ix: &mut Index, feed: &mut Feed, mut step: Step<'_>) -> (u64, Duration) {
     }
 }
 
-fn publish(n: u64, per: u64, channels: &'static [&'static str]) -> Step<'static> {
+fn publish(n: u64, per: u64, channels: &'static [&'static str], defer: i64) -> Step<'static> {
     let mut next = 0u64;
     let body = Bytes::from(vec![b'x'; BODY]);
     Box::new(move |feed| {
@@ -129,7 +132,7 @@ fn publish(n: u64, per: u64, channels: &'static [&'static str]) -> Step<'static>
         Some(Record::Frame(Frame::Pub(Pub {
             seq: feed.next_seq(),
             topic: TOPIC.into(),
-            defer_until: 0,
+            defer_until: defer,
             channels: channels.iter().map(|c| c.to_string()).collect(),
             messages,
         })))
@@ -180,6 +183,29 @@ fn finish(n: u64, per: u64, channels: &'static [&'static str]) -> Step<'static> 
     })
 }
 
+/// FINs one ID at a time of all the messages but every eighth, in a scattered order (a
+/// stride through the IDs), on the first of `channels`.
+fn finish_scattered(n: u64, channels: &'static [&'static str]) -> Step<'static> {
+    // 7,919 is prime: unless it divides n, the stride visits every ID once.
+    let stride = if n.is_multiple_of(7919) { 1 } else { 7919 };
+    let mut i = 0u64;
+    Box::new(move |feed| loop {
+        if i >= n {
+            return None;
+        }
+        let k = i * stride % n;
+        i += 1;
+        if !k.is_multiple_of(8) {
+            return Some(Record::Frame(Frame::Fin(Fin {
+                seq: feed.next_seq(),
+                topic: TOPIC.into(),
+                channel: channels[0].to_string(),
+                ids: vec![id(k)],
+            })));
+        }
+    })
+}
+
 struct Args {
     messages: u64,
     pub_batch: u64,
@@ -205,8 +231,21 @@ fn report(what: &str, held: u64, base: i64, steps: &[(&str, u64, u64, Duration)]
     println!("{line}");
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    /// PUB to the topic, FANOUT to the channels.
+    Fanned,
+    /// PUB to the channels.
+    Direct,
+    /// DPUB to the channels (deferred by a minute).
+    Deferred,
+    /// PUB to the channels, then FINs of 7 in 8 in a scattered order before the rest.
+    Scattered,
+}
+
 /// One flow; returns the total apply time of its PUBs, FANOUTs and FINs.
-fn flow(a: &Args, name: &str, fanned: bool, channels: &'static [&'static str]) -> Duration {
+fn flow(a: &Args, name: &str, how: Flow, channels: &'static [&'static str]) -> Duration {
+    let fanned = how == Flow::Fanned;
     let n = a.messages;
     let base = live();
     let mut ix = Index::new();
@@ -217,13 +256,19 @@ fn flow(a: &Args, name: &str, fanned: bool, channels: &'static [&'static str]) -
     };
     let mut total = Duration::ZERO;
     let direct: &'static [&'static str] = if fanned { &[] } else { channels };
-    let (r, t) = run(&mut ix, &mut feed, publish(n, a.pub_batch, direct));
+    let defer = if how == Flow::Deferred {
+        1_700_000_060_000_000_000
+    } else {
+        0
+    };
+    let (r, t) = run(&mut ix, &mut feed, publish(n, a.pub_batch, direct, defer));
     total += t;
     assert_eq!(ix.messages(), n);
-    let state = if fanned {
-        "on the topic".to_string()
-    } else {
-        format!("on {} channel(s)", channels.len())
+    let state = match how {
+        Flow::Fanned => "on the topic".to_string(),
+        Flow::Direct => format!("on {} channel(s)", channels.len()),
+        Flow::Deferred => format!("deferred on {} channel(s)", channels.len()),
+        Flow::Scattered => format!("on {} channel(s)", channels.len()),
     };
     report(
         &format!("{name}: PUB, {state}"),
@@ -237,6 +282,14 @@ fn flow(a: &Args, name: &str, fanned: bool, channels: &'static [&'static str]) -
         assert_eq!(ix.messages(), n);
         let what = format!("{name}: FANOUT, on {} channel(s)", channels.len());
         report(&what, n, base, &[("FANOUT", r, n, t)]);
+    }
+    if how == Flow::Scattered {
+        let (r, t) = run(&mut ix, &mut feed, finish_scattered(n, channels));
+        total += t;
+        let held = ix.messages();
+        assert_eq!(held, n.div_ceil(8));
+        let what = format!("{name}: FIN 7 in 8, scattered");
+        report(&what, held, base, &[("FIN", r, r, t)]);
     }
     let (r, t) = run(&mut ix, &mut feed, finish(n, a.fin_batch, channels));
     total += t;
@@ -277,11 +330,23 @@ fn main() {
         "{} messages, {} per PUB, {} per FANOUT, {} per FIN",
         a.messages, a.pub_batch, a.fanout_batch, a.fin_batch
     );
-    let mut totals = Vec::new();
-    totals.push(("topic→1", flow(&a, "topic→1", true, &CHANNELS[..1])));
-    totals.push(("topic→3", flow(&a, "topic→3", true, &CHANNELS)));
-    totals.push(("direct 1", flow(&a, "direct 1", false, &CHANNELS[..1])));
-    totals.push(("direct 3", flow(&a, "direct 3", false, &CHANNELS)));
+    let totals = [
+        ("topic→1", flow(&a, "topic→1", Flow::Fanned, &CHANNELS[..1])),
+        ("topic→3", flow(&a, "topic→3", Flow::Fanned, &CHANNELS)),
+        (
+            "direct 1",
+            flow(&a, "direct 1", Flow::Direct, &CHANNELS[..1]),
+        ),
+        ("direct 3", flow(&a, "direct 3", Flow::Direct, &CHANNELS)),
+        (
+            "deferred 1",
+            flow(&a, "deferred 1", Flow::Deferred, &CHANNELS[..1]),
+        ),
+        (
+            "scattered",
+            flow(&a, "scattered", Flow::Scattered, &CHANNELS[..1]),
+        ),
+    ];
     let line: Vec<String> = totals
         .iter()
         .map(|(n, t)| format!("{n} {:.3} s", t.as_secs_f64()))
