@@ -43,12 +43,19 @@ impl<V: Value> Entry<V> {
     }
 }
 
+/// Entries between two fence keys.
+const STRIDE: usize = 64;
+
 /// Entries in ascending key order, at least one of them live.
 #[derive(Debug)]
 struct Chunk<V> {
     /// The first entry's key.
     first: u64,
     live: u32,
+    /// The keys of entries 0, [`STRIDE`], 2 × [`STRIDE`], …: a lookup reads them (in the
+    /// cache line it reads `first` from) and searches one stretch of the entries, instead
+    /// of a whole cold chunk one dependent load after another.
+    fences: [u64; CHUNK / STRIDE],
     entries: Vec<Entry<V>>,
 }
 
@@ -59,6 +66,7 @@ impl<V: Value> Clone for Chunk<V> {
         Chunk {
             first: self.first,
             live: self.live,
+            fences: self.fences,
             entries,
         }
     }
@@ -66,12 +74,30 @@ impl<V: Value> Clone for Chunk<V> {
 
 impl<V: Value> Chunk<V> {
     fn new(e: Entry<V>) -> Self {
+        Chunk::of(vec![e])
+    }
+
+    /// A chunk of `entries` (sorted, at most [`CHUNK`]), their live ones counted.
+    fn of(list: Vec<Entry<V>>) -> Self {
         let mut entries = Vec::with_capacity(CHUNK);
-        entries.push(e);
-        Chunk {
-            first: e.key,
-            live: 0,
+        entries.extend_from_slice(&list);
+        let mut c = Chunk {
+            first: 0,
+            live: entries.iter().filter(|e| e.live()).count() as u32,
+            fences: [0; CHUNK / STRIDE],
             entries,
+        };
+        c.refence();
+        c
+    }
+
+    /// Sets `first` and the fences after the entries moved.
+    fn refence(&mut self) {
+        if let Some(e) = self.entries.first() {
+            self.first = e.key;
+        }
+        for (i, f) in self.fences.iter_mut().enumerate() {
+            *f = self.entries.get(i * STRIDE).map_or(u64::MAX, |e| e.key);
         }
     }
 
@@ -80,15 +106,23 @@ impl<V: Value> Chunk<V> {
     }
 
     fn position(&self, key: u64) -> Result<usize, usize> {
-        self.entries.binary_search_by_key(&key, |e| e.key)
+        let stretches = self.entries.len().div_ceil(STRIDE);
+        let j = self.fences[..stretches].partition_point(|f| *f <= key);
+        if j == 0 {
+            return Err(0);
+        }
+        let lo = (j - 1) * STRIDE;
+        let hi = (j * STRIDE).min(self.entries.len());
+        match self.entries[lo..hi].binary_search_by_key(&key, |e| e.key) {
+            Ok(i) => Ok(lo + i),
+            Err(i) => Err(lo + i),
+        }
     }
 
     /// Drops the tombstones.
     fn compact(&mut self) {
         self.entries.retain(Entry::live);
-        if let Some(e) = self.entries.first() {
-            self.first = e.key;
-        }
+        self.refence();
     }
 }
 
@@ -191,7 +225,7 @@ impl<V: Value> IdMap<V> {
                 if c.live == 0 {
                     self.chunks.remove(ci);
                 } else {
-                    c.first = c.entries[0].key;
+                    c.refence();
                 }
             }
             (false, false) => self.died(ci),
@@ -229,15 +263,9 @@ impl<V: Value> IdMap<V> {
             self.chunks.insert(ci, Chunk::new(e));
             return (ci, 0);
         }
-        let mut right = Vec::with_capacity(CHUNK);
-        right.extend(c.entries.drain(CHUNK / 2..));
-        let right_live = right.iter().filter(|e| e.live()).count() as u32;
-        c.live -= right_live;
-        let right = Chunk {
-            first: right[0].key,
-            live: right_live,
-            entries: right,
-        };
+        let right = Chunk::of(c.entries.split_off(CHUNK / 2));
+        c.live -= right.live;
+        c.refence();
         self.chunks.insert(ci + 1, right);
         if pos < CHUNK / 2 {
             self.put(ci, pos, e)
@@ -249,8 +277,8 @@ impl<V: Value> IdMap<V> {
     fn put(&mut self, ci: usize, pos: usize, e: Entry<V>) -> (usize, usize) {
         let c = &mut self.chunks[ci];
         c.entries.insert(pos, e);
-        if pos == 0 {
-            c.first = e.key;
+        if pos + 1 < c.entries.len() || pos.is_multiple_of(STRIDE) {
+            c.refence();
         }
         (ci, pos)
     }
@@ -287,7 +315,7 @@ impl<V: Value> IdMap<V> {
         c.entries
             .extend(next.entries.into_iter().filter(Entry::live));
         c.live += next.live;
-        c.first = c.entries[0].key;
+        c.refence();
     }
 
     /// Calls `f` with every live entry; those it leaves dead are settled. Compacts every
@@ -309,6 +337,7 @@ impl<V: Value> IdMap<V> {
                 Some(last) if last.entries.len() + c.entries.len() <= CHUNK => {
                     last.entries.append(&mut c.entries);
                     last.live = last.entries.len() as u32;
+                    last.refence();
                 }
                 _ => kept.push_back(c),
             }
@@ -335,6 +364,9 @@ impl<V: Value> IdMap<V> {
         for c in &self.chunks {
             assert!(!c.entries.is_empty() && c.entries.len() <= CHUNK);
             assert_eq!(c.first, c.entries[0].key);
+            for (i, f) in c.fences.iter().enumerate() {
+                assert_eq!(*f, c.entries.get(i * STRIDE).map_or(u64::MAX, |e| e.key));
+            }
             let n = c.entries.iter().filter(|e| e.live()).count();
             assert_eq!(n, c.live as usize);
             assert!(n > 0, "a chunk without a live entry");
