@@ -290,6 +290,10 @@ impl<V: Value> IdMap<V> {
         c.live -= 1;
         if c.live == 0 {
             self.chunks.remove(ci);
+            // The chunk list of a backlog that held many messages once goes with them.
+            if self.chunks.capacity() > 64 && self.chunks.len() < self.chunks.capacity() / 4 {
+                self.chunks.shrink_to(self.chunks.len() * 2);
+            }
             return;
         }
         let live = c.live as usize;
