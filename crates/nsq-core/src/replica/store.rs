@@ -547,10 +547,10 @@ impl ReplicaStore {
         self.index.topics()
     }
 
-    /// Calls `f` with every unsettled message, body included, in file order (each record is
-    /// read once): pending on the topic (with its due time) and/or per channel with due
-    /// time and attempts. Returns how many live messages could not be read back (their
-    /// record damaged since it was written); an I/O error stops the walk.
+    /// Calls `f` with every unsettled message, body and timestamp included, in file order
+    /// (each record is read once): pending on the topic (with its due time) and/or per
+    /// channel with due time and attempts. Returns how many live messages could not be read
+    /// back (their record damaged since it was written); an I/O error stops the walk.
     pub fn for_each_unsettled(&self, mut f: impl FnMut(MessageItem)) -> Result<u64, StoreError> {
         let mut unreadable = 0;
         let mut open: Option<(u64, File)> = None;
@@ -562,26 +562,22 @@ impl ReplicaStore {
                     open = Some((loc.segment, file));
                 }
                 let (_, file) = open.as_ref().expect("opened");
-                let mut data = vec![0u8; loc.len as usize];
-                file.read_exact_at(&mut data, loc.offset)?;
-                current = match record::parse(&Bytes::from(data), 0) {
-                    Parsed::Record(rec, _) => Some((loc, rec)),
-                    _ => None,
-                };
+                current = read_record(file, loc.offset)?.map(|rec| (loc, rec));
             }
-            let body = match current.as_ref() {
+            let found = match current.as_ref() {
                 Some((_, Record::Frame(Frame::Pub(p)))) => p
                     .messages
                     .iter()
                     .find(|m| m.id == item.id)
-                    .map(|m| m.body.clone()),
+                    .map(|m| (m.timestamp, m.body.clone())),
                 Some((_, Record::Frame(Frame::State(Item::Message(m))))) if m.id == item.id => {
-                    Some(m.body.clone())
+                    Some((m.timestamp, m.body.clone()))
                 }
                 _ => None,
             };
-            match body {
-                Some(body) => {
+            match found {
+                Some((timestamp, body)) => {
+                    item.timestamp = timestamp;
                     item.body = body;
                     f(item);
                 }
@@ -600,6 +596,30 @@ impl ReplicaStore {
             _ => Ok(()),
         }
     }
+}
+
+/// The record at `offset` of a segment (its length from its header, as the index does not
+/// keep it); `None` when it is damaged or cut short.
+fn read_record(file: &File, offset: u64) -> io::Result<Option<Record>> {
+    let mut header = [0u8; record::HEADER];
+    let len = match file.read_exact_at(&mut header, offset) {
+        Ok(()) => u32::from_be_bytes(header[..4].try_into().expect("4 bytes")) as usize,
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if len == 0 || len > record::MAX_RECORD {
+        return Ok(None);
+    }
+    let mut data = vec![0u8; record::HEADER + len];
+    match file.read_exact_at(&mut data, offset) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    Ok(match record::parse(&Bytes::from(data), 0) {
+        Parsed::Record(rec, _) => Some(rec),
+        _ => None,
+    })
 }
 
 fn sync_dir(dir: &Path) {

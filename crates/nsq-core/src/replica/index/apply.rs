@@ -1,12 +1,35 @@
 //! How each record changes the index (see `index`'s module comment): publishes, STATE items,
 //! settlements, administration and the catch-up markers, with the catch-up's tombstones.
 
-use std::sync::Arc;
-
 use nsq_protocol::replication::{Admin, AdminOp, Fanout, Fin, MessageItem, Pub, Req, TopicItem};
 use nsq_protocol::MessageId;
 
-use super::{Catchup, ChanPending, Index, Loc, MsgEntry, NewMessage, TopicEntry, MESSAGE_OVERHEAD};
+use super::state::Gone;
+use super::topic::TopicEntry;
+use super::{Catchup, Index, Live, Loc, NewMessage, MESSAGE_OVERHEAD};
+
+impl Live {
+    /// Counts `n` new live messages of `body_bytes` in all, first stored in `segment`.
+    fn add(&mut self, segment: u64, n: u64, body_bytes: u64) {
+        if n == 0 {
+            return;
+        }
+        self.messages += n;
+        self.bytes += body_bytes + n * MESSAGE_OVERHEAD;
+        *self.per_segment.entry(segment).or_insert(0) += n;
+    }
+
+    fn forget(&mut self, g: Gone) {
+        self.messages -= 1;
+        self.bytes -= u64::from(g.body_len) + MESSAGE_OVERHEAD;
+        if let Some(n) = self.per_segment.get_mut(&g.segment) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_segment.remove(&g.segment);
+            }
+        }
+    }
+}
 
 impl Index {
     fn is_settled(&self, topic: &str, channel: &str, id: &MessageId) -> bool {
@@ -26,16 +49,10 @@ impl Index {
 
     fn topic_mut(&mut self, topic: &str) -> &mut TopicEntry {
         let catching_up = self.catchup.is_some();
-        // The name is copied only when the topic is new (this runs once per message).
+        // The name is copied only when the topic is new.
         if !self.topics.contains_key(topic) {
             self.meta_seg.insert(topic.to_owned(), self.cur_seg);
-            self.topics.insert(
-                topic.to_owned(),
-                TopicEntry {
-                    confirmed: true,
-                    ..TopicEntry::default()
-                },
-            );
+            self.topics.insert(topic.to_owned(), TopicEntry::new());
         }
         let t = self.topics.get_mut(topic).expect("inserted above");
         t.confirmed |= catching_up;
@@ -47,64 +64,23 @@ impl Index {
     fn upsert(
         &mut self,
         topic: &str,
-        NewMessage {
-            id,
-            timestamp,
-            body_len,
-            loc,
-        }: NewMessage,
+        new: NewMessage,
         topic_pending: Option<i64>,
         channels: &[(&str, i64, Option<u16>)],
     ) {
-        let topic_pending = topic_pending.filter(|_| !self.is_settled(topic, "", &id));
+        let topic_pending = topic_pending.filter(|_| !self.is_settled(topic, "", &new.id));
         let channels: Vec<_> = channels
             .iter()
-            .filter(|(c, _, _)| !self.is_settled(topic, c, &id))
+            .filter(|(c, _, _)| !self.is_settled(topic, c, &new.id))
             .copied()
             .collect();
         let t = self.topic_mut(topic);
-        let names: Vec<Arc<str>> = channels
+        let slots: Vec<(u32, i64, Option<u16>)> = channels
             .iter()
-            .map(|(c, _, _)| t.channel(c, true))
+            .map(|(c, due, attempts)| (t.channel(c, true), *due, *attempts))
             .collect();
-        let mut created = false;
-        let entry = t.messages.entry(id).or_insert_with(|| {
-            created = true;
-            MsgEntry {
-                loc,
-                timestamp,
-                body_len,
-                topic_pending: None,
-                channels: Vec::new(),
-            }
-        });
-        if let Some(due) = topic_pending {
-            entry.topic_pending = Some((due, true));
-        }
-        for ((_, due, attempts), name) in channels.iter().zip(names) {
-            match entry.channels.iter_mut().find(|p| p.name == name) {
-                Some(p) => {
-                    p.due = *due;
-                    if let Some(a) = attempts {
-                        p.attempts = *a;
-                    }
-                    p.confirmed = true;
-                }
-                None => entry.channels.push(ChanPending {
-                    name,
-                    due: *due,
-                    attempts: attempts.unwrap_or(0),
-                    confirmed: true,
-                }),
-            }
-        }
-        let dead = entry.is_dead();
-        if created && dead {
-            t.messages.remove(&id);
-        } else if created {
-            self.messages += 1;
-            self.live_bytes += u64::from(body_len) + MESSAGE_OVERHEAD;
-            *self.seg_live.entry(loc.segment).or_insert(0) += 1;
+        if t.msgs.upsert(&new, |m| m.upsert(topic_pending, &slots)) {
+            self.live.add(new.loc.segment, 1, u64::from(new.body_len));
         }
     }
 
@@ -115,22 +91,40 @@ impl Index {
                 c.deleted.remove(&(p.topic.clone(), String::new()));
             }
         }
-        self.topic_mut(&p.topic);
-        let channels: Vec<(&str, i64, Option<u16>)> = p
+        let catching_up = self.catchup.is_some();
+        let t = self.topic_mut(&p.topic);
+        let topic_pending = p.channels.is_empty().then_some(p.defer_until);
+        let new = |m: &nsq_protocol::replication::PubMessage| NewMessage {
+            id: m.id,
+            body_len: m.body.len() as u32,
+            loc,
+        };
+        if catching_up {
+            let channels: Vec<(&str, i64, Option<u16>)> = p
+                .channels
+                .iter()
+                .map(|c| (c.as_str(), p.defer_until, None))
+                .collect();
+            for m in &p.messages {
+                self.upsert(&p.topic, new(m), topic_pending, &channels);
+            }
+            return;
+        }
+        // Nothing settled ahead: the channels are looked up once for the whole record.
+        let slots: Vec<(u32, i64, Option<u16>)> = p
             .channels
             .iter()
-            .map(|c| (c.as_str(), p.defer_until, None))
+            .map(|c| (t.channel(c, true), p.defer_until, None))
             .collect();
-        let topic_pending = p.channels.is_empty().then_some(p.defer_until);
+        let (mut added, mut bytes) = (0, 0);
         for m in &p.messages {
-            let new = NewMessage {
-                id: m.id,
-                timestamp: m.timestamp,
-                body_len: m.body.len() as u32,
-                loc,
-            };
-            self.upsert(&p.topic, new, topic_pending, &channels);
+            let new = new(m);
+            if t.msgs.upsert(&new, |s| s.upsert(topic_pending, &slots)) {
+                added += 1;
+                bytes += u64::from(new.body_len);
+            }
         }
+        self.live.add(loc.segment, added, bytes);
     }
 
     pub(super) fn apply_topic_item(&mut self, item: &TopicItem) {
@@ -154,14 +148,12 @@ impl Index {
             if deleted {
                 continue;
             }
-            let name = t.channel(&c.name, catching_up);
-            if let Some(meta) = t.channels.get_mut(&name) {
-                meta.paused = c.paused;
-            }
+            let slot = t.channel(&c.name, catching_up);
+            t.chan_mut(slot).paused = c.paused;
             listed += 1;
         }
         // An item that describes the whole metadata is where replaying it can start.
-        if listed == item.channels.len() && listed == t.channels.len() {
+        if listed == item.channels.len() && listed == t.listed().len() {
             self.meta_seg.insert(item.topic.clone(), self.cur_seg);
         }
     }
@@ -177,7 +169,6 @@ impl Index {
             .collect();
         let new = NewMessage {
             id: m.id,
-            timestamp: m.timestamp,
             body_len: m.body.len() as u32,
             loc,
         };
@@ -189,45 +180,29 @@ impl Index {
         );
     }
 
-    /// Removes message `id` of `topic` if it is dead.
-    fn reap(&mut self, topic: &str, id: &MessageId) {
-        let Some(t) = self.topics.get_mut(topic) else {
-            return;
-        };
-        if t.messages.get(id).is_some_and(MsgEntry::is_dead) {
-            let e = t.messages.remove(id).expect("present");
-            self.forget(&e);
-        }
-    }
-
-    fn forget(&mut self, e: &MsgEntry) {
-        self.messages -= 1;
-        self.live_bytes -= u64::from(e.body_len) + MESSAGE_OVERHEAD;
-        if let Some(n) = self.seg_live.get_mut(&e.loc.segment) {
-            *n -= 1;
-            if *n == 0 {
-                self.seg_live.remove(&e.loc.segment);
-            }
-        }
-    }
-
     pub(super) fn apply_fin(&mut self, fin: &Fin) {
-        for id in &fin.ids {
-            let removed = self
-                .topics
-                .get_mut(&fin.topic)
-                .and_then(|t| t.messages.get_mut(id))
-                .and_then(|e| {
-                    let i = e.channels.iter().position(|p| *p.name == *fin.channel)?;
-                    e.channels.swap_remove(i);
-                    Some(())
-                })
-                .is_some();
-            if removed {
-                self.reap(&fin.topic, id);
-            } else if let Some(c) = self.catchup.as_mut() {
+        let catching_up = self.catchup.is_some();
+        let mut unknown = Vec::new();
+        match self.topics.get_mut(&fin.topic) {
+            Some(t) => {
+                let slot = t.slot(&fin.channel);
+                for id in &fin.ids {
+                    let done = slot.and_then(|s| t.msgs.update(id, |m| m.drop_channel(s)));
+                    match done {
+                        Some((true, Some(g))) => self.live.forget(g),
+                        Some((true, None)) => {}
+                        _ if catching_up => unknown.push(*id),
+                        _ => {}
+                    }
+                }
+            }
+            None if catching_up => unknown.extend_from_slice(&fin.ids),
+            None => {}
+        }
+        if let Some(c) = self.catchup.as_mut() {
+            for id in unknown {
                 c.settled
-                    .insert((fin.topic.clone(), fin.channel.clone(), *id));
+                    .insert((fin.topic.clone(), fin.channel.clone(), id));
             }
         }
     }
@@ -236,62 +211,48 @@ impl Index {
         let Some(t) = self.topics.get_mut(&req.topic) else {
             return;
         };
+        let Some(slot) = t.slot(&req.channel) else {
+            return;
+        };
         for e in &req.entries {
-            if let Some(p) = t
-                .messages
-                .get_mut(&e.id)
-                .and_then(|m| m.channels.iter_mut().find(|p| *p.name == *req.channel))
-            {
-                p.due = e.due;
-                p.attempts = e.attempts;
-                p.confirmed = true;
-            }
+            t.msgs.update(&e.id, |m| m.requeue(slot, e.due, e.attempts));
         }
     }
 
     pub(super) fn apply_fanout(&mut self, fo: &Fanout) {
         let catching_up = self.catchup.is_some();
         let mut unknown = Vec::new();
-        if let Some(t) = self.topics.get_mut(&fo.topic) {
-            let names: Vec<Arc<str>> = fo
-                .channels
-                .iter()
-                .map(|c| t.channel(c, catching_up))
-                .collect();
-            for id in &fo.ids {
-                let Some(e) = t.messages.get_mut(id) else {
-                    unknown.push(*id);
-                    continue;
-                };
-                let Some((due, _)) = e.topic_pending else {
-                    continue;
-                };
-                for name in &names {
-                    if !e.channels.iter().any(|p| p.name == *name) {
-                        e.channels.push(ChanPending {
-                            name: name.clone(),
-                            due,
-                            attempts: 0,
-                            confirmed: true,
-                        });
+        match self.topics.get_mut(&fo.topic) {
+            Some(t) => {
+                let slots: Vec<u32> = fo
+                    .channels
+                    .iter()
+                    .map(|c| t.channel(c, catching_up))
+                    .collect();
+                // Settled by this record: not unknown when listed again in it.
+                let mut settled = Vec::new();
+                for id in &fo.ids {
+                    match t.msgs.update(id, |m| m.fan_out(&slots, fo.more)) {
+                        Some((_, Some(g))) => {
+                            self.live.forget(g);
+                            if catching_up {
+                                settled.push(*id);
+                            }
+                        }
+                        Some((_, None)) => {}
+                        None if catching_up && !settled.contains(id) => unknown.push(*id),
+                        None => {}
                     }
                 }
-                if !fo.more {
-                    e.topic_pending = None;
-                }
             }
-        } else {
-            unknown.extend(fo.ids.iter().copied());
+            None => unknown.extend_from_slice(&fo.ids),
         }
         if !fo.more {
             if let Some(c) = self.catchup.as_mut() {
-                for id in &unknown {
-                    c.settled.insert((fo.topic.clone(), String::new(), *id));
+                for id in unknown {
+                    c.settled.insert((fo.topic.clone(), String::new(), id));
                 }
             }
-        }
-        for id in &fo.ids {
-            self.reap(&fo.topic, id);
         }
     }
 
@@ -317,16 +278,17 @@ impl Index {
                 if on_topic {
                     t.paused = paused;
                 } else {
-                    let name = t.channel(&a.channel, catching_up);
-                    if let Some(meta) = t.channels.get_mut(&name) {
-                        meta.paused = paused;
-                    }
+                    let slot = t.channel(&a.channel, catching_up);
+                    t.chan_mut(slot).paused = paused;
                 }
             }
             AdminOp::Delete if on_topic => {
                 if let Some(t) = self.topics.remove(&a.topic) {
-                    for e in t.messages.values() {
-                        self.forget(e);
+                    for (_, v) in t.msgs.iter() {
+                        self.live.forget(Gone {
+                            segment: v.place().0,
+                            body_len: v.body_len(),
+                        });
                     }
                 }
                 self.meta_seg.remove(&a.topic);
@@ -336,21 +298,25 @@ impl Index {
             }
             AdminOp::Delete | AdminOp::Empty => {
                 let delete = a.op == AdminOp::Delete;
-                let mut touched = Vec::new();
+                let live = &mut self.live;
                 if let Some(t) = self.topics.get_mut(&a.topic) {
-                    if delete && !on_topic {
-                        t.channels.retain(|k, _| **k != *a.channel);
-                    }
-                    for (id, e) in t.messages.iter_mut() {
-                        if on_topic {
-                            if e.topic_pending.take().is_some() {
-                                touched.push(*id);
-                            }
-                        } else if let Some(i) =
-                            e.channels.iter().position(|p| *p.name == *a.channel)
-                        {
-                            e.channels.swap_remove(i);
-                            touched.push(*id);
+                    if on_topic {
+                        t.msgs.for_each(
+                            |m| {
+                                m.drop_topic();
+                            },
+                            |g| live.forget(g),
+                        );
+                    } else if let Some(slot) = t.slot(&a.channel) {
+                        t.msgs.for_each(
+                            |m| {
+                                m.drop_channel(slot);
+                            },
+                            |g| live.forget(g),
+                        );
+                        if delete {
+                            // No message is pending on it any more.
+                            t.free(slot);
                         }
                     }
                 }
@@ -359,9 +325,6 @@ impl Index {
                         c.deleted.insert((a.topic.clone(), a.channel.clone()));
                     }
                 }
-                for id in &touched {
-                    self.reap(&a.topic, id);
-                }
             }
         }
     }
@@ -369,17 +332,13 @@ impl Index {
     pub(super) fn begin_catchup(&mut self) {
         for t in self.topics.values_mut() {
             t.confirmed = false;
-            for meta in t.channels.values_mut() {
-                meta.confirmed = false;
+            for c in t.chans_mut() {
+                c.confirmed = false;
             }
-            for e in t.messages.values_mut() {
-                if let Some((_, c)) = e.topic_pending.as_mut() {
-                    *c = false;
-                }
-                for p in &mut e.channels {
-                    p.confirmed = false;
-                }
-            }
+            t.msgs.for_each(
+                |m| m.unconfirm(),
+                |_| debug_assert!(false, "unconfirming settles nothing"),
+            );
         }
         self.catchup = Some(Catchup::default());
         self.catchup_seg = Some(self.cur_seg);
@@ -389,26 +348,17 @@ impl Index {
     pub(super) fn end_catchup(&mut self) {
         self.catchup = None;
         self.catchup_seg = None;
-        let mut dead = Vec::new();
-        self.topics.retain(|name, t| {
-            t.channels.retain(|_, meta| meta.confirmed);
-            for (id, e) in t.messages.iter_mut() {
-                if e.topic_pending.is_some_and(|(_, c)| !c) {
-                    e.topic_pending = None;
-                }
-                e.channels.retain(|p| p.confirmed);
-                if e.is_dead() {
-                    dead.push((name.clone(), *id));
-                }
+        let live = &mut self.live;
+        self.topics.retain(|_, t| {
+            for c in t.chans_mut() {
+                c.listed &= c.confirmed;
             }
-            t.confirmed || !t.messages.is_empty()
+            t.msgs
+                .for_each(|m| m.drop_unconfirmed(), |g| live.forget(g));
+            t.free_unused();
+            // A topic kept only for its messages that all died goes with them.
+            t.confirmed || !t.msgs.is_empty()
         });
-        for (topic, id) in dead {
-            self.reap(&topic, &id);
-        }
-        // A topic kept only for its messages that all died goes with them.
-        self.topics
-            .retain(|_, t| t.confirmed || !t.messages.is_empty());
         let topics = &self.topics;
         self.meta_seg.retain(|k, _| topics.contains_key(k));
     }

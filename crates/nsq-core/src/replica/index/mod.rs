@@ -7,12 +7,19 @@
 //! replay must give exactly the state the appends gave: that is what the trimming rule
 //! ([`Index::trimmable`]) guarantees and what the model test checks.
 //!
+//! A replica holds every unsettled message of its origins, so the per-message part is kept
+//! small (issue 29; `examples/index_mem.rs` measures it): no ID or name strings, no
+//! allocation per message, only what a takeover and the trimming rule need — the body's
+//! record (segment and offset; its length is in the record's header, the timestamp in the
+//! record) and where the message is pending, 24 bytes per usual message (`state.rs`).
+//!
 //! Files: the index's state, its checks and the dispatch of a record here; `apply.rs`, how
-//! each kind of record changes the state; `query.rs`, trimming and the takeover's queries.
+//! each kind of record changes the state; `query.rs`, trimming and the takeover's queries;
+//! `topic.rs`, a topic's channels and messages; `ids.rs`, the sorted chunks of the messages
+//! by GUID; `state.rs`, one message's state.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Arc;
+use std::hash::Hasher;
 
 use nsq_protocol::replication::{Admin, Fanout, Fin, Frame, Item, Pub, Req};
 use nsq_protocol::MessageId;
@@ -22,9 +29,16 @@ use rustc_hash::FxHasher;
 use super::record::Record;
 
 mod apply;
+mod ids;
 mod query;
+mod state;
+mod topic;
+
+use topic::TopicEntry;
 
 /// Where a record is: segment number, byte offset in the segment, length with its header.
+/// [`Index::unsettled`] answers with `len` 0: the index does not keep it (the record's
+/// header has it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Loc {
     pub segment: u64,
@@ -53,95 +67,25 @@ pub enum IndexError {
     NotARecord(u8),
 }
 
-/// Per-channel state of a pending message.
-#[derive(Debug, Clone)]
-struct ChanPending {
-    name: Arc<str>,
-    due: i64,
-    attempts: u16,
-    confirmed: bool,
-}
-
-/// A live message.
-#[derive(Debug, Clone)]
-struct MsgEntry {
-    /// The record that first stored it (its body is there).
-    loc: Loc,
-    timestamp: i64,
-    body_len: u32,
-    /// Pending on the topic, due at this time once fanned out; and confirmed by the catch-up.
-    topic_pending: Option<(i64, bool)>,
-    channels: Vec<ChanPending>,
-}
-
-impl MsgEntry {
-    fn is_dead(&self) -> bool {
-        self.topic_pending.is_none() && self.channels.is_empty()
-    }
-}
-
-#[derive(Debug, Clone)]
-struct ChannelMeta {
-    paused: bool,
-    confirmed: bool,
-}
-
-#[derive(Debug, Clone, Default)]
-struct TopicEntry {
-    paused: bool,
-    confirmed: bool,
-    channels: BTreeMap<Arc<str>, ChannelMeta>,
-    /// Keyed by the origin's message IDs (not chosen by clients), with [`IdHasher`].
-    messages: HashMap<MessageId, MsgEntry, BuildHasherDefault<IdHasher>>,
-}
-
-impl TopicEntry {
-    fn channel(&mut self, name: &str, catching_up: bool) -> Arc<str> {
-        if let Some((k, meta)) = self.channels.iter_mut().find(|(k, _)| &***k == name) {
-            meta.confirmed |= catching_up;
-            return k.clone();
-        }
-        let k: Arc<str> = Arc::from(name);
-        self.channels.insert(
-            k.clone(),
-            ChannelMeta {
-                paused: false,
-                confirmed: true,
-            },
-        );
-        k
-    }
-}
-
-/// The hash of a message ID in the index: IDs are the origin's GUIDs as 16 hex digits
-/// (`((time - epoch) << 22) | (node << 12) | sequence`, nsqd/guid.go, `NewGUID`), made one after
-/// another, and a replica indexes every one. The IDs of one time unit get consecutive hashes
-/// from a random start per unit, so a run of publishes (and of their FINs) touches consecutive
-/// buckets instead of one random cache line each; the top bits (the table's tag) are mixed
-/// from the sequence. Anything else (not 16 hex digits) is hashed with FxHash.
+/// The hash of a message ID in the index's hash tables (wide states, IDs that are not
+/// GUIDs; the GUIDs themselves are in sorted chunks, `ids.rs`): IDs are the origin's GUIDs as
+/// 16 hex digits (`((time - epoch) << 22) | (node << 12) | sequence`, nsqd/guid.go,
+/// `NewGUID`), made one after another. The IDs of one time unit get consecutive hashes from a
+/// random start per unit, so a run of them touches consecutive buckets instead of one random
+/// cache line each; the top bits (the table's tag) are mixed from the sequence. Anything else
+/// (not 16 lowercase hex digits) is hashed with FxHash.
 #[derive(Default, Clone, Copy)]
 pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn write(&mut self, bytes: &[u8]) {
         const K: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut v = 0u64;
-        let hex = bytes.len() == 16
-            && bytes.iter().all(|&b| {
-                let d = match b {
-                    b'0'..=b'9' => b - b'0',
-                    b'a'..=b'f' => b - b'a' + 10,
-                    _ => return false,
-                };
-                v = (v << 4) | u64::from(d);
-                true
-            });
-        if !hex {
+        let Some(v) = guid(bytes) else {
             let mut h = FxHasher::default();
             h.write(bytes);
             self.0 = h.finish();
             return;
-        }
+        };
         let seq = v & 0xfff;
         let start = (v >> 12).wrapping_mul(K);
         self.0 = start.wrapping_add(seq) ^ (seq.wrapping_mul(K) & (0x7f << 57));
@@ -155,11 +99,28 @@ impl Hasher for IdHasher {
     }
 }
 
-/// A message as a PUB or STATE record brings it.
+/// An ID's GUID: its 16 lowercase hex digits as a number (the inverse of
+/// [`MessageId::from_u64`]); `None` for any other bytes.
+pub(super) fn guid(bytes: &[u8]) -> Option<u64> {
+    if bytes.len() != 16 {
+        return None;
+    }
+    let mut v = 0u64;
+    for &b in bytes {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => return None,
+        };
+        v = (v << 4) | u64::from(d);
+    }
+    Some(v)
+}
+
+/// A message as a PUB or STATE record brings it (its timestamp stays in the record).
 #[derive(Debug, Clone, Copy)]
 struct NewMessage {
     id: MessageId,
-    timestamp: i64,
     body_len: u32,
     loc: Loc,
 }
@@ -176,12 +137,21 @@ struct Catchup {
 /// Bytes counted per live message besides its body, for the compaction estimate.
 pub const MESSAGE_OVERHEAD: u64 = 64;
 
+/// The live messages counted.
+#[derive(Debug, Default, Clone)]
+struct Live {
+    messages: u64,
+    /// Bodies plus [`MESSAGE_OVERHEAD`] each.
+    bytes: u64,
+    /// Per segment, the live messages whose first record is in it.
+    per_segment: BTreeMap<u64, u64>,
+}
+
 /// The index of one backlog (see the module comment).
 #[derive(Debug, Default, Clone)]
 pub struct Index {
     topics: BTreeMap<String, TopicEntry>,
-    /// Per segment, the live messages whose first record is in it.
-    seg_live: BTreeMap<u64, u64>,
+    live: Live,
     /// Per topic, the segment from which its records define its metadata (channels, pause
     /// flags): where it was created, or its last full STATE TOPIC.
     meta_seg: HashMap<String, u64>,
@@ -191,8 +161,6 @@ pub struct Index {
     cur_seg: u64,
     last_seq: u64,
     catchup: Option<Catchup>,
-    messages: u64,
-    live_bytes: u64,
 }
 
 impl Index {
@@ -213,12 +181,12 @@ impl Index {
 
     /// Live (unsettled) messages.
     pub fn messages(&self) -> u64 {
-        self.messages
+        self.live.messages
     }
 
     /// Bodies of live messages plus [`MESSAGE_OVERHEAD`] each: what a compaction would keep.
     pub fn live_bytes(&self) -> u64 {
-        self.live_bytes
+        self.live.bytes
     }
 
     /// Whether `records`, applied in order, would be accepted (seq continuity and catch-up

@@ -23,7 +23,7 @@ impl Index {
     }
 
     pub(super) fn pins(&self, segment: u64) -> bool {
-        self.seg_live.contains_key(&segment)
+        self.live.per_segment.contains_key(&segment)
             || self.catchup_seg == Some(segment)
             || self.meta_seg.values().any(|s| *s == segment)
     }
@@ -35,7 +35,7 @@ impl Index {
     pub fn pinned_only_by_metadata(&self, segment: u64) -> Vec<TopicItem> {
         if self.catchup.is_some()
             || self.catchup_seg == Some(segment)
-            || self.seg_live.contains_key(&segment)
+            || self.live.per_segment.contains_key(&segment)
         {
             return Vec::new();
         }
@@ -59,51 +59,54 @@ impl Index {
                 topic: name.clone(),
                 paused: t.paused,
                 channels: t
-                    .channels
-                    .iter()
-                    .map(|(c, meta)| ChannelItem {
-                        name: c.to_string(),
-                        paused: meta.paused,
+                    .listed()
+                    .into_iter()
+                    .map(|c| ChannelItem {
+                        name: c.name.to_string(),
+                        paused: c.paused,
                     })
                     .collect(),
             })
             .collect()
     }
 
-    /// Every live message as a [`MessageItem`] without its body, with the location of the
-    /// record that holds the body, ordered by location (so a reader reads each record once,
-    /// in file order). Channels are by name.
+    /// Every live message as a [`MessageItem`] without its body and timestamp (both are in
+    /// the record), with the location of the record that holds the body (`len` 0: see
+    /// [`Loc`]), ordered by location (so a reader reads each record once, in file order).
+    /// Channels are by name.
     pub fn unsettled(&self) -> Vec<(Loc, MessageItem)> {
-        let mut out: Vec<(Loc, MessageItem)> = self
-            .topics
-            .iter()
-            .flat_map(|(topic, t)| {
-                t.messages.iter().map(move |(id, e)| {
-                    let mut channels: Vec<PendingChannel> = e
-                        .channels
-                        .iter()
-                        .map(|p| PendingChannel {
-                            name: p.name.to_string(),
-                            due: p.due,
-                            attempts: p.attempts,
-                        })
-                        .collect();
-                    channels.sort_by(|a, b| a.name.cmp(&b.name));
-                    (
-                        e.loc,
-                        MessageItem {
-                            topic: topic.clone(),
-                            id: *id,
-                            timestamp: e.timestamp,
-                            topic_pending: e.topic_pending.is_some(),
-                            topic_due: e.topic_pending.map_or(0, |(due, _)| due),
-                            channels,
-                            body: bytes::Bytes::new(),
-                        },
-                    )
-                })
-            })
-            .collect();
+        let mut out: Vec<(Loc, MessageItem)> = Vec::with_capacity(self.messages() as usize);
+        for (topic, t) in &self.topics {
+            for (id, v) in t.msgs.iter() {
+                let mut channels = Vec::new();
+                v.channels(|slot, due, attempts| {
+                    channels.push(PendingChannel {
+                        name: t.name(slot).to_string(),
+                        due,
+                        attempts,
+                    })
+                });
+                channels.sort_by(|a, b| a.name.cmp(&b.name));
+                let (segment, offset) = v.place();
+                let due = v.topic();
+                out.push((
+                    Loc {
+                        segment,
+                        offset,
+                        len: 0,
+                    },
+                    MessageItem {
+                        topic: topic.clone(),
+                        id,
+                        timestamp: 0,
+                        topic_pending: due.is_some(),
+                        topic_due: due.unwrap_or(0),
+                        channels,
+                        body: bytes::Bytes::new(),
+                    },
+                ));
+            }
+        }
         out.sort_by(|a, b| (a.0, &a.1.topic, a.1.id).cmp(&(b.0, &b.1.topic, b.1.id)));
         out
     }

@@ -14,6 +14,10 @@ use proptest::prelude::*;
 use super::*;
 use crate::replica::record::Record;
 
+mod compact;
+mod diff;
+mod oracle;
+
 fn id(n: u64) -> MessageId {
     MessageId::from_u64(n)
 }
