@@ -115,6 +115,18 @@ def wait_backlogs_drained(g, timeout=30):
     wait_for("every backlog to drain to 0 messages", drained, timeout=timeout)
 
 
+def stop_producers(producers, may_fail):
+    """Stops every producer: {host: acknowledged bodies}; only `may_fail`'s may have failed."""
+    sent = {}
+    for n, p in producers.items():
+        p.stop()
+        acked, failed, _ = p.results()
+        sent[n] = acked
+        if n != may_fail:
+            assert failed == [], f"{n}: {len(failed)} failed: {p.fail_reasons()}"
+    return sent
+
+
 def wait_all_delivered(consumer, expected, timeout):
     """At-least-once: every body in `expected` came; returns the consumer's duplicates."""
     expected = set(expected)
@@ -316,13 +328,7 @@ def kill_without_restart(g):
     time.sleep(4)
     g.kill("c", signal.SIGKILL)
     time.sleep(3)
-    sent = {}
-    for n, p in producers.items():
-        p.stop()
-        acked, failed, _ = p.results()
-        sent[n] = acked
-        if n != "c":
-            assert failed == [], f"{n}: {len(failed)} failed: {p.fail_reasons()}"
+    sent = stop_producers(producers, may_fail="c")
     wait_for("a takeover of c's backlog", lambda: g.counter("takeovers", "ab") >= 1,
              timeout=TAKEOVER_TIMEOUT + 30)
     dups = wait_all_delivered(cg, [m for v in sent.values() for m in v], timeout=TAKEOVER_TIMEOUT + 60)
@@ -352,13 +358,7 @@ def long_partition(g):
              timeout=TAKEOVER_TIMEOUT + 40)
     g.heal()
     time.sleep(3)
-    sent = {}
-    for n, p in producers.items():
-        p.stop()
-        acked, failed, _ = p.results()
-        sent[n] = acked
-        if n != "c":
-            assert failed == [], f"{n}: {len(failed)} failed: {p.fail_reasons()}"
+    sent = stop_producers(producers, may_fail="c")
     dups = wait_all_delivered(cg, [m for v in sent.values() for m in v], timeout=60)
     g.wait_linked()
     assert g.counter("takeovers", "ab") == 1
@@ -488,13 +488,7 @@ def frozen_host(g):
         time.sleep(0.25)
     g.thaw("c")
     time.sleep(5)
-    sent = {}
-    for n, p in producers.items():
-        p.stop()
-        acked, failed, _ = p.results()
-        sent[n] = acked
-        if n != "c":
-            assert failed == [], f"{n}: {len(failed)} failed: {p.fail_reasons()}"
+    sent = stop_producers(producers, may_fail="c")
     dups = wait_all_delivered(cg, [m for v in sent.values() for m in v], timeout=60)
     g.wait_linked()
     assert not [m for m in dups if not m.startswith("zc-")], "duplicates of a live origin's messages"
@@ -589,13 +583,7 @@ def planned_leave(g):
     took = time.monotonic() - began
     assert g.nsqd["c"].proc.returncode == 0, g.nsqd["c"].proc.returncode
     time.sleep(2)
-    sent = []
-    for n, p in producers.items():
-        p.stop()
-        acked, failed, _ = p.results()
-        sent += acked
-        if n != "c":
-            assert failed == [], f"{n}: {len(failed)} failed: {p.fail_reasons()}"
+    sent = [m for v in stop_producers(producers, may_fail="c").values() for m in v]
     dups = wait_all_delivered(cg, sent, timeout=60)
     assert g.counter("takeovers", "ab") >= 1
     assert not [m for m in dups if not m.startswith("vc-")], "duplicates of a live origin's messages"

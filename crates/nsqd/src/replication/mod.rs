@@ -430,15 +430,21 @@ impl Replication {
     /// The core's replica set and acknowledgements, copied for the views and the outbox.
     pub(crate) fn sync_group(&self, core: &nsq_core::replication::Group) {
         let mut g = self.group.lock();
+        // The outbox's floor moves only when a peer is placed or leaves the set (an ACK
+        // trims it already, `on_ack`).
+        let mut placed = false;
         for p in g.peers.iter_mut().filter(|p| p.live) {
             if let Some(c) = core.peer(p.node_id).filter(|c| c.live) {
+                placed |= !p.decided || p.in_set != c.in_set;
                 p.decided = true;
                 p.in_set = c.in_set;
                 p.catching_up = c.catching_up;
                 p.acked = c.acked;
             }
         }
-        self.trim_outbox(&g);
+        if placed {
+            self.trim_outbox(&g);
+        }
     }
 
     // ---- acknowledgement ---------------------------------------------------------------
