@@ -42,6 +42,9 @@ pub enum BackendError {
     InvalidSize { size: usize, min: usize, max: usize },
     /// An I/O error from the filesystem.
     Io(std::io::Error),
+    /// The publish would pass the `max_depth` of topic `0` or of one of its channels, whose
+    /// overflow is `refuse` (crate::queue_settings): nothing of it was stored.
+    Full(String),
 }
 
 impl std::fmt::Display for BackendError {
@@ -55,6 +58,7 @@ impl std::fmt::Display for BackendError {
                 )
             }
             BackendError::Io(e) => write!(f, "{e}"),
+            BackendError::Full(topic) => write!(f, "topic {topic} is full"),
         }
     }
 }

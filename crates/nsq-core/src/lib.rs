@@ -14,6 +14,7 @@ pub mod inflight;
 pub mod memqueue;
 pub mod message;
 pub mod options;
+pub mod queue_settings;
 pub mod receipt;
 pub mod replica;
 pub mod replication;

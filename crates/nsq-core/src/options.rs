@@ -31,6 +31,9 @@ pub struct Options {
     /// (see [`crate::reserve`]). nsqd turns it on; off for tests and tools that embed the
     /// engine without a data directory of their own.
     pub reserve: bool,
+    /// The node's default queue settings (`--max-queue-depth`, …; see
+    /// [`crate::queue_settings`]): what a topic or channel without its own value uses.
+    pub queue_defaults: crate::queue_settings::QueueSettings,
 }
 
 impl Default for Options {
@@ -50,6 +53,7 @@ impl Default for Options {
             e2e_window: Duration::from_secs(600),
             durable: false,
             reserve: false,
+            queue_defaults: Default::default(),
         }
     }
 }

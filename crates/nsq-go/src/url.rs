@@ -63,6 +63,11 @@ impl Query {
         (Query { pairs }, failed)
     }
 
+    /// Every pair in the order given (repeated keys included).
+    pub fn pairs(&self) -> &[(String, String)] {
+        &self.pairs
+    }
+
     /// The first value of `key`, if the key is present at all.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.pairs

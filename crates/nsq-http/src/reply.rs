@@ -99,6 +99,8 @@ impl ApiError {
     pub const BAD_MESSAGE: ApiError = ApiError(StatusCode::PAYLOAD_TOO_LARGE, "BAD_MESSAGE");
     pub const INVALID_DEFER: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_DEFER");
     pub const EXITING: ApiError = ApiError(StatusCode::SERVICE_UNAVAILABLE, "EXITING");
+    /// Ours: a publish past a queue's `max_depth` with `overflow=refuse`.
+    pub const FULL: ApiError = ApiError(StatusCode::SERVICE_UNAVAILABLE, "FULL");
     pub const INVALID_OPTION: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_OPTION");
     pub const INVALID_VALUE: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_VALUE");
     pub const INVALID_VALUE_413: ApiError =

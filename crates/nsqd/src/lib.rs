@@ -19,6 +19,7 @@ pub mod nsqd;
 pub mod options;
 mod park;
 pub mod protocol_v2;
+pub mod queue_settings;
 pub mod replication;
 pub mod server;
 pub mod stats;

@@ -4,9 +4,12 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use nsq_core::queue_settings::{QueueSettings, Scope};
 use nsq_core::Engine;
 use nsq_protocol::names::{is_ephemeral, is_valid_channel_name, is_valid_topic_name};
 use serde::{Deserialize, Serialize};
+
+use crate::queue_settings::SettingsMeta;
 
 /// The file's top-level object; key order is the reference's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,6 +28,10 @@ pub struct TopicMeta {
     /// `null` (not `[]`) when the topic has no channels.
     #[serde(default)]
     pub channels: Option<Vec<ChannelMeta>>,
+    /// Ours: the topic's queue settings (crate::queue_settings); absent when none is set, so
+    /// the file is NSQ's byte for byte, and ignored by NSQ v1.3 when present.
+    #[serde(default, skip_serializing_if = "SettingsMeta::is_empty")]
+    pub settings: SettingsMeta,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,6 +39,9 @@ pub struct ChannelMeta {
     pub name: String,
     #[serde(default)]
     pub paused: bool,
+    /// Ours, as [`TopicMeta::settings`].
+    #[serde(default, skip_serializing_if = "SettingsMeta::is_empty")]
+    pub settings: SettingsMeta,
 }
 
 /// `<data-path>/nsqd.dat`.
@@ -86,18 +96,35 @@ pub fn apply(engine: &Engine, md: &Metadata) {
         if t.paused {
             topic.pause();
         }
+        topic.set_settings(settings_of(&t.settings, Scope::Topic, &t.name));
         for c in t.channels.iter().flatten() {
             if !is_valid_channel_name(&c.name) {
                 tracing::warn!("skipping creation of invalid channel {}", c.name);
                 continue;
             }
             match topic.get_or_create_channel(&c.name) {
-                Ok((ch, _)) if c.paused => ch.pause(),
-                Ok(_) => {}
+                Ok((ch, _)) => {
+                    if c.paused {
+                        ch.pause();
+                    }
+                    let at = format!("{}:{}", t.name, c.name);
+                    ch.set_settings(settings_of(&c.settings, Scope::Channel, &at));
+                }
                 Err(e) => tracing::error!("failed to create channel {}:{} - {e}", t.name, c.name),
             }
         }
+        topic.refresh_bounds();
     }
+}
+
+/// The settings a file holds for `what`; values that cannot be taken are skipped, with a
+/// warning naming them.
+fn settings_of(meta: &SettingsMeta, scope: Scope, what: &str) -> QueueSettings {
+    let (s, bad) = meta.to_settings(scope);
+    for key in bad {
+        tracing::warn!("skipping setting {key} of {what} in metadata: not a valid value");
+    }
+    s
 }
 
 /// The current metadata of an engine (ephemeral topics and channels excluded).
@@ -114,12 +141,14 @@ pub fn snapshot(engine: &Engine) -> Metadata {
                 .map(|c| ChannelMeta {
                     name: c.name().to_string(),
                     paused: c.is_paused(),
+                    settings: SettingsMeta::from_settings(&c.settings()),
                 })
                 .collect();
             TopicMeta {
                 name: t.name().to_string(),
                 paused: t.is_paused(),
                 channels: (!channels.is_empty()).then_some(channels),
+                settings: SettingsMeta::from_settings(&t.settings()),
             }
         })
         .collect();

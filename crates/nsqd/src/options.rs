@@ -61,6 +61,8 @@ pub enum OptionsError {
     AckTimeout,
     #[error("--replication-max-backlog-bytes must be > 0")]
     MaxBacklogBytes,
+    #[error("--max-queue-depth must be >= 0")]
+    MaxQueueDepth,
 }
 
 /// Every nsqd option, one field per flag (nsqd/options.go, `Options`), holding the resolved
@@ -183,6 +185,10 @@ pub struct NsqdOptions {
     pub replication_secret_file: String,
     /// The replica store's segment size (not a flag: 64 MiB; tests make it small).
     pub replication_segment_bytes: u64,
+
+    // --- queue settings' node defaults (ours, nsq_core::queue_settings) ---
+    /// `--max-queue-depth`: a topic's or channel's `max_depth` when it has none (0: none).
+    pub max_queue_depth: i64,
 }
 
 impl Default for NsqdOptions {
@@ -265,6 +271,7 @@ impl NsqdOptions {
             replication_takeover_timeout: Duration::from_secs(30),
             replication_ack_timeout: Duration::from_secs(10),
             replication_max_backlog_bytes: 10 << 30,
+            max_queue_depth: 0,
             replication_secret_file: String::new(),
             replication_segment_bytes: 64 << 20,
         }
@@ -340,6 +347,9 @@ impl NsqdOptions {
         }
         if self.replication_max_backlog_bytes <= 0 {
             return Err(OptionsError::MaxBacklogBytes);
+        }
+        if self.max_queue_depth < 0 {
+            return Err(OptionsError::MaxQueueDepth);
         }
         Ok(())
     }
@@ -420,6 +430,10 @@ impl NsqdOptions {
             durable: self.durable || self.sync_every == 1,
             // A clean shutdown must find room for what memory holds (nsq_core::reserve).
             reserve: true,
+            queue_defaults: nsq_core::queue_settings::QueueSettings {
+                max_depth: u64::try_from(self.max_queue_depth).ok().filter(|&d| d > 0),
+                ..Default::default()
+            },
         }
     }
 
@@ -510,6 +524,8 @@ pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
         "minimum client configurable duration of time between flushing to a client";
     "output-buffer-timeout" => output_buffer_timeout: Dur, Some("output_buffer_timeout"),
         "default duration of time between flushing data to clients";
+    "max-queue-depth" => max_queue_depth: Int, Some("max_queue_depth"),
+        "the most messages a topic or a channel holds, in memory and on disk, before a publish to it fails with 'E_PUB_FAILED ... is full' (0: no bound; a topic's or channel's own max_depth, POST /topic/config or /channel/config, overrides it)";
     "max-channel-consumers" => max_channel_consumers: Int, Some("max_channel_consumers"),
         "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)";
     "parked-reads" => parked_reads: Bool, Some("parked_reads"),

@@ -178,6 +178,16 @@ impl Channel {
 
     // ---- stats ------------------------------------------------------------------------------
 
+    /// This channel's own queue settings (crate::queue_settings).
+    pub fn settings(&self) -> crate::queue_settings::QueueSettings {
+        self.settings.read().clone()
+    }
+
+    /// Replaces this channel's own settings; its topic's `refresh_bounds` must follow.
+    pub fn set_settings(&self, s: crate::queue_settings::QueueSettings) {
+        *self.settings.write() = s;
+    }
+
     pub fn depth(&self) -> i64 {
         self.lock().state.mem_len() as i64 + self.backend.depth()
     }

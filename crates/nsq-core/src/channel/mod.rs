@@ -223,6 +223,8 @@ pub struct Channel {
     e2e: E2eLatency,
     /// Replication (crate::replicator); `None` when off and for an ephemeral channel.
     repl: Option<Arc<dyn Replicator>>,
+    /// This channel's own queue settings (crate::queue_settings).
+    settings: RwLock<crate::queue_settings::QueueSettings>,
 }
 
 impl std::fmt::Debug for Channel {
@@ -307,6 +309,7 @@ impl Channel {
             writes_done: Condvar::new(),
             e2e,
             repl,
+            settings: RwLock::new(Default::default()),
         })
     }
 

@@ -33,6 +33,7 @@ use crate::channel::Channel;
 use crate::engine::Engine;
 use crate::message::{now_nanos, GuidFactory, Message};
 use crate::options::{Health, Options};
+use crate::queue_settings::QueueSettings;
 use crate::receipt::PutReceipt;
 use crate::replicator::Replicator;
 use crate::reserve::Reserve;
@@ -87,6 +88,11 @@ pub struct Topic {
     pub(crate) pump_lock: Arc<RwLock<()>>,
     /// Replication (crate::replicator); `None` when off and for an ephemeral topic.
     repl: Option<Arc<dyn Replicator>>,
+    /// This topic's own queue settings (crate::queue_settings).
+    settings: RwLock<QueueSettings>,
+    /// A `max_depth` applies to this topic or one of its channels (its own or the node's
+    /// default): publishes check the bounds (`Topic::refresh_bounds`). False costs nothing.
+    bounded: AtomicBool,
 }
 
 impl std::fmt::Debug for Topic {
@@ -111,6 +117,7 @@ impl Topic {
         // A backlog left on disk by a previous run must be pumped before new messages.
         let ephemeral = nsq_protocol::names::is_ephemeral(name);
         let queue = TopicState::new(opts.mem_queue_size, !ephemeral, backend.depth());
+        let bounded_default = opts.queue_defaults.max_depth.is_some();
         Arc::new(Topic {
             name: name.to_string(),
             ephemeral,
@@ -132,6 +139,8 @@ impl Topic {
             exiting: AtomicBool::new(false),
             pump_lock: Arc::new(RwLock::new(())),
             repl,
+            settings: RwLock::new(QueueSettings::default()),
+            bounded: AtomicBool::new(bounded_default),
         })
     }
 
@@ -218,6 +227,11 @@ impl Topic {
         };
         if msgs.is_empty() {
             return Ok(PutReceipt::default());
+        }
+        // A client's publish only: messages adopted in a takeover (`adopt.rs`) were
+        // acknowledged elsewhere and are never refused.
+        if self.bounded.load(Ordering::Acquire) {
+            self.check_bounds(msgs.len())?;
         }
         let ts = msgs[0].timestamp;
         let due = if defer_ms == 0 {
@@ -316,5 +330,60 @@ impl Topic {
     pub fn start(self: &Arc<Self>) {
         self.started.store(true, Ordering::Release);
         self.ensure_pump();
+    }
+}
+
+// ---- queue settings (crate::queue_settings) ----------------------------------------------
+
+impl Topic {
+    /// This topic's own settings (not the node's defaults).
+    pub fn settings(&self) -> QueueSettings {
+        self.settings.read().clone()
+    }
+
+    /// Replaces this topic's own settings.
+    pub fn set_settings(&self, s: QueueSettings) {
+        *self.settings.write() = s;
+        self.refresh_bounds();
+    }
+
+    /// Recomputes whether publishes check bounds; call after a channel's settings change.
+    pub fn refresh_bounds(&self) {
+        let limited = |s: &QueueSettings| s.max_depth.is_some();
+        let bounded = self.opts.queue_defaults.max_depth.is_some()
+            || limited(&self.settings.read())
+            || self
+                .state
+                .lock()
+                .channels
+                .values()
+                .any(|c| limited(&c.settings()));
+        self.bounded.store(bounded, Ordering::Release);
+    }
+
+    /// Refuses a publish of `n` messages that would pass the `max_depth` of this topic or of
+    /// one of its channels (a channel's depth counts what waits in the topic too: the pump
+    /// hands it to every channel). Checked before the publish takes the topic's lock, so
+    /// publishes running at once can each pass it: a queue exceeds its bound by at most
+    /// what was being published concurrently. Only `overflow=refuse` exists so far.
+    fn check_bounds(&self, n: usize) -> Result<(), BackendError> {
+        let default = self.opts.queue_defaults.max_depth;
+        let n = n as u64;
+        let topic_depth = u64::try_from(self.depth()).unwrap_or(0);
+        let over = |depth: u64, max: Option<u64>| max.is_some_and(|m| depth.saturating_add(n) > m);
+        if over(topic_depth, self.settings.read().max_depth.or(default)) {
+            return Err(BackendError::Full(self.name.clone()));
+        }
+        let chans = self.state.lock().fanout.clone();
+        for c in chans.iter() {
+            let max = c.settings().max_depth.or(default);
+            if max.is_some() {
+                let depth = u64::try_from(c.depth()).unwrap_or(0) + topic_depth;
+                if over(depth, max) {
+                    return Err(BackendError::Full(self.name.clone()));
+                }
+            }
+        }
+        Ok(())
     }
 }

@@ -20,9 +20,10 @@ use super::stats::{self, StatsQuery};
 use super::{debug, json, plain, v1, ApiError, ApiResult, Endpoint, HttpState};
 use crate::nsqd::Nsqd;
 use crate::options::LogLevel;
+use nsq_core::queue_settings::Scope;
 use nsq_go::url::{self as query, Query};
 use nsq_http::reply::topic_channel_args;
-use nsq_http::reply::V1Body;
+use nsq_http::reply::{v1_json, V1Body};
 
 pub(super) async fn handle(
     st: &HttpState,
@@ -69,6 +70,7 @@ pub(super) async fn handle(
         | Endpoint::ChannelEmpty
         | Endpoint::ChannelPause
         | Endpoint::ChannelUnpause => v1(channel_admin(nsqd, ep, req).await),
+        Endpoint::TopicConfig | Endpoint::ChannelConfig => queue_config(nsqd, ep, req).await,
         Endpoint::Config => v1(config(st, param.as_deref().unwrap_or(""), req).await),
         Endpoint::PprofIndex
         | Endpoint::PprofCmdline
@@ -299,7 +301,7 @@ async fn publish(nsqd: &Nsqd, req: Request) -> ApiResult {
         defer = Duration::from_nanos(ns as u64);
     }
     // OK only once stored (and, in durable mode, synced): docs/durability.md.
-    let receipt = topic.put(body, defer).map_err(|_| ApiError::EXITING)?;
+    let receipt = topic.put(body, defer).map_err(|e| put_refused(&e))?;
     let seq = receipt.replication_seq();
     receipt.durable().await.map_err(|_| ApiError::EXITING)?;
     // Replicated (docs/replication.md): and on N-1 replicas.
@@ -307,6 +309,15 @@ async fn publish(nsqd: &Nsqd, req: Request) -> ApiResult {
         nsqd.replicated(seq).await.map_err(|_| ApiError::EXITING)?;
     }
     ok_text("OK")
+}
+
+/// A refused publish: 503 `FULL` at a queue's bound (ours), else `EXITING` as the reference
+/// answers any failed `PutMessage` (nsqd/http.go, `doPUB`).
+fn put_refused(e: &nsq_core::backend::BackendError) -> ApiError {
+    match e {
+        nsq_core::backend::BackendError::Full(_) => ApiError::FULL,
+        _ => ApiError::EXITING,
+    }
 }
 
 async fn mpublish(nsqd: &Nsqd, req: Request) -> ApiResult {
@@ -327,7 +338,7 @@ async fn mpublish(nsqd: &Nsqd, req: Request) -> ApiResult {
     };
     let receipt = topic
         .put_many(msgs, Duration::ZERO)
-        .map_err(|_| ApiError::EXITING)?;
+        .map_err(|e| put_refused(&e))?;
     let seq = receipt.replication_seq();
     receipt.durable().await.map_err(|_| ApiError::EXITING)?;
     if seq != 0 {
@@ -528,6 +539,86 @@ async fn channel_admin(nsqd: &Arc<Nsqd>, ep: Endpoint, req: Request) -> ApiResul
         _ => unreachable!("channel_admin is only routed channel endpoints"),
     }
     Ok(V1Body::Empty)
+}
+
+// ---- queue settings (ours: crate::queue_settings) --------------------------------------------
+
+/// `GET /topic/config?topic=T`, `GET /channel/config?topic=T&channel=C`: the effective
+/// settings; `POST` with `key=value` parameters changes them first (an empty value clears a
+/// key; all or nothing) and writes `nsqd.dat`. A bad key or value answers 400 with its name
+/// (`{"message":"INVALID_MAX_DEPTH"}`), a missing topic or channel 404 as the other admin
+/// endpoints do.
+async fn queue_config(nsqd: &Arc<Nsqd>, ep: Endpoint, req: Request) -> Response {
+    let post = req.method() == axum::http::Method::POST;
+    let q = match req_params(req).await {
+        Ok(q) => q,
+        Err(e) => return v1(Err(e)),
+    };
+    let answer = if ep == Endpoint::TopicConfig {
+        topic_config(nsqd, post, &q).await
+    } else {
+        channel_config(nsqd, post, &q).await
+    };
+    match answer {
+        Ok(Ok(body)) => v1(Ok(body)),
+        Ok(Err(message)) => nsq_http::reply::v1_error(StatusCode::BAD_REQUEST, &message),
+        Err(e) => v1(Err(e)),
+    }
+}
+
+type ConfigAnswer = Result<Result<V1Body, String>, ApiError>;
+
+async fn topic_config(nsqd: &Arc<Nsqd>, post: bool, q: &Query) -> ConfigAnswer {
+    let name = q.get("topic").ok_or(ApiError::MISSING_ARG_TOPIC)?;
+    let topic = nsqd
+        .engine
+        .get_topic(name)
+        .ok_or(ApiError::TOPIC_NOT_FOUND)?;
+    if post {
+        match crate::queue_settings::apply(&topic.settings(), Scope::Topic, name, q.pairs()) {
+            Ok(s) => topic.set_settings(s),
+            Err(message) => return Ok(Err(message)),
+        }
+        persist_metadata(nsqd).await;
+    }
+    let settings = crate::queue_settings::effective_json(
+        name,
+        &topic.settings(),
+        None,
+        &nsqd.engine.options().queue_defaults,
+    );
+    v1_json(&serde_json::json!({ "topic": name, "settings": settings })).map(Ok)
+}
+
+async fn channel_config(nsqd: &Arc<Nsqd>, post: bool, q: &Query) -> ConfigAnswer {
+    let (topic_name, name) = topic_channel_args(q)?;
+    let topic = nsqd
+        .engine
+        .get_topic(topic_name)
+        .ok_or(ApiError::TOPIC_NOT_FOUND)?;
+    let ch = topic.get_channel(name).ok_or(ApiError::CHANNEL_NOT_FOUND)?;
+    if post {
+        match crate::queue_settings::apply(&ch.settings(), Scope::Channel, topic_name, q.pairs()) {
+            Ok(s) => {
+                ch.set_settings(s);
+                topic.refresh_bounds();
+            }
+            Err(message) => return Ok(Err(message)),
+        }
+        persist_metadata(nsqd).await;
+    }
+    let settings = crate::queue_settings::effective_json(
+        topic_name,
+        &topic.settings(),
+        Some(&ch.settings()),
+        &nsqd.engine.options().queue_defaults,
+    );
+    v1_json(&serde_json::json!({
+        "topic": topic_name,
+        "channel": name,
+        "settings": settings,
+    }))
+    .map(Ok)
 }
 
 // ---- /config/:opt ---------------------------------------------------------------------------

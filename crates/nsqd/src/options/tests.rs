@@ -96,6 +96,8 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
     	maximum client configurable size (in bytes) for a client output buffer (default 65536)
   -max-output-buffer-timeout duration
     	maximum client configurable duration of time between flushing to a client (default 30s)
+  -max-queue-depth int
+    	the most messages a topic or a channel holds, in memory and on disk, before a publish to it fails with 'E_PUB_FAILED ... is full' (0: no bound; a topic's or channel's own max_depth, POST /topic/config or /channel/config, overrides it)
   -max-rdy-count int
     	maximum RDY count for a client (default 2500)
   -max-req-timeout duration

@@ -1,0 +1,274 @@
+//! Per-topic and per-channel queue settings (nsq_core::queue_settings; README, "Beyond NSQ"):
+//! the API (`GET`/`POST /topic/config`, `/channel/config`), `nsqd.dat`'s fields, the node
+//! default `--max-queue-depth`, and `max_depth` with `overflow=refuse` refusing publishes over
+//! TCP and HTTP with nothing of a refused publish stored.
+
+mod common;
+
+use common::{options, v2, Daemon};
+use nsq_testkit::frames::sized;
+use nsq_testkit::stats::{channel, topic};
+use serde_json::json;
+
+fn mpub(topic: &str, bodies: &[&[u8]]) -> Vec<u8> {
+    let mut body = (bodies.len() as u32).to_be_bytes().to_vec();
+    for b in bodies {
+        body.extend_from_slice(&(b.len() as u32).to_be_bytes());
+        body.extend_from_slice(b);
+    }
+    sized(&format!("MPUB {topic}\n"), &body)
+}
+
+#[tokio::test]
+async fn settings_api_answers_and_persists() {
+    let d = Daemon::start(&["--max-queue-depth=1000"]).await;
+    d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+    d.post("/channel/create?topic=t&channel=c", b"")
+        .await
+        .assert_empty_ok();
+
+    // Effective values: the node default, then the topic's own.
+    let r = d.get("/topic/config?topic=t").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!({"topic": "t", "settings": {
+            "max_depth": {"value": 1000, "source": "default"},
+            "overflow": {"value": null, "source": "off"},
+        }})
+    );
+    let r = d
+        .post("/topic/config?topic=t&max_depth=5&overflow=refuse", b"")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json()["settings"]["max_depth"],
+        json!({"value": 5, "source": "set"})
+    );
+    assert!(
+        d.nsqd_dat()
+            .contains(r#""settings":{"max_depth":5,"overflow":"refuse"}"#),
+        "{}",
+        d.nsqd_dat()
+    );
+    // A channel's bound is its own (not its topic's).
+    let r = d.get("/channel/config?topic=t&channel=c").await;
+    assert_eq!(
+        r.json(),
+        json!({"topic": "t", "channel": "c", "settings": {
+            "max_depth": {"value": 1000, "source": "default"},
+            "overflow": {"value": null, "source": "off"},
+        }})
+    );
+    d.post("/channel/config?topic=t&channel=c&max_depth=7", b"")
+        .await;
+    assert!(
+        d.nsqd_dat()
+            .contains(r#"{"name":"c","paused":false,"settings":{"max_depth":7}}"#),
+        "{}",
+        d.nsqd_dat()
+    );
+
+    // Bad input: named, nothing changed.
+    let bad = [
+        (
+            "/topic/config?topic=t&max_depth=0",
+            400,
+            "INVALID_MAX_DEPTH",
+        ),
+        (
+            "/topic/config?topic=t&max_depth=x&overflow=refuse",
+            400,
+            "INVALID_MAX_DEPTH",
+        ),
+        (
+            "/topic/config?topic=t&overflow=sometimes",
+            400,
+            "INVALID_OVERFLOW",
+        ),
+        (
+            "/topic/config?topic=t&overflow=drop_oldest",
+            400,
+            "INVALID_OVERFLOW",
+        ),
+        ("/topic/config?topic=t&depth=3", 400, "INVALID_KEY_DEPTH"),
+        (
+            "/topic/config?topic=t&max_attempts=3",
+            400,
+            "INVALID_KEY_MAX_ATTEMPTS",
+        ),
+        ("/topic/config?topic=t&ttl=30s", 400, "INVALID_KEY_TTL"),
+        (
+            "/topic/config?topic=nope&max_depth=3",
+            404,
+            "TOPIC_NOT_FOUND",
+        ),
+        ("/topic/config", 400, "MISSING_ARG_TOPIC"),
+        (
+            "/channel/config?topic=t&channel=nope",
+            404,
+            "CHANNEL_NOT_FOUND",
+        ),
+        ("/channel/config?topic=t", 400, "MISSING_ARG_CHANNEL"),
+    ];
+    for (target, status, msg) in bad {
+        d.post(target, b"").await.assert_err(status, msg);
+    }
+    let r = d.get("/topic/config?topic=t").await;
+    assert_eq!(
+        r.json()["settings"]["max_depth"],
+        json!({"value": 5, "source": "set"})
+    );
+
+    // An empty value clears the key; with none left the file is as NSQ writes it.
+    d.post("/topic/config?topic=t&max_depth=&overflow=", b"")
+        .await;
+    d.post("/channel/config?topic=t&channel=c&max_depth=", b"")
+        .await;
+    let r = d.get("/topic/config?topic=t").await;
+    assert_eq!(
+        r.json()["settings"]["max_depth"],
+        json!({"value": 1000, "source": "default"})
+    );
+    assert_eq!(
+        d.nsqd_dat(),
+        r#"{"topics":[{"name":"t","paused":false,"channels":[{"name":"c","paused":false}]}],"version":"1.3.0"}"#
+    );
+}
+
+#[tokio::test]
+async fn settings_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = nsqd::start(options::<&str>(dir.path(), &[])).await.unwrap();
+    let d = Daemon { h, dir };
+    d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+    d.post("/channel/create?topic=t&channel=c", b"")
+        .await
+        .assert_empty_ok();
+    d.post("/topic/config?topic=t&max_depth=100", b"").await;
+    d.post("/channel/config?topic=t&channel=c&max_depth=3", b"")
+        .await;
+    let Daemon { h, dir } = d;
+    h.shutdown().await;
+    let h = nsqd::start(options::<&str>(dir.path(), &[])).await.unwrap();
+    let d = Daemon { h, dir };
+    let r = d.get("/channel/config?topic=t&channel=c").await;
+    assert_eq!(
+        r.json()["settings"]["max_depth"],
+        json!({"value": 3, "source": "set"})
+    );
+    let r = d.get("/topic/config?topic=t").await;
+    assert_eq!(
+        r.json()["settings"]["max_depth"],
+        json!({"value": 100, "source": "set"})
+    );
+    // And the channel's bound is enforced again.
+    let mut c = d.v2().await;
+    c.send_ok(&sized("PUB t\n", b"1")).await;
+    c.send_ok(&sized("PUB t\n", b"2")).await;
+    c.send_ok(&sized("PUB t\n", b"3")).await;
+    c.send(&sized("PUB t\n", b"4")).await;
+    c.expect_fatal("E_PUB_FAILED PUB failed topic t is full")
+        .await;
+    let s = d.stats("").await;
+    assert_eq!(channel(&s, "t", "c")["depth"], 3);
+}
+
+#[tokio::test]
+async fn refuse_at_the_bound_over_tcp_and_http() {
+    let d = Daemon::start(&[]).await;
+    d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+    d.post("/topic/config?topic=t&max_depth=3", b"").await;
+    // No channel: the topic holds its messages.
+    let mut c = d.v2().await;
+    c.send_ok(&mpub("t", &[b"a", b"b"])).await;
+    // MPUB is all or nothing: 2 + 2 > 3.
+    c.send(&mpub("t", &[b"c", b"d"])).await;
+    c.expect_fatal("E_MPUB_FAILED MPUB failed topic t is full")
+        .await;
+    let s = d.stats("").await;
+    assert_eq!(topic(&s, "t")["depth"], 2);
+    let mut c = d.v2().await;
+    c.send_ok(&sized("PUB t\n", b"c")).await;
+    c.send(&sized("DPUB t 100\n", b"d")).await;
+    c.expect_fatal("E_DPUB_FAILED DPUB failed topic t is full")
+        .await;
+    d.post("/pub?topic=t", b"d").await.assert_err(503, "FULL");
+    d.post("/mpub?topic=t", b"d\ne")
+        .await
+        .assert_err(503, "FULL");
+    assert_eq!(topic(&d.stats("").await, "t")["depth"], 3);
+    assert_eq!(topic(&d.stats("").await, "t")["message_count"], 3);
+
+    // Another topic is not bounded by t's setting.
+    d.post("/pub?topic=u", b"x").await;
+    d.post("/pub?topic=u", b"y").await;
+    d.post("/pub?topic=u", b"z").await;
+    d.post("/pub?topic=u", b"w").await;
+    assert_eq!(topic(&d.stats("").await, "u")["depth"], 4);
+
+    // Room comes back as messages leave: raise the bound, or consume.
+    d.post("/topic/config?topic=t&max_depth=4", b"").await;
+    let r = d.post("/pub?topic=t", b"d").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    d.post("/pub?topic=t", b"e").await.assert_err(503, "FULL");
+}
+
+#[tokio::test]
+async fn a_channel_bound_counts_what_waits_in_its_topic() {
+    // A node default applies to every topic and channel without its own value.
+    let d = Daemon::start(&["--max-queue-depth=4"]).await;
+    d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+    d.post("/channel/create?topic=t&channel=slow", b"")
+        .await
+        .assert_empty_ok();
+    d.post("/channel/create?topic=t&channel=fast", b"")
+        .await
+        .assert_empty_ok();
+    // The topic's own bound is lifted; each channel keeps the default of 4.
+    d.post("/topic/config?topic=t&max_depth=1000", b"").await;
+    for i in 0..4 {
+        let r = d.post("/pub?topic=t", format!("m{i}").as_bytes()).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    d.post("/pub?topic=t", b"m4").await.assert_err(503, "FULL");
+    // Only the full channel's bound is raised: the other still holds 4 and refuses.
+    d.post("/channel/config?topic=t&channel=slow&max_depth=10", b"")
+        .await;
+    d.post("/pub?topic=t", b"m4").await.assert_err(503, "FULL");
+    d.post("/channel/config?topic=t&channel=fast&max_depth=", b"")
+        .await;
+    d.post("/channel/config?topic=t&channel=fast&max_depth=5", b"")
+        .await;
+    let r = d.post("/pub?topic=t", b"m4").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let s = d.stats("").await;
+    assert_eq!(channel(&s, "t", "slow")["depth"], 5);
+    assert_eq!(channel(&s, "t", "fast")["depth"], 5);
+    // Emptying a channel makes room in it.
+    d.post("/channel/empty?topic=t&channel=fast", b"")
+        .await
+        .assert_empty_ok();
+    let r = d.post("/pub?topic=t", b"m5").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[tokio::test]
+async fn with_no_setting_nothing_changes() {
+    let d = Daemon::start(&[]).await;
+    let mut c = v2(&d.h).await;
+    for i in 0..50 {
+        c.send_ok(&sized("PUB t\n", format!("{i}").as_bytes()))
+            .await;
+    }
+    let r = d.get("/topic/config?topic=t").await;
+    assert_eq!(
+        r.json()["settings"],
+        json!({
+            "max_depth": {"value": null, "source": "off"},
+            "overflow": {"value": null, "source": "off"},
+        })
+    );
+    assert_eq!(topic(&d.stats("").await, "t")["depth"], 50);
+    assert!(!d.nsqd_dat().contains("settings"), "{}", d.nsqd_dat());
+}
