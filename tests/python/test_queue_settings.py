@@ -1,0 +1,107 @@
+"""Queue settings (README, "Beyond NSQ: queue settings") through real clients: a channel's
+`max_depth` with `overflow=refuse` under load from gnsq publishers (TCP, through gnsq's
+Producer, and HTTP) while a slow gnsq Consumer reads. The refusal reaches each client as
+NSQ's error (`E_PUB_FAILED PUB failed topic T is full`, HTTP 503), every acknowledged
+message is delivered exactly once, and nothing of a refused publish is ever delivered."""
+
+import collections
+import json
+import urllib.request
+
+import gevent
+import gnsq
+from gnsq import errors
+
+from conftest import find_channel, wait_for
+
+BOUND = 300
+
+
+def post(nsqd, path):
+    req = urllib.request.Request(f"http://{nsqd.http_host}:{nsqd.http_port}{path}", method="POST", data=b"")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status, r.read()
+
+
+def test_refuse_at_the_bound_under_load(nsqd, topic):
+    post(nsqd, f"/topic/create?topic={topic}")
+    post(nsqd, f"/channel/create?topic={topic}&channel=ch")
+    status, body = post(nsqd, f"/channel/config?topic={topic}&channel=ch&max_depth={BOUND}")
+    assert status == 200, body
+    assert json.loads(body)["settings"]["max_depth"] == {"value": BOUND, "source": "set"}
+
+    acked, refused, errs = [], [], collections.Counter()
+    running = True
+
+    def tcp_publisher(name):
+        producer = gnsq.Producer(nsqd_tcp_addresses=[nsqd.tcp_address])
+        producer.start()
+        i = 0
+        try:
+            while running:
+                body = f"{name}-{i}".encode()
+                try:
+                    assert producer.publish(topic, body) == b"OK"
+                    acked.append(body)
+                    i += 1
+                except errors.NSQPubFailed as e:
+                    # gnsq raises E_PUB_FAILED as this class, with the text after the code.
+                    refused.append(body)
+                    errs[f"E_PUB_FAILED {e}"] += 1
+                    i += 1
+                except errors.NSQNoConnections:
+                    # The refusal closed the connection (fatal, as every NSQ publish error);
+                    # the Producer reconnects: this body was never sent.
+                    gevent.sleep(0.05)
+        finally:
+            producer.close()
+            producer.join(timeout=30)
+
+    def http_publisher():
+        http = nsqd.http()
+        i = 0
+        while running:
+            body = f"http-{i}".encode()
+            i += 1
+            try:
+                http.publish(topic, body)
+                acked.append(body)
+            except errors.NSQHttpError as e:
+                refused.append(body)
+                errs[str(e)] += 1
+                gevent.sleep(0.01)
+
+    received = collections.Counter()
+
+    def handler(consumer, message):
+        received[message.body] += 1
+        gevent.sleep(0.002)  # slower than the publishers: the channel fills to its bound
+
+    consumer = gnsq.Consumer(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=20,
+                             message_handler=handler)
+    consumer.start(block=False)
+    pubs = [gevent.spawn(tcp_publisher, f"tcp{n}") for n in range(3)] + [gevent.spawn(http_publisher)]
+    try:
+        gevent.sleep(6)
+        running = False
+        gevent.joinall(pubs, timeout=60, raise_error=True)
+        assert refused, f"no publish refused ({len(acked)} acknowledged): the bound was never reached"
+        assert set(errs) == {f"E_PUB_FAILED b'PUB failed topic {topic} is full'", "http error <503>"}, errs
+        wait_for(lambda: set(received) >= set(acked), timeout=120,
+                 message=f"{len(set(acked) - set(received))} acknowledged messages to arrive")
+        http = nsqd.http()
+
+        def settled():
+            c = find_channel(http.stats(topic=topic), topic, "ch")
+            return c if c and c["depth"] == 0 and c["in_flight_count"] == 0 else None
+        wait_for(settled, timeout=60, message="the channel to drain")
+    finally:
+        consumer.close()
+        consumer.join(timeout=30)
+    delivered_refused = set(refused) & set(received)
+    assert not delivered_refused, f"{len(delivered_refused)} refused messages delivered"
+    dups = [b for b, n in received.items() if n > 1]
+    assert not dups, f"{len(dups)} delivered twice"
+    assert set(received) == set(acked)
+    print(f"max_depth {BOUND}: {len(acked)} acknowledged and delivered once, {len(refused)} refused "
+          f"({dict(errs)})")
