@@ -105,3 +105,44 @@ def test_refuse_at_the_bound_under_load(nsqd, topic):
     assert set(received) == set(acked)
     print(f"max_depth {BOUND}: {len(acked)} acknowledged and delivered once, {len(refused)} refused "
           f"({dict(errs)})")
+
+
+def test_ttl_on_a_paused_channel_in_memory_and_on_disk(nsqd_factory, topic):
+    """Published while the channel is paused, older than the TTL when it is unpaused: a gnsq
+    Consumer gets only the younger messages; `expired_count` counts the rest."""
+    for flags in ((), ("--mem-queue-size=0",)):
+        nsqd = nsqd_factory(*flags)
+        post(nsqd, f"/topic/create?topic={topic}")
+        post(nsqd, f"/channel/create?topic={topic}&channel=ch")
+        status, body = post(nsqd, f"/channel/config?topic={topic}&channel=ch&ttl=500ms")
+        assert status == 200, body
+        post(nsqd, f"/channel/pause?topic={topic}&channel=ch")
+        producer = gnsq.Producer(nsqd_tcp_addresses=[nsqd.tcp_address])
+        producer.start()
+        try:
+            old = [f"old-{i}".encode() for i in range(200)]
+            assert producer.multipublish(topic, old) == b"OK"
+            gevent.sleep(0.8)
+            new = [f"new-{i}".encode() for i in range(50)]
+            assert producer.multipublish(topic, new) == b"OK"
+        finally:
+            producer.close()
+            producer.join(timeout=30)
+        post(nsqd, f"/channel/unpause?topic={topic}&channel=ch")
+        received = collections.Counter()
+
+        def handler(consumer, message):
+            received[message.body] += 1
+
+        consumer = gnsq.Consumer(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=100,
+                                 message_handler=handler)
+        consumer.start(block=False)
+        try:
+            wait_for(lambda: len(received) >= len(new), timeout=60, message="the younger messages")
+            gevent.sleep(0.5)
+        finally:
+            consumer.close()
+            consumer.join(timeout=30)
+        assert set(received) == set(new), flags
+        c = find_channel(nsqd.http().stats(topic=topic), topic, "ch")
+        assert (c["expired_count"], c["depth"]) == (len(old), 0), (flags, c)

@@ -113,7 +113,7 @@ pub fn apply(engine: &Engine, md: &Metadata) {
                 Err(e) => tracing::error!("failed to create channel {}:{} - {e}", t.name, c.name),
             }
         }
-        topic.refresh_bounds();
+        topic.refresh_settings();
     }
 }
 

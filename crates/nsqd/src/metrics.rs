@@ -170,7 +170,7 @@ fn topic_families(e: &mut Exposition, s: &Snapshot) {
 fn channel_families(e: &mut Exposition, s: &Snapshot) {
     let topics = &s.topics;
     type Get = fn(&ChannelSnapshot) -> f64;
-    let families: [(&str, Kind, &str, Get); 9] = [
+    let families: [(&str, Kind, &str, Get); 10] = [
         (
             "nsq_channel_depth",
             Kind::Gauge,
@@ -212,6 +212,12 @@ fn channel_families(e: &mut Exposition, s: &Snapshot) {
             Kind::Counter,
             "In-flight messages that timed out and were requeued (/stats timeout_count).",
             |c| c.timeout_count as f64,
+        ),
+        (
+            "nsq_channel_expired_total",
+            Kind::Counter,
+            "Messages dropped as older than the channel's TTL (queue settings; /stats expired_count).",
+            |c| c.expired_count as f64,
         ),
         (
             "nsq_channel_clients",

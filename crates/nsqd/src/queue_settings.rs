@@ -14,7 +14,7 @@ const NAMING: [&str; 2] = ["topic", "channel"];
 
 /// The keys whose behaviour is built so far: the API takes and lists only these, and
 /// `nsqd.dat` keeps only these (a key arrives here with its behaviour, never before it).
-pub const BUILT: [Key; 2] = [Key::MaxDepth, Key::Overflow];
+pub const BUILT: [Key; 3] = [Key::Ttl, Key::MaxDepth, Key::Overflow];
 
 /// Values of a built key that are not built yet (`overflow=drop_oldest`).
 fn built_value(v: &Value) -> bool {
@@ -288,8 +288,8 @@ mod tests {
             ]
         );
         assert_eq!(
-            parse_changes(Scope::Channel, &q(&[("ttl", "5s")])).unwrap_err(),
-            "INVALID_KEY_TTL"
+            parse_changes(Scope::Channel, &q(&[("max_attempts", "5")])).unwrap_err(),
+            "INVALID_KEY_MAX_ATTEMPTS"
         );
         assert_eq!(
             parse_changes(Scope::Topic, &q(&[("overflow", "drop_oldest")])).unwrap_err(),
@@ -303,11 +303,15 @@ mod tests {
         );
         assert_eq!(
             json.to_string(),
-            r#"{"max_depth":{"source":"off","value":null},"overflow":{"source":"off","value":null}}"#
+            r#"{"max_depth":{"source":"off","value":null},"overflow":{"source":"off","value":null},"ttl":{"source":"off","value":null}}"#
         );
-        let meta: SettingsMeta = serde_json::from_str(r#"{"ttl":"5s","max_depth":3}"#).unwrap();
-        let (s, bad) = meta.to_settings(Scope::Topic);
-        assert_eq!((s.max_depth, s.ttl, bad), (Some(3), None, vec![Key::Ttl]));
+        let meta: SettingsMeta =
+            serde_json::from_str(r#"{"max_attempts":5,"max_depth":3}"#).unwrap();
+        let (s, bad) = meta.to_settings(Scope::Channel);
+        assert_eq!(
+            (s.max_depth, s.max_attempts, bad),
+            (Some(3), None, vec![Key::MaxAttempts])
+        );
     }
 
     #[test]

@@ -78,6 +78,8 @@ pub struct ChannelSnapshot {
     pub deferred_count: u64,
     pub requeue_count: u64,
     pub timeout_count: u64,
+    /// Ours: messages dropped as older than the channel's TTL (crate::queue_settings).
+    pub expired_count: u64,
     pub paused: bool,
     /// Connected consumers.
     pub clients: u64,
@@ -213,6 +215,7 @@ fn channel_snapshot(c: &Channel, include_clients: bool) -> ChannelSnapshot {
         deferred_count: cs.deferred_count as u64,
         requeue_count: cs.requeue_count,
         timeout_count: cs.timeout_count,
+        expired_count: cs.expired_count,
         paused: cs.paused,
         clients: cs.consumers.len() as u64,
         client_stats,

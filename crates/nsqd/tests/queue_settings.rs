@@ -35,6 +35,7 @@ async fn settings_api_answers_and_persists() {
         json!({"topic": "t", "settings": {
             "max_depth": {"value": 1000, "source": "default"},
             "overflow": {"value": null, "source": "off"},
+            "ttl": {"value": null, "source": "off"},
         }})
     );
     let r = d
@@ -58,6 +59,7 @@ async fn settings_api_answers_and_persists() {
         json!({"topic": "t", "channel": "c", "settings": {
             "max_depth": {"value": 1000, "source": "default"},
             "overflow": {"value": null, "source": "off"},
+            "ttl": {"value": null, "source": "off"},
         }})
     );
     d.post("/channel/config?topic=t&channel=c&max_depth=7", b"")
@@ -97,7 +99,8 @@ async fn settings_api_answers_and_persists() {
             400,
             "INVALID_KEY_MAX_ATTEMPTS",
         ),
-        ("/topic/config?topic=t&ttl=30s", 400, "INVALID_KEY_TTL"),
+        ("/topic/config?topic=t&ttl=30", 400, "INVALID_TTL"),
+        ("/topic/config?topic=t&ttl=0s", 400, "INVALID_TTL"),
         (
             "/topic/config?topic=nope&max_depth=3",
             404,
@@ -267,8 +270,105 @@ async fn with_no_setting_nothing_changes() {
         json!({
             "max_depth": {"value": null, "source": "off"},
             "overflow": {"value": null, "source": "off"},
+            "ttl": {"value": null, "source": "off"},
         })
     );
     assert_eq!(topic(&d.stats("").await, "t")["depth"], 50);
     assert!(!d.nsqd_dat().contains("settings"), "{}", d.nsqd_dat());
+}
+
+/// Subscribes to `t`/`c` with RDY `rdy` and returns the bodies of the messages that arrive
+/// within `wait`, in order (FINed as they come).
+async fn consume(d: &Daemon, rdy: u32, wait: std::time::Duration) -> Vec<String> {
+    let mut c = d.v2().await;
+    c.send_ok(b"SUB t c\n").await;
+    c.send(format!("RDY {rdy}\n").as_bytes()).await;
+    let mut got = Vec::new();
+    while let Ok(Some(f)) = tokio::time::timeout(wait, c.frame()).await {
+        assert_eq!(f.frame_type, 2, "{f:?}");
+        let m = nsq_protocol::message::decode(f.data).unwrap();
+        c.send(format!("FIN {}\n", String::from_utf8_lossy(m.id.as_bytes())).as_bytes())
+            .await;
+        got.push(String::from_utf8_lossy(&m.body).to_string());
+    }
+    got
+}
+
+/// TTL on a paused channel: what waited past the TTL is not delivered (counted as expired),
+/// what is younger is; in memory, and with everything on disk (`--mem-queue-size=0`) with the
+/// TTL inherited from the topic.
+#[tokio::test]
+async fn expired_messages_are_not_delivered() {
+    for (flags, inherited) in [(&[][..], false), (&["--mem-queue-size=0"][..], true)] {
+        let d = Daemon::start(flags).await;
+        d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+        d.post("/channel/create?topic=t&channel=c", b"")
+            .await
+            .assert_empty_ok();
+        let target = if inherited {
+            "/topic/config?topic=t&ttl=300ms"
+        } else {
+            "/channel/config?topic=t&channel=c&ttl=300ms"
+        };
+        let r = d.post(target, b"").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let r = d.get("/channel/config?topic=t&channel=c").await;
+        let source = if inherited { "topic" } else { "set" };
+        assert_eq!(
+            r.json()["settings"]["ttl"],
+            json!({"value": "300ms", "source": source})
+        );
+        d.post("/channel/pause?topic=t&channel=c", b"")
+            .await
+            .assert_empty_ok();
+        for i in 0..5 {
+            d.post("/pub?topic=t", format!("old{i}").as_bytes()).await;
+        }
+        // A deferred message due after the TTL has passed expires too.
+        d.post("/pub?topic=t&defer=600", b"late").await;
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+        d.post("/pub?topic=t", b"new0").await;
+        d.post("/pub?topic=t", b"new1").await;
+        d.post("/channel/unpause?topic=t&channel=c", b"")
+            .await
+            .assert_empty_ok();
+        let got = consume(&d, 10, std::time::Duration::from_millis(700)).await;
+        assert_eq!(got, ["new0", "new1"], "{flags:?}");
+        let s = d.stats("").await;
+        let c = channel(&s, "t", "c");
+        assert_eq!(
+            (&c["expired_count"], &c["depth"], &c["deferred_count"]),
+            (&json!(6), &json!(0), &json!(0)),
+            "{flags:?}: {c}"
+        );
+        let text = d.get("/stats").await.text();
+        assert!(text.contains(" expired: 6\n"), "{text}");
+        let m = d.get("/metrics").await.text();
+        assert!(
+            m.contains("nsq_channel_expired_total{topic=\"t\",channel=\"c\"} 6\n"),
+            "{m}"
+        );
+    }
+}
+
+/// Without a TTL nothing expires and `/stats` has no `expired_count`; a TTL cleared stops
+/// expiring.
+#[tokio::test]
+async fn no_ttl_no_expiry() {
+    let d = Daemon::start(&[]).await;
+    d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+    d.post("/channel/create?topic=t&channel=c", b"")
+        .await
+        .assert_empty_ok();
+    d.post("/channel/config?topic=t&channel=c&ttl=100ms", b"")
+        .await;
+    d.post("/channel/config?topic=t&channel=c&ttl=", b"").await;
+    d.post("/pub?topic=t", b"kept").await;
+    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    let got = consume(&d, 10, std::time::Duration::from_millis(500)).await;
+    assert_eq!(got, ["kept"]);
+    let s = d.stats("").await;
+    let c = channel(&s, "t", "c");
+    assert!(c.get("expired_count").is_none(), "{c}");
+    assert!(!d.get("/stats").await.text().contains("expired"));
 }

@@ -106,6 +106,9 @@ nsq_channel_requeued_total{topic="t",channel="c"} 0
 # HELP nsq_channel_timed_out_total In-flight messages that timed out and were requeued (/stats timeout_count).
 # TYPE nsq_channel_timed_out_total counter
 nsq_channel_timed_out_total{topic="t",channel="c"} 0
+# HELP nsq_channel_expired_total Messages dropped as older than the channel's TTL (queue settings; /stats expired_count).
+# TYPE nsq_channel_expired_total counter
+nsq_channel_expired_total{topic="t",channel="c"} 0
 # HELP nsq_channel_clients Consumers subscribed to the channel (/stats client_count).
 # TYPE nsq_channel_clients gauge
 nsq_channel_clients{topic="t",channel="c"} 0

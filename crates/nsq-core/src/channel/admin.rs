@@ -183,9 +183,23 @@ impl Channel {
         self.settings.read().clone()
     }
 
-    /// Replaces this channel's own settings; its topic's `refresh_bounds` must follow.
+    /// Replaces this channel's own settings; its topic's `refresh_settings` must follow.
     pub fn set_settings(&self, s: crate::queue_settings::QueueSettings) {
         *self.settings.write() = s;
+    }
+
+    /// The effective TTL (see `Topic::refresh_settings`).
+    pub(crate) fn set_ttl(&self, ttl: Option<std::time::Duration>) {
+        let ns = ttl.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self.ttl_ns.store(ns, Ordering::Release);
+    }
+
+    /// The effective TTL, if any.
+    pub fn ttl(&self) -> Option<std::time::Duration> {
+        match self.ttl_ns.load(Ordering::Acquire) {
+            0 => None,
+            ns => Some(std::time::Duration::from_nanos(ns)),
+        }
     }
 
     pub fn depth(&self) -> i64 {
@@ -212,6 +226,7 @@ impl Channel {
             message_count: self.counters.message_count.load(Ordering::Relaxed),
             requeue_count: self.counters.requeue_count.load(Ordering::Relaxed),
             timeout_count: self.counters.timeout_count.load(Ordering::Relaxed),
+            expired_count: self.counters.expired_count.load(Ordering::Relaxed),
             paused: self.is_paused(),
             consumers,
         }

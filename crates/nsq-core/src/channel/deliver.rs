@@ -65,6 +65,11 @@ impl Channel {
         }
         let now = Instant::now().into_std();
         let mut rng = (sample_rate > 0).then(rand::thread_rng);
+        // A TTL (crate::queue_settings): a message older than it when it would be delivered
+        // is dropped as a sampled-out one is — consumed, its record settled — and counted.
+        let ttl = i64::try_from(self.ttl_ns.load(Ordering::Acquire)).unwrap_or(i64::MAX);
+        let wall = if ttl > 0 { now_nanos() } else { 0 };
+        let mut expired: Vec<MessageId> = Vec::new();
         let mut g = self.lock();
         // After the channel lock (the order `apply_skips` takes them in).
         let mut skips = ret.and_then(|r| TakeSkips::new(r, &self.topic_name, &self.name));
@@ -72,6 +77,10 @@ impl Channel {
         // record settled, not delivered.
         let mut keep = |m: &Message| {
             if skips.as_mut().is_some_and(|s| s.skip(m)) {
+                return false;
+            }
+            if ttl > 0 && wall.saturating_sub(m.timestamp) > ttl {
+                expired.push(m.id);
                 return false;
             }
             match rng.as_mut() {
@@ -83,6 +92,7 @@ impl Channel {
             .state
             .take_memory(client_id, max, now, msg_timeout, &mut keep, emit);
         let Some(mut asked) = taken.read else {
+            self.expired(&expired);
             self.skipped(skips, ret);
             return taken.n;
         };
@@ -118,6 +128,7 @@ impl Channel {
             asked -= kept;
             more = round + 1 == DROPPED_READ_ROUNDS;
         }
+        self.expired(&expired);
         self.skipped(skips, ret);
         drop(g);
         if more {
@@ -128,6 +139,20 @@ impl Channel {
             tracing::error!(channel = %self.name, topic = %self.topic_name, "failed to decode {bad} messages read from the backend, dropped");
         }
         n
+    }
+
+    /// After a take under the channel lock: the messages it dropped as expired are counted
+    /// and streamed as FINed (the replicas drop them too).
+    fn expired(&self, ids: &[MessageId]) {
+        if ids.is_empty() {
+            return;
+        }
+        self.counters
+            .expired_count
+            .fetch_add(ids.len() as u64, Ordering::Relaxed);
+        if let Some(r) = &self.repl {
+            r.finish(&self.topic_name, &self.name, ids);
+        }
     }
 
     /// After a take under the channel lock: the messages it dropped as taken over are

@@ -151,6 +151,8 @@ struct Counters {
     message_count: AtomicU64,
     requeue_count: AtomicU64,
     timeout_count: AtomicU64,
+    /// Messages not delivered because they were older than the channel's TTL.
+    expired_count: AtomicU64,
 }
 
 /// A point-in-time view of a channel for `/stats` and statsd.
@@ -164,6 +166,8 @@ pub struct ChannelStats {
     pub message_count: u64,
     pub requeue_count: u64,
     pub timeout_count: u64,
+    /// Ours: messages that expired (crate::queue_settings, `ttl`).
+    pub expired_count: u64,
     pub paused: bool,
     pub consumers: Vec<Arc<dyn Consumer>>,
 }
@@ -225,6 +229,9 @@ pub struct Channel {
     repl: Option<Arc<dyn Replicator>>,
     /// This channel's own queue settings (crate::queue_settings).
     settings: RwLock<crate::queue_settings::QueueSettings>,
+    /// The effective TTL in nanoseconds (its own, its topic's or the node's; 0: none), set
+    /// by the topic (`Topic::refresh_settings`).
+    ttl_ns: AtomicU64,
 }
 
 impl std::fmt::Debug for Channel {
@@ -310,6 +317,7 @@ impl Channel {
             e2e,
             repl,
             settings: RwLock::new(Default::default()),
+            ttl_ns: AtomicU64::new(0),
         })
     }
 

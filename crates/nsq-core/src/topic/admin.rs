@@ -51,6 +51,8 @@ impl Topic {
             self.reserve.clone(),
             repl,
         );
+        // Before anyone can take from it: its TTL from the topic or the node.
+        ch.set_ttl(self.channel_ttl(&ch.settings()));
         st.channels.insert(name.to_string(), ch.clone());
         st.fanout = st.channels.values().cloned().collect();
         if let (Some(r), true) = (&self.repl, durable) {

@@ -91,7 +91,7 @@ pub struct Topic {
     /// This topic's own queue settings (crate::queue_settings).
     settings: RwLock<QueueSettings>,
     /// A `max_depth` applies to this topic or one of its channels (its own or the node's
-    /// default): publishes check the bounds (`Topic::refresh_bounds`). False costs nothing.
+    /// default): publishes check the bounds (`Topic::refresh_settings`). False costs nothing.
     bounded: AtomicBool,
 }
 
@@ -344,21 +344,37 @@ impl Topic {
     /// Replaces this topic's own settings.
     pub fn set_settings(&self, s: QueueSettings) {
         *self.settings.write() = s;
-        self.refresh_bounds();
+        self.refresh_settings();
     }
 
-    /// Recomputes whether publishes check bounds; call after a channel's settings change.
-    pub fn refresh_bounds(&self) {
+    /// Recomputes what follows from the settings of this topic, its channels and the node:
+    /// whether publishes check bounds, and each channel's effective TTL. Call after a
+    /// channel's settings change.
+    pub fn refresh_settings(&self) {
         let limited = |s: &QueueSettings| s.max_depth.is_some();
+        let channels: Vec<Arc<Channel>> = self.state.lock().channels.values().cloned().collect();
         let bounded = self.opts.queue_defaults.max_depth.is_some()
             || limited(&self.settings.read())
-            || self
-                .state
-                .lock()
-                .channels
-                .values()
-                .any(|c| limited(&c.settings()));
+            || channels.iter().any(|c| limited(&c.settings()));
         self.bounded.store(bounded, Ordering::Release);
+        for c in &channels {
+            c.set_ttl(self.channel_ttl(&c.settings()));
+        }
+    }
+
+    /// The effective TTL of a channel of this topic with settings `own`.
+    fn channel_ttl(&self, own: &QueueSettings) -> Option<Duration> {
+        let (v, _) = crate::queue_settings::effective(
+            crate::queue_settings::Key::Ttl,
+            &self.name,
+            &self.settings.read(),
+            Some(own),
+            &self.opts.queue_defaults,
+        );
+        match v {
+            Some(crate::queue_settings::Value::Ttl(d)) => Some(d),
+            _ => None,
+        }
     }
 
     /// Refuses a publish of `n` messages that would pass the `max_depth` of this topic or of

@@ -601,7 +601,7 @@ async fn channel_config(nsqd: &Arc<Nsqd>, post: bool, q: &Query) -> ConfigAnswer
         match crate::queue_settings::apply(&ch.settings(), Scope::Channel, topic_name, q.pairs()) {
             Ok(s) => {
                 ch.set_settings(s);
-                topic.refresh_bounds();
+                topic.refresh_settings();
             }
             Err(message) => return Ok(Err(message)),
         }

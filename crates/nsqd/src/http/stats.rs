@@ -144,6 +144,9 @@ struct ChannelJson {
     message_count: u64,
     requeue_count: u64,
     timeout_count: u64,
+    /// Ours (queue settings' `ttl`): absent while 0, so the JSON is NSQ's without a TTL.
+    #[serde(skip_serializing_if = "is_zero")]
+    expired_count: u64,
     client_count: usize,
     /// `null` when clients are excluded.
     clients: Option<Vec<ClientJson>>,
@@ -261,6 +264,7 @@ fn to_json(s: Snapshot, q: &StatsQuery<'_>) -> StatsJson {
                         message_count: c.message_count,
                         requeue_count: c.requeue_count,
                         timeout_count: c.timeout_count,
+                        expired_count: c.expired_count,
                         client_count: c.clients as usize,
                         clients: q.include_clients.then(|| {
                             c.client_stats
@@ -428,6 +432,11 @@ pub(crate) fn render_text(s: &StatsJson) -> String {
                 c.message_count,
                 e2e_text(&c.e2e_processing_latency)
             );
+            if c.expired_count > 0 {
+                // Ours: on the channel's line, only once a TTL expired something.
+                w.pop();
+                let _ = writeln!(w, " expired: {}", c.expired_count);
+            }
             for cl in c.clients.as_deref().unwrap_or(&[]) {
                 let _ = writeln!(w, "        {}", client_text(cl, now_s));
             }
@@ -562,6 +571,11 @@ fn rfc3339(secs: i64, zone: &jiff::tz::TimeZone) -> String {
         dt.minute(),
         dt.second()
     )
+}
+
+/// `skip_serializing_if` for counters that are ours and absent while zero.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]
