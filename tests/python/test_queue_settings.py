@@ -146,3 +146,36 @@ def test_ttl_on_a_paused_channel_in_memory_and_on_disk(nsqd_factory, topic):
         assert set(received) == set(new), flags
         c = find_channel(nsqd.http().stats(topic=topic), topic, "ch")
         assert (c["expired_count"], c["depth"]) == (len(old), 0), (flags, c)
+
+
+def test_max_attempts_with_a_consumer_that_always_requeues(nsqd, topic):
+    """A gnsq Consumer that requeues everything (its own give-up point set far away): each
+    message is delivered `max_attempts` times on the channel and never again, and counted."""
+    post(nsqd, f"/topic/create?topic={topic}")
+    post(nsqd, f"/channel/create?topic={topic}&channel=ch")
+    status, body = post(nsqd, f"/channel/config?topic={topic}&channel=ch&max_attempts=3")
+    assert status == 200, body
+    bodies = [f"poison-{i}".encode() for i in range(20)]
+    http = nsqd.http()
+    http.multipublish(topic, bodies)
+    deliveries = collections.Counter()
+
+    def handler(consumer, message):
+        deliveries[message.body] += 1
+        raise errors.NSQRequeueMessage(backoff=False)
+
+    consumer = gnsq.Consumer(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=10,
+                             max_tries=1000, requeue_delay=0, message_handler=handler)
+    consumer.start(block=False)
+    try:
+        def settled():
+            c = find_channel(http.stats(topic=topic), topic, "ch")
+            return c if c.get("dead_lettered_count") == len(bodies) else None
+        c = wait_for(settled, timeout=60, message="every message at its max attempts")
+        gevent.sleep(1)  # nothing more arrives
+    finally:
+        consumer.close()
+        consumer.join(timeout=30)
+    assert dict(deliveries) == {b: 3 for b in bodies}
+    c = find_channel(http.stats(topic=topic), topic, "ch")
+    assert (c["depth"], c["in_flight_count"], c["deferred_count"]) == (0, 0, 0), c

@@ -170,7 +170,7 @@ fn topic_families(e: &mut Exposition, s: &Snapshot) {
 fn channel_families(e: &mut Exposition, s: &Snapshot) {
     let topics = &s.topics;
     type Get = fn(&ChannelSnapshot) -> f64;
-    let families: [(&str, Kind, &str, Get); 10] = [
+    let families: [(&str, Kind, &str, Get); 11] = [
         (
             "nsq_channel_depth",
             Kind::Gauge,
@@ -218,6 +218,12 @@ fn channel_families(e: &mut Exposition, s: &Snapshot) {
             Kind::Counter,
             "Messages dropped as older than the channel's TTL (queue settings; /stats expired_count).",
             |c| c.expired_count as f64,
+        ),
+        (
+            "nsq_channel_dead_lettered_total",
+            Kind::Counter,
+            "Messages not delivered again at the channel's max attempts (queue settings; /stats dead_lettered_count).",
+            |c| c.dead_lettered_count as f64,
         ),
         (
             "nsq_channel_clients",

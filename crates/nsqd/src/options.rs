@@ -63,6 +63,8 @@ pub enum OptionsError {
     MaxBacklogBytes,
     #[error("--max-queue-depth must be >= 0")]
     MaxQueueDepth,
+    #[error("--max-attempts must be in [0, 65535]")]
+    MaxAttempts,
 }
 
 /// Every nsqd option, one field per flag (nsqd/options.go, `Options`), holding the resolved
@@ -189,6 +191,10 @@ pub struct NsqdOptions {
     // --- queue settings' node defaults (ours, nsq_core::queue_settings) ---
     /// `--max-queue-depth`: a topic's or channel's `max_depth` when it has none (0: none).
     pub max_queue_depth: i64,
+    /// `--max-attempts`: a channel's `max_attempts` when it has none (0: none).
+    pub max_attempts: i64,
+    /// `--message-ttl`: a topic's or channel's `ttl` when neither has one (0: none).
+    pub message_ttl: Duration,
 }
 
 impl Default for NsqdOptions {
@@ -272,6 +278,8 @@ impl NsqdOptions {
             replication_ack_timeout: Duration::from_secs(10),
             replication_max_backlog_bytes: 10 << 30,
             max_queue_depth: 0,
+            max_attempts: 0,
+            message_ttl: Duration::ZERO,
             replication_secret_file: String::new(),
             replication_segment_bytes: 64 << 20,
         }
@@ -350,6 +358,9 @@ impl NsqdOptions {
         }
         if self.max_queue_depth < 0 {
             return Err(OptionsError::MaxQueueDepth);
+        }
+        if !(0..=i64::from(u16::MAX)).contains(&self.max_attempts) {
+            return Err(OptionsError::MaxAttempts);
         }
         Ok(())
     }
@@ -432,6 +443,8 @@ impl NsqdOptions {
             reserve: true,
             queue_defaults: nsq_core::queue_settings::QueueSettings {
                 max_depth: u64::try_from(self.max_queue_depth).ok().filter(|&d| d > 0),
+                max_attempts: u16::try_from(self.max_attempts).ok().filter(|&n| n > 0),
+                ttl: Some(self.message_ttl).filter(|d| !d.is_zero()),
                 ..Default::default()
             },
         }
@@ -524,6 +537,10 @@ pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
         "minimum client configurable duration of time between flushing to a client";
     "output-buffer-timeout" => output_buffer_timeout: Dur, Some("output_buffer_timeout"),
         "default duration of time between flushing data to clients";
+    "max-attempts" => max_attempts: Int, Some("max_attempts"),
+        "deliveries of a message on a channel after which it is not delivered there again but dropped (0: no limit; a channel's own max_attempts, POST /channel/config, overrides it)";
+    "message-ttl" => message_ttl: Dur, Some("message_ttl"),
+        "age past which a message is not delivered but dropped (0: none; a topic's or channel's own ttl, POST /topic/config or /channel/config, overrides it)";
     "max-queue-depth" => max_queue_depth: Int, Some("max_queue_depth"),
         "the most messages a topic or a channel holds, in memory and on disk, before a publish to it fails with 'E_PUB_FAILED ... is full' (0: no bound; a topic's or channel's own max_depth, POST /topic/config or /channel/config, overrides it)";
     "max-channel-consumers" => max_channel_consumers: Int, Some("max_channel_consumers"),

@@ -14,7 +14,7 @@ const NAMING: [&str; 2] = ["topic", "channel"];
 
 /// The keys whose behaviour is built so far: the API takes and lists only these, and
 /// `nsqd.dat` keeps only these (a key arrives here with its behaviour, never before it).
-pub const BUILT: [Key; 3] = [Key::Ttl, Key::MaxDepth, Key::Overflow];
+pub const BUILT: [Key; 4] = [Key::MaxAttempts, Key::Ttl, Key::MaxDepth, Key::Overflow];
 
 /// Values of a built key that are not built yet (`overflow=drop_oldest`).
 fn built_value(v: &Value) -> bool {
@@ -288,8 +288,8 @@ mod tests {
             ]
         );
         assert_eq!(
-            parse_changes(Scope::Channel, &q(&[("max_attempts", "5")])).unwrap_err(),
-            "INVALID_KEY_MAX_ATTEMPTS"
+            parse_changes(Scope::Channel, &q(&[("dead_letter_topic", "d")])).unwrap_err(),
+            "INVALID_KEY_DEAD_LETTER_TOPIC"
         );
         assert_eq!(
             parse_changes(Scope::Topic, &q(&[("overflow", "drop_oldest")])).unwrap_err(),
@@ -306,11 +306,11 @@ mod tests {
             r#"{"max_depth":{"source":"off","value":null},"overflow":{"source":"off","value":null},"ttl":{"source":"off","value":null}}"#
         );
         let meta: SettingsMeta =
-            serde_json::from_str(r#"{"max_attempts":5,"max_depth":3}"#).unwrap();
+            serde_json::from_str(r#"{"dead_letter_topic":"d","max_depth":3}"#).unwrap();
         let (s, bad) = meta.to_settings(Scope::Channel);
         assert_eq!(
-            (s.max_depth, s.max_attempts, bad),
-            (Some(3), None, vec![Key::MaxAttempts])
+            (s.max_depth, s.dead_letter_topic, bad),
+            (Some(3), None, vec![Key::DeadLetterTopic])
         );
     }
 

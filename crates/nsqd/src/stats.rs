@@ -80,6 +80,8 @@ pub struct ChannelSnapshot {
     pub timeout_count: u64,
     /// Ours: messages dropped as older than the channel's TTL (crate::queue_settings).
     pub expired_count: u64,
+    /// Ours: messages dropped at the channel's max attempts.
+    pub dead_lettered_count: u64,
     pub paused: bool,
     /// Connected consumers.
     pub clients: u64,
@@ -216,6 +218,7 @@ fn channel_snapshot(c: &Channel, include_clients: bool) -> ChannelSnapshot {
         requeue_count: cs.requeue_count,
         timeout_count: cs.timeout_count,
         expired_count: cs.expired_count,
+        dead_lettered_count: cs.dead_lettered_count,
         paused: cs.paused,
         clients: cs.consumers.len() as u64,
         client_stats,

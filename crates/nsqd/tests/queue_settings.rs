@@ -57,6 +57,7 @@ async fn settings_api_answers_and_persists() {
     assert_eq!(
         r.json(),
         json!({"topic": "t", "channel": "c", "settings": {
+            "max_attempts": {"value": null, "source": "off"},
             "max_depth": {"value": 1000, "source": "default"},
             "overflow": {"value": null, "source": "off"},
             "ttl": {"value": null, "source": "off"},
@@ -97,7 +98,17 @@ async fn settings_api_answers_and_persists() {
         (
             "/topic/config?topic=t&max_attempts=3",
             400,
-            "INVALID_KEY_MAX_ATTEMPTS",
+            "INVALID_MAX_ATTEMPTS",
+        ),
+        (
+            "/channel/config?topic=t&channel=c&max_attempts=0",
+            400,
+            "INVALID_MAX_ATTEMPTS",
+        ),
+        (
+            "/channel/config?topic=t&channel=c&dead_letter_topic=d",
+            400,
+            "INVALID_KEY_DEAD_LETTER_TOPIC",
         ),
         ("/topic/config?topic=t&ttl=30", 400, "INVALID_TTL"),
         ("/topic/config?topic=t&ttl=0s", 400, "INVALID_TTL"),
@@ -371,4 +382,62 @@ async fn no_ttl_no_expiry() {
     let c = channel(&s, "t", "c");
     assert!(c.get("expired_count").is_none(), "{c}");
     assert!(!d.get("/stats").await.text().contains("expired"));
+}
+
+/// A consumer that always requeues: with `max_attempts=3` the message is delivered three
+/// times, then not again, and counted; the node default `--max-attempts` applies to a channel
+/// without its own.
+#[tokio::test]
+async fn max_attempts_stops_redelivery() {
+    let d = Daemon::start(&["--max-attempts=2"]).await;
+    d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+    d.post("/channel/create?topic=t&channel=c", b"")
+        .await
+        .assert_empty_ok();
+    let r = d.get("/channel/config?topic=t&channel=c").await;
+    assert_eq!(
+        r.json()["settings"]["max_attempts"],
+        json!({"value": 2, "source": "default"})
+    );
+    d.post("/channel/config?topic=t&channel=c&max_attempts=3", b"")
+        .await;
+    d.post("/pub?topic=t", b"poison").await;
+    d.post("/pub?topic=t", b"fine").await;
+    let mut c = d.v2().await;
+    c.send_ok(b"SUB t c\n").await;
+    c.send(b"RDY 1\n").await;
+    let mut attempts = Vec::new();
+    let mut finished = Vec::new();
+    while let Ok(Some(f)) =
+        tokio::time::timeout(std::time::Duration::from_millis(700), c.frame()).await
+    {
+        let m = nsq_protocol::message::decode(f.data).unwrap();
+        let id = String::from_utf8_lossy(m.id.as_bytes()).to_string();
+        if &m.body[..] == b"poison" {
+            attempts.push(m.attempts);
+            c.send(format!("REQ {id} 0\n").as_bytes()).await;
+        } else {
+            finished.push(String::from_utf8_lossy(&m.body).to_string());
+            c.send(format!("FIN {id}\n").as_bytes()).await;
+        }
+    }
+    assert_eq!(attempts, [1, 2, 3]);
+    assert_eq!(finished, ["fine"]);
+    let s = d.stats("").await;
+    let ch = channel(&s, "t", "c");
+    assert_eq!(
+        (
+            &ch["dead_lettered_count"],
+            &ch["depth"],
+            &ch["in_flight_count"]
+        ),
+        (&json!(1), &json!(0), &json!(0)),
+        "{ch}"
+    );
+    assert!(d.get("/stats").await.text().contains(" dead-lettered: 1\n"));
+    let m = d.get("/metrics").await.text();
+    assert!(
+        m.contains("nsq_channel_dead_lettered_total{topic=\"t\",channel=\"c\"} 1\n"),
+        "{m}"
+    );
 }

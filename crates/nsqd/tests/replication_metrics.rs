@@ -109,6 +109,9 @@ nsq_channel_timed_out_total{topic="t",channel="c"} 0
 # HELP nsq_channel_expired_total Messages dropped as older than the channel's TTL (queue settings; /stats expired_count).
 # TYPE nsq_channel_expired_total counter
 nsq_channel_expired_total{topic="t",channel="c"} 0
+# HELP nsq_channel_dead_lettered_total Messages not delivered again at the channel's max attempts (queue settings; /stats dead_lettered_count).
+# TYPE nsq_channel_dead_lettered_total counter
+nsq_channel_dead_lettered_total{topic="t",channel="c"} 0
 # HELP nsq_channel_clients Consumers subscribed to the channel (/stats client_count).
 # TYPE nsq_channel_clients gauge
 nsq_channel_clients{topic="t",channel="c"} 0

@@ -194,6 +194,19 @@ impl Channel {
         self.ttl_ns.store(ns, Ordering::Release);
     }
 
+    /// The effective `max_attempts` (see `Topic::refresh_settings`).
+    pub(crate) fn set_max_attempts(&self, n: Option<u16>) {
+        self.max_attempts
+            .store(n.map_or(0, u32::from), Ordering::Release);
+    }
+
+    /// The effective `max_attempts`, if any.
+    pub fn max_attempts(&self) -> Option<u16> {
+        u16::try_from(self.max_attempts.load(Ordering::Acquire))
+            .ok()
+            .filter(|&n| n > 0)
+    }
+
     /// The effective TTL, if any.
     pub fn ttl(&self) -> Option<std::time::Duration> {
         match self.ttl_ns.load(Ordering::Acquire) {
@@ -227,6 +240,7 @@ impl Channel {
             requeue_count: self.counters.requeue_count.load(Ordering::Relaxed),
             timeout_count: self.counters.timeout_count.load(Ordering::Relaxed),
             expired_count: self.counters.expired_count.load(Ordering::Relaxed),
+            dead_lettered_count: self.counters.dead_lettered_count.load(Ordering::Relaxed),
             paused: self.is_paused(),
             consumers,
         }

@@ -70,6 +70,10 @@ impl Channel {
         let ttl = i64::try_from(self.ttl_ns.load(Ordering::Acquire)).unwrap_or(i64::MAX);
         let wall = if ttl > 0 { now_nanos() } else { 0 };
         let mut expired: Vec<MessageId> = Vec::new();
+        // `max_attempts` (crate::queue_settings): a message delivered that many times that
+        // comes back (requeued, timed out) is not delivered again: dropped likewise, counted.
+        let max_attempts = self.max_attempts.load(Ordering::Acquire);
+        let mut dead: Vec<(MessageId, u16)> = Vec::new();
         let mut g = self.lock();
         // After the channel lock (the order `apply_skips` takes them in).
         let mut skips = ret.and_then(|r| TakeSkips::new(r, &self.topic_name, &self.name));
@@ -83,6 +87,10 @@ impl Channel {
                 expired.push(m.id);
                 return false;
             }
+            if max_attempts > 0 && u32::from(m.attempts) >= max_attempts {
+                dead.push((m.id, m.attempts));
+                return false;
+            }
             match rng.as_mut() {
                 Some(r) => r.gen_range(0..100) <= sample_rate,
                 None => true,
@@ -93,6 +101,7 @@ impl Channel {
             .take_memory(client_id, max, now, msg_timeout, &mut keep, emit);
         let Some(mut asked) = taken.read else {
             self.expired(&expired);
+            self.dead_lettered(&dead, max_attempts);
             self.skipped(skips, ret);
             return taken.n;
         };
@@ -129,6 +138,7 @@ impl Channel {
             more = round + 1 == DROPPED_READ_ROUNDS;
         }
         self.expired(&expired);
+        self.dead_lettered(&dead, max_attempts);
         self.skipped(skips, ret);
         drop(g);
         if more {
@@ -152,6 +162,29 @@ impl Channel {
             .fetch_add(ids.len() as u64, Ordering::Relaxed);
         if let Some(r) = &self.repl {
             r.finish(&self.topic_name, &self.name, ids);
+        }
+    }
+
+    /// After a take under the channel lock: the messages it dropped at their max attempts
+    /// are counted, logged once each and streamed as FINed.
+    fn dead_lettered(&self, dead: &[(MessageId, u16)], max: u32) {
+        if dead.is_empty() {
+            return;
+        }
+        self.counters
+            .dead_lettered_count
+            .fetch_add(dead.len() as u64, Ordering::Relaxed);
+        for (id, attempts) in dead {
+            tracing::info!(
+                "CHANNEL({}:{}): dropping message {} after {attempts} attempts (max_attempts {max})",
+                self.topic_name,
+                self.name,
+                String::from_utf8_lossy(id.as_bytes())
+            );
+        }
+        if let Some(r) = &self.repl {
+            let ids: Vec<MessageId> = dead.iter().map(|(id, _)| *id).collect();
+            r.finish(&self.topic_name, &self.name, &ids);
         }
     }
 

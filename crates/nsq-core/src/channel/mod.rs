@@ -153,6 +153,8 @@ struct Counters {
     timeout_count: AtomicU64,
     /// Messages not delivered because they were older than the channel's TTL.
     expired_count: AtomicU64,
+    /// Messages not delivered again because they reached the channel's max attempts.
+    dead_lettered_count: AtomicU64,
 }
 
 /// A point-in-time view of a channel for `/stats` and statsd.
@@ -168,6 +170,8 @@ pub struct ChannelStats {
     pub timeout_count: u64,
     /// Ours: messages that expired (crate::queue_settings, `ttl`).
     pub expired_count: u64,
+    /// Ours: messages that reached `max_attempts` (crate::queue_settings).
+    pub dead_lettered_count: u64,
     pub paused: bool,
     pub consumers: Vec<Arc<dyn Consumer>>,
 }
@@ -232,6 +236,8 @@ pub struct Channel {
     /// The effective TTL in nanoseconds (its own, its topic's or the node's; 0: none), set
     /// by the topic (`Topic::refresh_settings`).
     ttl_ns: AtomicU64,
+    /// The effective `max_attempts` (its own or the node's; 0: none), set by the topic.
+    max_attempts: std::sync::atomic::AtomicU32,
 }
 
 impl std::fmt::Debug for Channel {
@@ -318,6 +324,7 @@ impl Channel {
             repl,
             settings: RwLock::new(Default::default()),
             ttl_ns: AtomicU64::new(0),
+            max_attempts: std::sync::atomic::AtomicU32::new(0),
         })
     }
 

@@ -53,6 +53,7 @@ impl Topic {
         );
         // Before anyone can take from it: its TTL from the topic or the node.
         ch.set_ttl(self.channel_ttl(&ch.settings()));
+        ch.set_max_attempts(self.opts.queue_defaults.max_attempts);
         st.channels.insert(name.to_string(), ch.clone());
         st.fanout = st.channels.values().cloned().collect();
         if let (Some(r), true) = (&self.repl, durable) {

@@ -358,7 +358,9 @@ impl Topic {
             || channels.iter().any(|c| limited(&c.settings()));
         self.bounded.store(bounded, Ordering::Release);
         for c in &channels {
-            c.set_ttl(self.channel_ttl(&c.settings()));
+            let own = c.settings();
+            c.set_ttl(self.channel_ttl(&own));
+            c.set_max_attempts(own.max_attempts.or(self.opts.queue_defaults.max_attempts));
         }
     }
 

@@ -147,6 +147,9 @@ struct ChannelJson {
     /// Ours (queue settings' `ttl`): absent while 0, so the JSON is NSQ's without a TTL.
     #[serde(skip_serializing_if = "is_zero")]
     expired_count: u64,
+    /// Ours (queue settings' `max_attempts`): absent while 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    dead_lettered_count: u64,
     client_count: usize,
     /// `null` when clients are excluded.
     clients: Option<Vec<ClientJson>>,
@@ -265,6 +268,7 @@ fn to_json(s: Snapshot, q: &StatsQuery<'_>) -> StatsJson {
                         requeue_count: c.requeue_count,
                         timeout_count: c.timeout_count,
                         expired_count: c.expired_count,
+                        dead_lettered_count: c.dead_lettered_count,
                         client_count: c.clients as usize,
                         clients: q.include_clients.then(|| {
                             c.client_stats
@@ -436,6 +440,10 @@ pub(crate) fn render_text(s: &StatsJson) -> String {
                 // Ours: on the channel's line, only once a TTL expired something.
                 w.pop();
                 let _ = writeln!(w, " expired: {}", c.expired_count);
+            }
+            if c.dead_lettered_count > 0 {
+                w.pop();
+                let _ = writeln!(w, " dead-lettered: {}", c.dead_lettered_count);
             }
             for cl in c.clients.as_deref().unwrap_or(&[]) {
                 let _ = writeln!(w, "        {}", client_text(cl, now_s));

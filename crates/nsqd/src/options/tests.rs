@@ -78,6 +78,8 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
     	log message prefix (default "[nsqd] ")
   -lookupd-tcp-address value
     	lookupd TCP address (may be given multiple times)
+  -max-attempts int
+    	deliveries of a message on a channel after which it is not delivered there again but dropped (0: no limit; a channel's own max_attempts, POST /channel/config, overrides it)
   -max-body-size int
     	maximum size of a single command body (default 5242880)
   -max-bytes-per-file int
@@ -104,6 +106,8 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
     	maximum requeuing timeout for a message (default 1h0m0s)
   -mem-queue-size int
     	number of messages to keep in memory (per topic/channel) (default 10000)
+  -message-ttl duration
+    	age past which a message is not delivered but dropped (0: none; a topic's or channel's own ttl, POST /topic/config or /channel/config, overrides it)
   -min-output-buffer-timeout duration
     	minimum client configurable duration of time between flushing to a client (default 25ms)
   -msg-timeout duration
