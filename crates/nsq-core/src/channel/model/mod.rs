@@ -1,6 +1,8 @@
 //! The model check: [`ChannelState`] driven through random interleavings of every event it
 //! takes — puts and re-stores whose backend write completes later, journal writes that
-//! complete later, takes (with their backend read), FIN, REQ with and without delay, TOUCH, timeout
+//! complete later, takes (with their backend read; sampled, or dropping what a queue setting
+//! refuses: a message at its `max_attempts`, or older than the `ttl`), FIN, REQ with and
+//! without delay, TOUCH, timeout
 //! and deferred ticks, syncs, write failures, memory refusals, a deferred message dropped as
 //! taken over by a peer (a returning origin's manifest) — and crashes at any point
 //! (a process kill, or a power loss that also drops what was not synced), each followed by
@@ -11,7 +13,8 @@
 //! at a sync as the watermark or else the read cursor; the journal is a list of ADD/DEL
 //! entries replayed in order. Invariants, checked as the events run and after a final drain:
 //! - nothing is delivered that was not published, and every acknowledged message is FINed at
-//!   least once in the end, whatever crashes happened (a power loss may drop a publish whose
+//!   least once in the end — or dropped by a sample rate or a setting, each a counted
+//!   decision — whatever crashes happened (a power loss may drop a publish whose
 //!   record was not synced yet: only `--durable` acknowledges after the sync);
 //! - the persisted read position never moves back, and once everything is settled and synced
 //!   it equals the write position (no data file older than the oldest unsettled record is
@@ -192,8 +195,18 @@ impl World {
         self.step += 1;
         match op {
             Op::Publish { n, defer_ms } => self.publish(n, defer_ms)?,
-            Op::Take { client, rdy } => self.take(client, rdy, false)?,
-            Op::Sample { client, rdy } => self.take(client, rdy, true)?,
+            Op::Take { client, rdy } => self.take(client, rdy, Rule::All)?,
+            Op::Sample { client, rdy } => self.take(client, rdy, Rule::Sample)?,
+            Op::Limited {
+                client,
+                rdy,
+                max_attempts,
+            } => self.take(client, rdy, Rule::MaxAttempts(max_attempts))?,
+            Op::Expiring {
+                client,
+                rdy,
+                ttl_ms,
+            } => self.take(client, rdy, Rule::Ttl(ttl_ms))?,
             Op::Advance(i) => {
                 if !self.io.is_empty() {
                     let io = self.io.remove(i % self.io.len());
@@ -356,7 +369,7 @@ impl World {
         Ok(())
     }
 
-    fn take(&mut self, client: usize, rdy: usize, sample: bool) -> Result<(), TestCaseError> {
+    fn take(&mut self, client: usize, rdy: usize, rule: Rule) -> Result<(), TestCaseError> {
         let held = self.state.in_flight_of(client as u64).len();
         // RDY may shrink below what the consumer holds.
         self.rdy[client] = rdy.max(held);
@@ -369,9 +382,17 @@ impl World {
         // Every message the take looks at, in order, and whether sampling kept it.
         let seen = std::cell::RefCell::new(Vec::new());
         let mut flip = false;
+        let wall = self.now().wall;
         let mut keep = |m: &Message| {
-            flip = !flip;
-            let keep = !sample || flip;
+            let keep = match rule {
+                Rule::All => true,
+                Rule::Sample => {
+                    flip = !flip;
+                    flip
+                }
+                Rule::MaxAttempts(max) => m.attempts < max,
+                Rule::Ttl(ms) => wall.saturating_sub(m.timestamp) <= (ms as i64) * 1_000_000,
+            };
             seen.borrow_mut().push((m.id, keep));
             keep
         };
@@ -390,7 +411,8 @@ impl World {
         if let Some(asked) = t.read {
             self.read(client, asked, &mut keep)?;
         }
-        // Sampled out: consumed and dropped, as the reference does (no longer owed).
+        // Sampled out, or dropped by a setting (max attempts, TTL): consumed and dropped, a
+        // decision of the consumer or the setting (no longer owed).
         for (id, kept) in seen.take() {
             if !kept {
                 self.must.remove(&id);
@@ -604,7 +626,7 @@ impl World {
                 self.watermark();
             }
             for c in 0..CLIENTS {
-                self.take(c, 50, false)?;
+                self.take(c, 50, Rule::All)?;
                 self.watermark();
                 for id in self.state.in_flight_of(c as u64) {
                     prop_assert!(self.state.finish(c as u64, &id).is_ok());
@@ -677,4 +699,16 @@ proptest! {
     fn model_check_memory_and_disk(ops in proptest::collection::vec(op(false), 1..120)) {
         check(3, ops)?;
     }
+}
+
+/// Which messages a take keeps (the others are consumed and dropped).
+#[derive(Debug, Clone, Copy)]
+enum Rule {
+    All,
+    /// Every other one (a consumer's sample rate).
+    Sample,
+    /// Those delivered fewer times than this (`max_attempts`).
+    MaxAttempts(u16),
+    /// Those published at most this many milliseconds ago (`ttl`).
+    Ttl(u64),
 }

@@ -19,6 +19,20 @@ pub(super) enum Op {
         client: usize,
         rdy: usize,
     },
+    /// A take on a channel with `max_attempts` (crate::queue_settings): a message already
+    /// delivered that many times is consumed and dropped instead.
+    Limited {
+        client: usize,
+        rdy: usize,
+        max_attempts: u16,
+    },
+    /// A take on a channel with a `ttl`: a message published more than `ttl_ms` ago is
+    /// consumed and dropped instead.
+    Expiring {
+        client: usize,
+        rdy: usize,
+        ttl_ms: u64,
+    },
     Advance(usize),
     Fin {
         client: usize,
@@ -52,6 +66,8 @@ pub(super) fn op(crashes: bool) -> impl Strategy<Value = Op> {
         6 => (1usize..4, prop_oneof![4 => Just(0u32), 1 => 1u32..2500]).prop_map(|(n, defer_ms)| Op::Publish { n, defer_ms }),
         6 => (0..CLIENTS, 1usize..5).prop_map(|(client, rdy)| Op::Take { client, rdy }),
         1 => (0..CLIENTS, 1usize..5).prop_map(|(client, rdy)| Op::Sample { client, rdy }),
+        1 => (0..CLIENTS, 1usize..5, 1u16..4).prop_map(|(client, rdy, max_attempts)| Op::Limited { client, rdy, max_attempts }),
+        1 => (0..CLIENTS, 1usize..5, 0u64..3000).prop_map(|(client, rdy, ttl_ms)| Op::Expiring { client, rdy, ttl_ms }),
         8 => (0usize..8).prop_map(Op::Advance),
         6 => (0..CLIENTS, 0usize..8).prop_map(|(client, k)| Op::Fin { client, k }),
         3 => (0..CLIENTS, 0usize..8, prop_oneof![Just(0u64), 1u64..2500]).prop_map(|(client, k, delay_ms)| Op::Req { client, k, delay_ms }),
