@@ -6,6 +6,7 @@ message is delivered exactly once, and nothing of a refused publish is ever deli
 
 import collections
 import json
+import signal
 import urllib.request
 
 import gevent
@@ -179,3 +180,32 @@ def test_max_attempts_with_a_consumer_that_always_requeues(nsqd, topic):
     assert dict(deliveries) == {b: 3 for b in bodies}
     c = find_channel(http.stats(topic=topic), topic, "ch")
     assert (c["depth"], c["in_flight_count"], c["deferred_count"]) == (0, 0, 0), c
+
+
+def test_settings_survive_sigkill_and_sigterm_restarts(nsqd_factory, topic, tmp_path):
+    """Settings are written to nsqd.dat when set: a kill -9 right after (durable mode) and a
+    clean restart both find them, and they are enforced."""
+    data = tmp_path / "data-restart"
+    data.mkdir()
+    nsqd = nsqd_factory("--durable", data_path=data)
+    post(nsqd, f"/topic/create?topic={topic}")
+    post(nsqd, f"/channel/create?topic={topic}&channel=ch")
+    post(nsqd, f"/topic/config?topic={topic}&ttl=1h")
+    post(nsqd, f"/channel/config?topic={topic}&channel=ch&max_attempts=4&max_depth=5")
+    for sig in (signal.SIGKILL, signal.SIGTERM):
+        nsqd.stop(sig)
+        nsqd = nsqd_factory("--durable", data_path=data)
+        with urllib.request.urlopen(f"http://{nsqd.http_host}:{nsqd.http_port}/channel/config?topic={topic}&channel=ch",
+                                    timeout=30) as r:
+            s = json.loads(r.read())["settings"]
+        assert s["max_attempts"] == {"value": 4, "source": "set"}, (sig, s)
+        assert s["ttl"] == {"value": "1h0m0s", "source": "topic"}, (sig, s)
+        assert s["max_depth"] == {"value": 5, "source": "set"}, (sig, s)
+    http = nsqd.http()
+    for i in range(5):
+        http.publish(topic, f"m{i}".encode())
+    try:
+        http.publish(topic, b"one too many")
+        raise AssertionError("the sixth publish was accepted past max_depth 5")
+    except errors.NSQHttpError as e:
+        assert "503" in str(e), e
