@@ -24,7 +24,9 @@ pub mod scanner;
 pub mod topic;
 
 pub use backend::{BackendError, BackendQueue, DropSink, DurableWait, RecordPos, WriteTicket};
-pub use channel::{Channel, ChannelStats, Consumer, FinishError, RequeueError, SubscribeError};
+pub use channel::{
+    Channel, ChannelStats, Consumer, FinishError, PeekState, Peeked, RequeueError, SubscribeError,
+};
 pub use engine::{Engine, Hooks, NoHooks};
 pub use message::Message;
 pub use options::{Health, Options, ScanOptions};

@@ -99,6 +99,8 @@ impl ApiError {
     pub const BAD_MESSAGE: ApiError = ApiError(StatusCode::PAYLOAD_TOO_LARGE, "BAD_MESSAGE");
     pub const INVALID_DEFER: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_DEFER");
     pub const EXITING: ApiError = ApiError(StatusCode::SERVICE_UNAVAILABLE, "EXITING");
+    /// Ours: `n` of `/channel/peek` out of range.
+    pub const INVALID_N: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_N");
     /// Ours: a publish past a queue's `max_depth` with `overflow=refuse`.
     pub const FULL: ApiError = ApiError(StatusCode::SERVICE_UNAVAILABLE, "FULL");
     pub const INVALID_OPTION: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_OPTION");

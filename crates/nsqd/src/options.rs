@@ -195,6 +195,8 @@ pub struct NsqdOptions {
     pub max_attempts: i64,
     /// `--message-ttl`: a topic's or channel's `ttl` when neither has one (0: none).
     pub message_ttl: Duration,
+    /// `--http-peek`: `GET /channel/peek` answers (off: 404 as any unknown path).
+    pub http_peek: bool,
 }
 
 impl Default for NsqdOptions {
@@ -280,6 +282,7 @@ impl NsqdOptions {
             max_queue_depth: 0,
             max_attempts: 0,
             message_ttl: Duration::ZERO,
+            http_peek: false,
             replication_secret_file: String::new(),
             replication_segment_bytes: 64 << 20,
         }
@@ -541,6 +544,8 @@ pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
         "deliveries of a message on a channel after which it is not delivered there again but dropped (0: no limit; a channel's own max_attempts, POST /channel/config, overrides it)";
     "message-ttl" => message_ttl: Dur, Some("message_ttl"),
         "age past which a message is not delivered but dropped (0: none; a topic's or channel's own ttl, POST /topic/config or /channel/config, overrides it)";
+    "http-peek" => http_peek: Bool, Some("http_peek"),
+        "answer GET /channel/peek?topic=T&channel=C&n=20: a channel's next, in-flight and deferred messages with their bodies, without changing delivery (off: 404; it shows message bodies to whoever reaches the HTTP port)";
     "max-queue-depth" => max_queue_depth: Int, Some("max_queue_depth"),
         "the most messages a topic or a channel holds, in memory and on disk, before a publish to it fails with 'E_PUB_FAILED ... is full' (0: no bound; a topic's or channel's own max_depth, POST /topic/config or /channel/config, overrides it)";
     "max-channel-consumers" => max_channel_consumers: Int, Some("max_channel_consumers"),

@@ -441,3 +441,83 @@ async fn max_attempts_stops_redelivery() {
         "{m}"
     );
 }
+
+/// `GET /channel/peek` (with `--http-peek`): the next messages (memory, then disk), those in
+/// flight and the deferred ones; depth, attempts and order are the same before and after.
+/// Without the flag it is an unknown path.
+#[tokio::test]
+async fn peek_shows_without_changing_delivery() {
+    let off = Daemon::start(&[]).await;
+    off.get("/channel/peek?topic=t&channel=c")
+        .await
+        .assert_err(404, "NOT_FOUND");
+    let d = Daemon::start(&["--http-peek", "--mem-queue-size=2"]).await;
+    d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+    d.post("/channel/create?topic=t&channel=c", b"")
+        .await
+        .assert_empty_ok();
+    for i in 0..5 {
+        d.post("/pub?topic=t", format!("m{i}").as_bytes()).await;
+    }
+    d.post("/pub?topic=t&defer=60000", b"later\x01").await;
+    // One in flight.
+    let mut c = d.v2().await;
+    c.send_ok(b"SUB t c\n").await;
+    c.send(b"RDY 1\n").await;
+    let first = c.message().await;
+    assert_eq!(&first.body[..], b"m0");
+    let before = d.stats("").await;
+    let r = d.get("/channel/peek?topic=t&channel=c&n=3").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let msgs = v["messages"].as_array().unwrap();
+    let summary: Vec<(String, String)> = msgs
+        .iter()
+        .map(|m| {
+            (
+                m["state"].as_str().unwrap().to_string(),
+                m["preview"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want = [
+        ("queued", "m1"),
+        ("queued", "m2"),
+        ("queued", "m3"),
+        ("in_flight", "m0"),
+        ("deferred", "later."),
+    ];
+    assert_eq!(
+        summary,
+        want.map(|(a, b)| (a.to_string(), b.to_string())),
+        "{v}"
+    );
+    assert_eq!(msgs[3]["attempts"], 1);
+    assert_eq!(msgs[4]["body"], "bGF0ZXIB");
+    assert!(msgs[4]["due"].as_i64().unwrap() > msgs[4]["timestamp"].as_i64().unwrap());
+    assert_eq!(
+        msgs[3]["id"],
+        String::from_utf8_lossy(first.id.as_bytes()).to_string()
+    );
+    // Nothing changed: the same stats, and delivery goes on in order with attempts 1.
+    let after = d.stats("").await;
+    assert_eq!(channel(&before, "t", "c"), channel(&after, "t", "c"));
+    c.send(
+        format!(
+            "FIN {}\nRDY 10\n",
+            String::from_utf8_lossy(first.id.as_bytes())
+        )
+        .as_bytes(),
+    )
+    .await;
+    for want in ["m1", "m2", "m3", "m4"] {
+        let m = c.message().await;
+        assert_eq!((&m.body[..], m.attempts), (want.as_bytes(), 1));
+    }
+    d.get("/channel/peek?topic=t&channel=c&n=0")
+        .await
+        .assert_err(400, "INVALID_N");
+    d.get("/channel/peek?topic=t&channel=nope")
+        .await
+        .assert_err(404, "CHANNEL_NOT_FOUND");
+}

@@ -21,10 +21,12 @@ mod catchup;
 mod deliver;
 mod enter;
 mod journal;
+mod peek;
 mod reads;
 mod skips;
 mod state;
 
+pub use peek::{PeekState, Peeked};
 pub use skips::Returning;
 
 #[cfg(test)]

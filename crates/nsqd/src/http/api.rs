@@ -71,6 +71,7 @@ pub(super) async fn handle(
         | Endpoint::ChannelPause
         | Endpoint::ChannelUnpause => v1(channel_admin(nsqd, ep, req).await),
         Endpoint::TopicConfig | Endpoint::ChannelConfig => queue_config(nsqd, ep, req).await,
+        Endpoint::ChannelPeek => v1(channel_peek(nsqd, req).await),
         Endpoint::Config => v1(config(st, param.as_deref().unwrap_or(""), req).await),
         Endpoint::PprofIndex
         | Endpoint::PprofCmdline
@@ -619,6 +620,74 @@ async fn channel_config(nsqd: &Arc<Nsqd>, post: bool, q: &Query) -> ConfigAnswer
         "settings": settings,
     }))
     .map(Ok)
+}
+
+/// The most messages of each kind a peek answers.
+const PEEK_MAX: usize = 1000;
+
+/// `GET /channel/peek?topic=T&channel=C[&n=20]` (ours, with `--http-peek`; else 404 as an
+/// unknown path): up to `n` (1..=1000) of the channel's next messages, of those in flight
+/// and of the deferred ones, each with its ID, timestamp, attempts, state, due time (Unix
+/// ns: timeout or due), body in base64 and a printable preview. Delivery is unchanged.
+async fn channel_peek(nsqd: &Arc<Nsqd>, req: Request) -> ApiResult {
+    if !nsqd.opts.http_peek {
+        return Err(ApiError::NOT_FOUND);
+    }
+    let q = req_params(req).await?;
+    let (topic_name, name) = topic_channel_args(&q)?;
+    let n = match q.get("n") {
+        None => 20,
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=PEEK_MAX).contains(n))
+            .ok_or(ApiError::INVALID_N)?,
+    };
+    let topic = nsqd
+        .engine
+        .get_topic(topic_name)
+        .ok_or(ApiError::TOPIC_NOT_FOUND)?;
+    let ch = topic.get_channel(name).ok_or(ApiError::CHANNEL_NOT_FOUND)?;
+    let peeked = {
+        let ch = ch.clone();
+        tokio::task::spawn_blocking(move || ch.peek(n))
+            .await
+            .map_err(|_| ApiError::INTERNAL_ERROR)?
+            .map_err(|e| {
+                tracing::error!("failed to peek at {topic_name}:{name} - {e}");
+                ApiError::INTERNAL_ERROR
+            })?
+    };
+    let messages: Vec<Value> = peeked.iter().map(peeked_json).collect();
+    v1_json(&serde_json::json!({
+        "topic": topic_name,
+        "channel": name,
+        "messages": messages,
+    }))
+}
+
+fn peeked_json(p: &nsq_core::Peeked) -> Value {
+    use base64::Engine as _;
+    let (state, client_id) = match p.state {
+        nsq_core::PeekState::Queued => ("queued", None),
+        nsq_core::PeekState::InFlight { client_id } => ("in_flight", Some(client_id)),
+        nsq_core::PeekState::Deferred => ("deferred", None),
+    };
+    let body = &p.msg.body;
+    let preview: String = String::from_utf8_lossy(&body[..body.len().min(200)])
+        .chars()
+        .map(|c| if c.is_control() { '.' } else { c })
+        .collect();
+    serde_json::json!({
+        "id": String::from_utf8_lossy(p.msg.id.as_bytes()),
+        "timestamp": p.msg.timestamp,
+        "attempts": p.msg.attempts,
+        "state": state,
+        "client_id": client_id,
+        "due": p.due,
+        "body": base64::engine::general_purpose::STANDARD.encode(body),
+        "preview": preview,
+    })
 }
 
 // ---- /config/:opt ---------------------------------------------------------------------------

@@ -93,6 +93,8 @@ enum Endpoint {
     /// Ours: a topic's or channel's queue settings (crate::queue_settings).
     TopicConfig,
     ChannelConfig,
+    /// Ours, with `--http-peek`.
+    ChannelPeek,
     Config,
     PprofIndex,
     PprofCmdline,
@@ -123,6 +125,7 @@ const ROUTES: &[(Method, &str, Endpoint)] = &[
     (Method::POST, "/topic/config", Endpoint::TopicConfig),
     (Method::GET, "/channel/config", Endpoint::ChannelConfig),
     (Method::POST, "/channel/config", Endpoint::ChannelConfig),
+    (Method::GET, "/channel/peek", Endpoint::ChannelPeek),
     (Method::GET, "/config/:opt", Endpoint::Config),
     (Method::PUT, "/config/:opt", Endpoint::Config),
     (Method::GET, "/debug/pprof/", Endpoint::PprofIndex),

@@ -70,6 +70,8 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
     	timeout for HTTP connect (default 2s)
   -http-client-request-timeout duration
     	timeout for HTTP request (default 5s)
+  -http-peek
+    	answer GET /channel/peek?topic=T&channel=C&n=20: a channel's next, in-flight and deferred messages with their bodies, without changing delivery (off: 404; it shows message bodies to whoever reaches the HTTP port)
   -https-address string
     	<addr>:<port> to listen on for HTTPS clients (default "0.0.0.0:4152")
   -log-level value

@@ -157,6 +157,13 @@ impl ChannelState {
         self.in_flight.iter().map(|f| &f.msg)
     }
 
+    /// The in-flight entries (peek).
+    pub(in crate::channel) fn in_flight_entries(
+        &self,
+    ) -> impl Iterator<Item = &crate::inflight::InFlightEntry> + '_ {
+        self.in_flight.iter()
+    }
+
     /// The deferred messages with their due times (a replication catch-up's snapshot).
     pub(in crate::channel) fn deferred_messages(
         &self,
