@@ -209,3 +209,68 @@ def test_settings_survive_sigkill_and_sigterm_restarts(nsqd_factory, topic, tmp_
         raise AssertionError("the sixth publish was accepted past max_depth 5")
     except errors.NSQHttpError as e:
         assert "503" in str(e), e
+
+
+def test_dead_letters_reach_a_pynsq_consumer_of_the_dead_letter_topic(nsqd, topic):
+    """A gnsq Consumer that always requeues, `max_attempts=3` and a dead-letter topic: each
+    message is delivered 3 times on the channel, then published to the dead-letter topic
+    (same body) where a pynsq Reader gets it once; never again on the channel."""
+    import asyncio
+
+    import nsq
+
+    dead = f"{topic}_dead"
+    post(nsqd, f"/topic/create?topic={topic}")
+    post(nsqd, f"/channel/create?topic={topic}&channel=ch")
+    status, body = post(nsqd, f"/channel/config?topic={topic}&channel=ch&max_attempts=3&dead_letter_topic={dead}")
+    assert status == 200, body
+    bodies = [f"poison-{i}".encode() for i in range(20)]
+    http = nsqd.http()
+    http.multipublish(topic, bodies)
+    deliveries = collections.Counter()
+
+    def handler(consumer, message):
+        deliveries[message.body] += 1
+        raise errors.NSQRequeueMessage(backoff=False)
+
+    consumer = gnsq.Consumer(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=10,
+                             max_tries=1000, requeue_delay=0, message_handler=handler)
+    consumer.start(block=False)
+    try:
+        wait_for(lambda: (find_channel(http.stats(topic=topic), topic, "ch") or {}).get("dead_lettered_count")
+                 == len(bodies), timeout=60, message="every message dead-lettered")
+        gevent.sleep(1)  # nothing more arrives on the channel
+    finally:
+        consumer.close()
+        consumer.join(timeout=30)
+    assert dict(deliveries) == {b: 3 for b in bodies}
+
+    received = collections.Counter()
+
+    async def read_dead_letters():
+        def on_message(message):
+            received[message.body] += 1
+            return True
+
+        reader = nsq.Reader(topic=dead, channel="inspect", message_handler=on_message,
+                            nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=50)
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while len(received) < len(bodies) and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+        finally:
+            reader.close()
+            await asyncio.sleep(0.1)
+
+    loop = asyncio.new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(read_dead_letters())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+    assert dict(received) == {b: 1 for b in bodies}
+    c = find_channel(http.stats(topic=topic), topic, "ch")
+    assert (c["depth"], c["in_flight_count"], c["deferred_count"]) == (0, 0, 0), c

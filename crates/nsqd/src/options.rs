@@ -65,6 +65,8 @@ pub enum OptionsError {
     MaxQueueDepth,
     #[error("--max-attempts must be in [0, 65535]")]
     MaxAttempts,
+    #[error("--dead-letter-topic must be a valid topic name (got {})", go_quote(.0.as_bytes()))]
+    DeadLetterTopic(String),
 }
 
 /// Every nsqd option, one field per flag (nsqd/options.go, `Options`), holding the resolved
@@ -197,6 +199,8 @@ pub struct NsqdOptions {
     pub message_ttl: Duration,
     /// `--http-peek`: `GET /channel/peek` answers (off: 404 as any unknown path).
     pub http_peek: bool,
+    /// `--dead-letter-topic`: a channel's `dead_letter_topic` when it has none (empty: none).
+    pub dead_letter_topic: String,
 }
 
 impl Default for NsqdOptions {
@@ -283,6 +287,7 @@ impl NsqdOptions {
             max_attempts: 0,
             message_ttl: Duration::ZERO,
             http_peek: false,
+            dead_letter_topic: String::new(),
             replication_secret_file: String::new(),
             replication_segment_bytes: 64 << 20,
         }
@@ -364,6 +369,13 @@ impl NsqdOptions {
         }
         if !(0..=i64::from(u16::MAX)).contains(&self.max_attempts) {
             return Err(OptionsError::MaxAttempts);
+        }
+        if !self.dead_letter_topic.is_empty()
+            && !nsq_protocol::names::is_valid_topic_name(&self.dead_letter_topic)
+        {
+            return Err(OptionsError::DeadLetterTopic(
+                self.dead_letter_topic.clone(),
+            ));
         }
         Ok(())
     }
@@ -448,6 +460,7 @@ impl NsqdOptions {
                 max_depth: u64::try_from(self.max_queue_depth).ok().filter(|&d| d > 0),
                 max_attempts: u16::try_from(self.max_attempts).ok().filter(|&n| n > 0),
                 ttl: Some(self.message_ttl).filter(|d| !d.is_zero()),
+                dead_letter_topic: Some(self.dead_letter_topic.clone()).filter(|t| !t.is_empty()),
                 ..Default::default()
             },
         }
@@ -541,7 +554,7 @@ pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
     "output-buffer-timeout" => output_buffer_timeout: Dur, Some("output_buffer_timeout"),
         "default duration of time between flushing data to clients";
     "max-attempts" => max_attempts: Int, Some("max_attempts"),
-        "deliveries of a message on a channel after which it is not delivered there again but dropped (0: no limit; a channel's own max_attempts, POST /channel/config, overrides it)";
+        "deliveries of a message on a channel after which it is not delivered there again but moved to the dead-letter topic, or dropped without one (0: no limit; a channel's own max_attempts, POST /channel/config, overrides it)";
     "message-ttl" => message_ttl: Dur, Some("message_ttl"),
         "age past which a message is not delivered but dropped (0: none; a topic's or channel's own ttl, POST /topic/config or /channel/config, overrides it)";
     "http-peek" => http_peek: Bool, Some("http_peek"),
@@ -580,6 +593,8 @@ pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
         "require TLS for client connections (true, false, tcp-https)";
     "tls-min-version" => tls_min_version: Custom, Some("tls_min_version"),
         "minimum SSL/TLS version acceptable ('ssl3.0', 'tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')";
+    "dead-letter-topic" => dead_letter_topic: Str, Some("dead_letter_topic"),
+        "topic a message goes to when it reaches its channel's max attempts, instead of being dropped (empty: none; a channel's own dead_letter_topic, POST /channel/config, overrides it; channels of this topic itself drop theirs)";
     "deflate" => deflate: Bool, Some("deflate"),
         "enable deflate feature negotiation (client compression)";
     "max-deflate-level" => max_deflate_level: Int, Some("max_deflate_level"),

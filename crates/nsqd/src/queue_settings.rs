@@ -14,7 +14,13 @@ const NAMING: [&str; 2] = ["topic", "channel"];
 
 /// The keys whose behaviour is built so far: the API takes and lists only these, and
 /// `nsqd.dat` keeps only these (a key arrives here with its behaviour, never before it).
-pub const BUILT: [Key; 4] = [Key::MaxAttempts, Key::Ttl, Key::MaxDepth, Key::Overflow];
+pub const BUILT: [Key; 5] = [
+    Key::MaxAttempts,
+    Key::DeadLetterTopic,
+    Key::Ttl,
+    Key::MaxDepth,
+    Key::Overflow,
+];
 
 /// Values of a built key that are not built yet (`overflow=drop_oldest`).
 fn built_value(v: &Value) -> bool {
@@ -288,8 +294,8 @@ mod tests {
             ]
         );
         assert_eq!(
-            parse_changes(Scope::Channel, &q(&[("dead_letter_topic", "d")])).unwrap_err(),
-            "INVALID_KEY_DEAD_LETTER_TOPIC"
+            parse_changes(Scope::Channel, &q(&[("max_bytes", "100")])).unwrap_err(),
+            "INVALID_KEY_MAX_BYTES"
         );
         assert_eq!(
             parse_changes(Scope::Topic, &q(&[("overflow", "drop_oldest")])).unwrap_err(),
@@ -306,11 +312,11 @@ mod tests {
             r#"{"max_depth":{"source":"off","value":null},"overflow":{"source":"off","value":null},"ttl":{"source":"off","value":null}}"#
         );
         let meta: SettingsMeta =
-            serde_json::from_str(r#"{"dead_letter_topic":"d","max_depth":3}"#).unwrap();
+            serde_json::from_str(r#"{"max_bytes":100,"max_depth":3}"#).unwrap();
         let (s, bad) = meta.to_settings(Scope::Channel);
         assert_eq!(
-            (s.max_depth, s.dead_letter_topic, bad),
-            (Some(3), None, vec![Key::DeadLetterTopic])
+            (s.max_depth, s.max_bytes, bad),
+            (Some(3), None, vec![Key::MaxBytes])
         );
     }
 

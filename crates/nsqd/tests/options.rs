@@ -470,7 +470,7 @@ fn usage_text() {
     assert!(u.ends_with("  -worker-id\n    \t[deprecated] use --node-id\n"));
     // Every flag appears in the help text exactly once.
     let n = u.lines().filter(|l| l.starts_with("  -")).count();
-    assert_eq!(n, 66);
+    assert_eq!(n, 67);
     assert!(
         u.contains("  -max-queue-depth int\n    \tthe most messages a topic or a channel holds")
     );

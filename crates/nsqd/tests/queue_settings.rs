@@ -58,6 +58,7 @@ async fn settings_api_answers_and_persists() {
         r.json(),
         json!({"topic": "t", "channel": "c", "settings": {
             "max_attempts": {"value": null, "source": "off"},
+            "dead_letter_topic": {"value": null, "source": "off"},
             "max_depth": {"value": 1000, "source": "default"},
             "overflow": {"value": null, "source": "off"},
             "ttl": {"value": null, "source": "off"},
@@ -106,9 +107,19 @@ async fn settings_api_answers_and_persists() {
             "INVALID_MAX_ATTEMPTS",
         ),
         (
-            "/channel/config?topic=t&channel=c&dead_letter_topic=d",
+            "/channel/config?topic=t&channel=c&dead_letter_topic=t",
             400,
-            "INVALID_KEY_DEAD_LETTER_TOPIC",
+            "INVALID_DEAD_LETTER_TOPIC",
+        ),
+        (
+            "/channel/config?topic=t&channel=c&dead_letter_topic=a/b",
+            400,
+            "INVALID_DEAD_LETTER_TOPIC",
+        ),
+        (
+            "/channel/config?topic=t&channel=c&max_bytes=5",
+            400,
+            "INVALID_KEY_MAX_BYTES",
         ),
         ("/topic/config?topic=t&ttl=30", 400, "INVALID_TTL"),
         ("/topic/config?topic=t&ttl=0s", 400, "INVALID_TTL"),
@@ -520,4 +531,93 @@ async fn peek_shows_without_changing_delivery() {
     d.get("/channel/peek?topic=t&channel=nope")
         .await
         .assert_err(404, "CHANNEL_NOT_FOUND");
+}
+
+/// `max_attempts` with a `dead_letter_topic`: after its attempts the message is published
+/// to the dead-letter topic (same body, a new ID) and FINed on the channel, in memory and in
+/// durable mode; counted and never delivered on the channel again.
+#[tokio::test]
+async fn dead_letters_go_to_the_dead_letter_topic() {
+    for flags in [&[][..], &["--durable"][..]] {
+        let d = Daemon::start(flags).await;
+        d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+        d.post("/channel/create?topic=t&channel=c", b"")
+            .await
+            .assert_empty_ok();
+        d.post("/topic/create?topic=t_dead", b"")
+            .await
+            .assert_empty_ok();
+        d.post("/channel/create?topic=t_dead&channel=inspect", b"")
+            .await
+            .assert_empty_ok();
+        let r = d
+            .post(
+                "/channel/config?topic=t&channel=c&max_attempts=2&dead_letter_topic=t_dead",
+                b"",
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        d.post("/pub?topic=t", b"poison").await;
+        let mut c = d.v2().await;
+        c.send_ok(b"SUB t c\n").await;
+        c.send(b"RDY 1\n").await;
+        let mut attempts = Vec::new();
+        let mut original = None;
+        while let Ok(Some(f)) =
+            tokio::time::timeout(std::time::Duration::from_millis(700), c.frame()).await
+        {
+            let m = nsq_protocol::message::decode(f.data).unwrap();
+            original = Some(m.id);
+            attempts.push(m.attempts);
+            let id = String::from_utf8_lossy(m.id.as_bytes()).to_string();
+            c.send(format!("REQ {id} 0\n").as_bytes()).await;
+        }
+        assert_eq!(attempts, [1, 2], "{flags:?}");
+        let s = d.stats("").await;
+        let ch = channel(&s, "t", "c");
+        assert_eq!(
+            (
+                &ch["dead_lettered_count"],
+                &ch["depth"],
+                &ch["in_flight_count"]
+            ),
+            (&json!(1), &json!(0), &json!(0)),
+            "{flags:?}: {ch}"
+        );
+        assert_eq!(channel(&s, "t_dead", "inspect")["depth"], 1, "{flags:?}");
+        let mut dl = d.v2().await;
+        dl.send_ok(b"SUB t_dead inspect\n").await;
+        dl.send(b"RDY 1\n").await;
+        let m = dl.message().await;
+        assert_eq!((&m.body[..], m.attempts), (&b"poison"[..], 1));
+        assert_ne!(Some(m.id), original);
+    }
+}
+
+/// The node's `--dead-letter-topic` applies to every channel without its own, except the
+/// channels of that topic itself; a bad name stops nsqd at startup.
+#[tokio::test]
+async fn a_node_default_dead_letter_topic() {
+    let d = Daemon::start(&["--max-attempts=1", "--dead-letter-topic=dlq"]).await;
+    for t in ["t", "dlq"] {
+        d.post(&format!("/topic/create?topic={t}"), b"").await;
+        d.post(&format!("/channel/create?topic={t}&channel=c"), b"")
+            .await;
+    }
+    let r = d.get("/channel/config?topic=t&channel=c").await;
+    assert_eq!(
+        r.json()["settings"]["dead_letter_topic"],
+        json!({"value": "dlq", "source": "default"})
+    );
+    let r = d.get("/channel/config?topic=dlq&channel=c").await;
+    assert_eq!(
+        r.json()["settings"]["dead_letter_topic"],
+        json!({"value": null, "source": "off"})
+    );
+    let mut o = options::<&str>(d.dir.path(), &["--dead-letter-topic=a b"]);
+    o.data_path = d.dir.path().join("other").display().to_string();
+    assert_eq!(
+        o.validate().unwrap_err().to_string(),
+        "--dead-letter-topic must be a valid topic name (got \"a b\")"
+    );
 }

@@ -200,6 +200,16 @@ impl Channel {
             .store(n.map_or(0, u32::from), Ordering::Release);
     }
 
+    /// The effective dead-letter topic (see `Topic::refresh_settings`).
+    pub(crate) fn set_dead_letter_topic(&self, t: Option<String>) {
+        *self.dead_letter_topic.write() = t;
+    }
+
+    /// The effective dead-letter topic, if any.
+    pub fn dead_letter_topic(&self) -> Option<String> {
+        self.dead_letter_topic.read().clone()
+    }
+
     /// The effective `max_attempts`, if any.
     pub fn max_attempts(&self) -> Option<u16> {
         u16::try_from(self.max_attempts.load(Ordering::Acquire))

@@ -10,7 +10,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::skips::{Returning, TakeSkips};
-use super::state::Requeued;
+use super::state::{Requeued, Verdict};
 use super::{now, Channel, FinishError, RequeueError};
 use crate::message::{now_nanos, Message};
 
@@ -74,6 +74,14 @@ impl Channel {
         // comes back (requeued, timed out) is not delivered again: dropped likewise, counted.
         let max_attempts = self.max_attempts.load(Ordering::Acquire);
         let mut dead: Vec<(MessageId, u16)> = Vec::new();
+        // With a dead-letter topic such a message is held instead (`Verdict::Hold`), and
+        // published there once the lock is released.
+        let dead_letter = if max_attempts > 0 {
+            self.dead_letter_topic.read().clone()
+        } else {
+            None
+        };
+        let mut held: Vec<Message> = Vec::new();
         let mut g = self.lock();
         // After the channel lock (the order `apply_skips` takes them in).
         let mut skips = ret.and_then(|r| TakeSkips::new(r, &self.topic_name, &self.name));
@@ -81,19 +89,23 @@ impl Channel {
         // record settled, not delivered.
         let mut keep = |m: &Message| {
             if skips.as_mut().is_some_and(|s| s.skip(m)) {
-                return false;
+                return Verdict::Drop;
             }
             if ttl > 0 && wall.saturating_sub(m.timestamp) > ttl {
                 expired.push(m.id);
-                return false;
+                return Verdict::Drop;
             }
             if max_attempts > 0 && u32::from(m.attempts) >= max_attempts {
+                if dead_letter.is_some() {
+                    held.push(m.clone());
+                    return Verdict::Hold;
+                }
                 dead.push((m.id, m.attempts));
-                return false;
+                return Verdict::Drop;
             }
-            match rng.as_mut() {
-                Some(r) => r.gen_range(0..100) <= sample_rate,
-                None => true,
+            match rng.as_mut().map(|r| r.gen_range(0..100) <= sample_rate) {
+                Some(false) => Verdict::Drop,
+                _ => Verdict::Deliver,
             }
         };
         let taken = g
@@ -103,6 +115,8 @@ impl Channel {
             self.expired(&expired);
             self.dead_lettered(&dead, max_attempts);
             self.skipped(skips, ret);
+            drop(g);
+            self.to_dead_letter(dead_letter, held);
             return taken.n;
         };
         let (mut n, mut bad) = (taken.n, 0);
@@ -141,6 +155,7 @@ impl Channel {
         self.dead_lettered(&dead, max_attempts);
         self.skipped(skips, ret);
         drop(g);
+        self.to_dead_letter(dead_letter, held);
         if more {
             // Still only dropped records after the last read: the consumers try again.
             self.wake_consumers();
@@ -162,6 +177,84 @@ impl Channel {
             .fetch_add(ids.len() as u64, Ordering::Relaxed);
         if let Some(r) = &self.repl {
             r.finish(&self.topic_name, &self.name, ids);
+        }
+    }
+
+    /// After a take, outside the channel lock: the held messages (at their max attempts,
+    /// with a dead-letter topic) are published there — same bodies, new IDs — and FINed
+    /// once that publish is stored (synced when the node is durable). Until then they are in
+    /// flight for [`super::DEAD_LETTER_CLIENT`]: a crash brings them back (a duplicate in the
+    /// dead-letter topic at worst, never a loss), a publish that fails leaves them to time
+    /// out and be held again.
+    fn to_dead_letter(&self, topic: Option<String>, held: Vec<Message>) {
+        let Some(topic) = topic.filter(|_| !held.is_empty()) else {
+            return;
+        };
+        let ids: Vec<(MessageId, u16)> = held.iter().map(|m| (m.id, m.attempts)).collect();
+        let bodies = held.into_iter().map(|m| m.body).collect();
+        let receipt = match (self.parent.publish)(&topic, bodies) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(
+                    "CHANNEL({}:{}): failed to publish {} messages to dead-letter topic {topic} - {e} (held until they time out, then tried again)",
+                    self.topic_name,
+                    self.name,
+                    ids.len()
+                );
+                return;
+            }
+        };
+        let me = self.me.clone();
+        let done = move |stored: bool| {
+            if let Some(ch) = me.upgrade() {
+                ch.dead_letter_stored(&topic, &ids, stored);
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) if !receipt.is_empty() => {
+                rt.spawn(async move {
+                    let stored = receipt.durable().await.is_ok();
+                    done(stored);
+                });
+            }
+            _ => done(true),
+        }
+    }
+
+    /// A dead-letter publish is stored (or failed to sync: `stored` false): its messages are
+    /// FINed here, counted and logged; those no longer held (timed out meanwhile) are left.
+    fn dead_letter_stored(&self, topic: &str, ids: &[(MessageId, u16)], stored: bool) {
+        if !stored {
+            tracing::warn!(
+                "CHANNEL({}:{}): dead-letter topic {topic} failed to store {} messages (held until they time out, then tried again)",
+                self.topic_name,
+                self.name,
+                ids.len()
+            );
+            return;
+        }
+        let mut done = Vec::new();
+        {
+            let mut g = self.lock();
+            for (id, _) in ids {
+                if g.state.finish(super::DEAD_LETTER_CLIENT, id).is_ok() {
+                    done.push(*id);
+                }
+            }
+            if let (Some(r), false) = (&self.repl, done.is_empty()) {
+                r.finish(&self.topic_name, &self.name, &done);
+            }
+        }
+        self.counters
+            .dead_lettered_count
+            .fetch_add(done.len() as u64, Ordering::Relaxed);
+        for (id, attempts) in ids.iter().filter(|(id, _)| done.contains(id)) {
+            tracing::info!(
+                "CHANNEL({}:{}): moved message {} to dead-letter topic {topic} after {attempts} attempts",
+                self.topic_name,
+                self.name,
+                String::from_utf8_lossy(id.as_bytes())
+            );
         }
     }
 

@@ -53,6 +53,10 @@ use crate::replicator::Replicator;
 use crate::reserve::Reserve;
 use state::{ChannelState, Config, Now};
 
+/// The consumer ID a message at its max attempts is in flight for while its copy goes to the
+/// dead-letter topic (no client gets this ID: nsqd numbers them from 1).
+pub const DEAD_LETTER_CLIENT: u64 = u64::MAX;
+
 /// What a channel needs from a subscribed connection. Implemented by nsqd's client type.
 ///
 /// Callbacks are invoked without any channel lock held; they must only update the client's own
@@ -191,7 +195,16 @@ pub(crate) struct Parent {
     pub(crate) pump_lock: Arc<RwLock<()>>,
     /// The engine's delivery hold and skip set (replication's Return, `returning.rs`).
     pub(crate) returning: Option<Arc<Returning>>,
+    /// Publishes bodies to a topic by name (created if need be): a dead-letter topic.
+    pub(crate) publish: DeadLetterPublish,
 }
+
+/// How a channel publishes to its dead-letter topic (`Parent::publish`).
+pub(crate) type DeadLetterPublish = Box<
+    dyn Fn(&str, Vec<bytes::Bytes>) -> Result<crate::receipt::PutReceipt, crate::BackendError>
+        + Send
+        + Sync,
+>;
 
 impl Parent {
     /// No topic: a channel made on its own (tests).
@@ -201,6 +214,7 @@ impl Parent {
             delete: Box::new(|_| {}),
             pump_lock: Arc::new(RwLock::new(())),
             returning: None,
+            publish: Box::new(|_, _| Err(crate::BackendError::Exiting)),
         }
     }
 }
@@ -240,6 +254,11 @@ pub struct Channel {
     ttl_ns: AtomicU64,
     /// The effective `max_attempts` (its own or the node's; 0: none), set by the topic.
     max_attempts: std::sync::atomic::AtomicU32,
+    /// The effective `dead_letter_topic` (its own or the node's, never its own topic), set
+    /// by the topic.
+    dead_letter_topic: RwLock<Option<String>>,
+    /// Itself, for the task that finishes a dead-letter hand-off.
+    me: std::sync::Weak<Channel>,
 }
 
 impl std::fmt::Debug for Channel {
@@ -302,7 +321,7 @@ impl Channel {
         };
         // A backlog left on disk by a previous run is older than anything new: read it first.
         let state = ChannelState::recover(cfg, backend.depth(), replayed, now());
-        Arc::new(Channel {
+        Arc::new_cyclic(|me| Channel {
             topic_name: topic_name.to_string(),
             name: name.to_string(),
             ephemeral: !durable,
@@ -327,6 +346,8 @@ impl Channel {
             settings: RwLock::new(Default::default()),
             ttl_ns: AtomicU64::new(0),
             max_attempts: std::sync::atomic::AtomicU32::new(0),
+            dead_letter_topic: RwLock::new(None),
+            me: me.clone(),
         })
     }
 

@@ -4,6 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use nsq_protocol::replication::AdminOp;
 
 use super::{Topic, TopicStats};
@@ -40,6 +42,14 @@ impl Topic {
             }),
             pump_lock: self.pump_lock.clone(),
             returning: Some(engine.returning().clone()),
+            publish: {
+                let engine = self.engine.clone();
+                Box::new(move |topic: &str, bodies: Vec<Bytes>| {
+                    let engine = engine.upgrade().ok_or(BackendError::Exiting)?;
+                    let (t, _) = engine.get_or_create_topic(topic)?;
+                    t.put_many(bodies, std::time::Duration::ZERO)
+                })
+            },
         };
         let ch = Channel::new(
             parent,
@@ -54,6 +64,7 @@ impl Topic {
         // Before anyone can take from it: its TTL from the topic or the node.
         ch.set_ttl(self.channel_ttl(&ch.settings()));
         ch.set_max_attempts(self.opts.queue_defaults.max_attempts);
+        ch.set_dead_letter_topic(self.channel_dead_letter_topic(&ch.settings()));
         st.channels.insert(name.to_string(), ch.clone());
         st.fanout = st.channels.values().cloned().collect();
         if let (Some(r), true) = (&self.repl, durable) {

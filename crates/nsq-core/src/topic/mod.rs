@@ -361,6 +361,22 @@ impl Topic {
             let own = c.settings();
             c.set_ttl(self.channel_ttl(&own));
             c.set_max_attempts(own.max_attempts.or(self.opts.queue_defaults.max_attempts));
+            c.set_dead_letter_topic(self.channel_dead_letter_topic(&own));
+        }
+    }
+
+    /// The effective dead-letter topic of a channel of this topic with settings `own`.
+    fn channel_dead_letter_topic(&self, own: &QueueSettings) -> Option<String> {
+        let (v, _) = crate::queue_settings::effective(
+            crate::queue_settings::Key::DeadLetterTopic,
+            &self.name,
+            &self.settings.read(),
+            Some(own),
+            &self.opts.queue_defaults,
+        );
+        match v {
+            Some(crate::queue_settings::Value::DeadLetterTopic(t)) => Some(t),
+            _ => None,
         }
     }
 

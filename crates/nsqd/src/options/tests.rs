@@ -56,6 +56,8 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
     	path to config file
   -data-path string
     	path to store disk-backed messages
+  -dead-letter-topic string
+    	topic a message goes to when it reaches its channel's max attempts, instead of being dropped (empty: none; a channel's own dead_letter_topic, POST /channel/config, overrides it; channels of this topic itself drop theirs)
   -deflate
     	enable deflate feature negotiation (client compression) (default true)
   -durable
@@ -81,7 +83,7 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
   -lookupd-tcp-address value
     	lookupd TCP address (may be given multiple times)
   -max-attempts int
-    	deliveries of a message on a channel after which it is not delivered there again but dropped (0: no limit; a channel's own max_attempts, POST /channel/config, overrides it)
+    	deliveries of a message on a channel after which it is not delivered there again but moved to the dead-letter topic, or dropped without one (0: no limit; a channel's own max_attempts, POST /channel/config, overrides it)
   -max-body-size int
     	maximum size of a single command body (default 5242880)
   -max-bytes-per-file int

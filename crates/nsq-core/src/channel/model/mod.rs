@@ -43,7 +43,8 @@ mod cases;
 mod disk;
 mod ops;
 
-use super::state::{ChannelState, Config, Now, Put, Queued, Requeued, Restore};
+use super::state::{ChannelState, Config, Now, Put, Queued, Requeued, Restore, Verdict};
+use super::DEAD_LETTER_CLIENT;
 use crate::backend::{RecordPos, WriteTicket};
 use crate::deferred_store::StoreTicket;
 use crate::message::Message;
@@ -201,7 +202,23 @@ impl World {
                 client,
                 rdy,
                 max_attempts,
-            } => self.take(client, rdy, Rule::MaxAttempts(max_attempts))?,
+                dead_letter,
+            } => {
+                let rule = if dead_letter {
+                    Rule::DeadLetter(max_attempts)
+                } else {
+                    Rule::MaxAttempts(max_attempts)
+                };
+                self.take(client, rdy, rule)?
+            }
+            Op::DeadLettered(k) => {
+                let held = self.state.in_flight_of(DEAD_LETTER_CLIENT);
+                if let Some(id) = held.get(k % held.len().max(1)).copied() {
+                    prop_assert!(self.state.finish(DEAD_LETTER_CLIENT, &id).is_ok());
+                    // Stored in the dead-letter topic: settled as a FIN settles it.
+                    self.fin(id)?;
+                }
+            }
             Op::Expiring {
                 client,
                 rdy,
@@ -384,17 +401,26 @@ impl World {
         let mut flip = false;
         let wall = self.now().wall;
         let mut keep = |m: &Message| {
-            let keep = match rule {
-                Rule::All => true,
+            let verdict = match rule {
+                Rule::All => Verdict::Deliver,
                 Rule::Sample => {
                     flip = !flip;
-                    flip
+                    if flip {
+                        Verdict::Deliver
+                    } else {
+                        Verdict::Drop
+                    }
                 }
-                Rule::MaxAttempts(max) => m.attempts < max,
-                Rule::Ttl(ms) => wall.saturating_sub(m.timestamp) <= (ms as i64) * 1_000_000,
+                Rule::MaxAttempts(max) if m.attempts >= max => Verdict::Drop,
+                Rule::DeadLetter(max) if m.attempts >= max => Verdict::Hold,
+                Rule::MaxAttempts(_) | Rule::DeadLetter(_) => Verdict::Deliver,
+                Rule::Ttl(ms) if wall.saturating_sub(m.timestamp) > (ms as i64) * 1_000_000 => {
+                    Verdict::Drop
+                }
+                Rule::Ttl(_) => Verdict::Deliver,
             };
-            seen.borrow_mut().push((m.id, keep));
-            keep
+            seen.borrow_mut().push((m.id, verdict));
+            verdict
         };
         let t = self
             .state
@@ -413,8 +439,9 @@ impl World {
         }
         // Sampled out, or dropped by a setting (max attempts, TTL): consumed and dropped, a
         // decision of the consumer or the setting (no longer owed).
-        for (id, kept) in seen.take() {
-            if !kept {
+        // Held ones stay owed until their dead-letter copy is stored (`DeadLettered`).
+        for (id, verdict) in seen.take() {
+            if verdict == Verdict::Drop {
                 self.must.remove(&id);
             }
         }
@@ -426,7 +453,7 @@ impl World {
         &mut self,
         client: usize,
         asked: usize,
-        keep: &mut dyn FnMut(&Message) -> bool,
+        keep: &mut dyn FnMut(&Message) -> Verdict,
     ) -> Result<(), TestCaseError> {
         let raw = self.disk.read(asked);
         for (payload, _) in &raw {
@@ -625,6 +652,11 @@ impl World {
                 self.advance(io)?;
                 self.watermark();
             }
+            // Held messages' dead-letter copies are stored.
+            for id in self.state.in_flight_of(DEAD_LETTER_CLIENT) {
+                prop_assert!(self.state.finish(DEAD_LETTER_CLIENT, &id).is_ok());
+                self.fin(id)?;
+            }
             for c in 0..CLIENTS {
                 self.take(c, 50, Rule::All)?;
                 self.watermark();
@@ -709,6 +741,9 @@ enum Rule {
     Sample,
     /// Those delivered fewer times than this (`max_attempts`).
     MaxAttempts(u16),
+    /// The same, the others held for a dead-letter topic (`max_attempts` with
+    /// `dead_letter_topic`).
+    DeadLetter(u16),
     /// Those published at most this many milliseconds ago (`ttl`).
     Ttl(u64),
 }

@@ -25,7 +25,12 @@ pub(super) enum Op {
         client: usize,
         rdy: usize,
         max_attempts: u16,
+        /// With a dead-letter topic: such a message is held (in flight for the dead-letter
+        /// hand-off) instead of dropped.
+        dead_letter: bool,
     },
+    /// The k-th held message's copy in the dead-letter topic is stored: it is FINed.
+    DeadLettered(usize),
     /// A take on a channel with a `ttl`: a message published more than `ttl_ms` ago is
     /// consumed and dropped instead.
     Expiring {
@@ -66,7 +71,8 @@ pub(super) fn op(crashes: bool) -> impl Strategy<Value = Op> {
         6 => (1usize..4, prop_oneof![4 => Just(0u32), 1 => 1u32..2500]).prop_map(|(n, defer_ms)| Op::Publish { n, defer_ms }),
         6 => (0..CLIENTS, 1usize..5).prop_map(|(client, rdy)| Op::Take { client, rdy }),
         1 => (0..CLIENTS, 1usize..5).prop_map(|(client, rdy)| Op::Sample { client, rdy }),
-        1 => (0..CLIENTS, 1usize..5, 1u16..4).prop_map(|(client, rdy, max_attempts)| Op::Limited { client, rdy, max_attempts }),
+        1 => (0..CLIENTS, 1usize..5, 1u16..4, proptest::bool::ANY).prop_map(|(client, rdy, max_attempts, dead_letter)| Op::Limited { client, rdy, max_attempts, dead_letter }),
+        1 => (0usize..4).prop_map(Op::DeadLettered),
         1 => (0..CLIENTS, 1usize..5, 0u64..3000).prop_map(|(client, rdy, ttl_ms)| Op::Expiring { client, rdy, ttl_ms }),
         8 => (0usize..8).prop_map(Op::Advance),
         6 => (0..CLIENTS, 0usize..8).prop_map(|(client, k)| Op::Fin { client, k }),

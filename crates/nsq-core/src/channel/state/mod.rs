@@ -37,7 +37,7 @@ mod settle;
 mod types;
 
 pub(in crate::channel) use types::{
-    After, Awaiting, Config, Now, Put, Queued, Requeued, Restore, Taken,
+    After, Awaiting, Config, Now, Put, Queued, Requeued, Restore, Taken, Verdict,
 };
 
 use super::journal::{JournalBook, JournalRef};
@@ -279,7 +279,7 @@ impl ChannelState {
         max: usize,
         now: Instant,
         timeout: Duration,
-        keep: &mut dyn FnMut(&Message) -> bool,
+        keep: &mut dyn FnMut(&Message) -> Verdict,
         emit: &mut dyn FnMut(&Message),
     ) -> Taken {
         let mut n = 0;
@@ -308,7 +308,7 @@ impl ChannelState {
         client_id: u64,
         now: Instant,
         timeout: Duration,
-        keep: &mut dyn FnMut(&Message) -> bool,
+        keep: &mut dyn FnMut(&Message) -> Verdict,
         emit: &mut dyn FnMut(&Message),
     ) -> (usize, usize) {
         if let Some((_, first)) = raw.first() {
@@ -336,7 +336,7 @@ impl ChannelState {
         (n, bad)
     }
 
-    /// One message to one consumer; false if sampling dropped it.
+    /// One message to one consumer; false if it was dropped or held (`Verdict`).
     #[allow(clippy::too_many_arguments)]
     fn deliver(
         &mut self,
@@ -345,14 +345,29 @@ impl ChannelState {
         client_id: u64,
         now: Instant,
         timeout: Duration,
-        keep: &mut dyn FnMut(&Message) -> bool,
+        keep: &mut dyn FnMut(&Message) -> Verdict,
         emit: &mut dyn FnMut(&Message),
     ) -> bool {
-        if !keep(&msg) {
-            if let Some(p) = pos {
-                self.reads.settle(p);
+        match keep(&msg) {
+            Verdict::Deliver => {}
+            Verdict::Drop => {
+                if let Some(p) = pos {
+                    self.reads.settle(p);
+                }
+                return false;
             }
-            return false;
+            Verdict::Hold => {
+                if self
+                    .in_flight
+                    .insert(msg, pos, super::DEAD_LETTER_CLIENT, now, timeout)
+                    .is_err()
+                {
+                    if let Some(p) = pos {
+                        self.reads.settle(p);
+                    }
+                }
+                return false;
+            }
         }
         msg.attempts = msg.attempts.wrapping_add(1);
         emit(&msg);

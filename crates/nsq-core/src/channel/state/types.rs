@@ -108,3 +108,17 @@ pub(in crate::channel) struct Now {
     pub(in crate::channel) mono: Instant,
     pub(in crate::channel) wall: i64,
 }
+
+/// What a take does with one message it looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::channel) enum Verdict {
+    /// Delivered to the consumer: attempts incremented, in flight.
+    Deliver,
+    /// Consumed and dropped: its record settled (sampled out, taken over, expired, at its max
+    /// attempts without a dead-letter topic).
+    Drop,
+    /// Not delivered: in flight for [`super::super::DEAD_LETTER_CLIENT`] (attempts unchanged)
+    /// until its copy in the dead-letter topic is stored and it is FINed — or its timeout
+    /// brings it back to the queue.
+    Hold,
+}
