@@ -274,3 +274,57 @@ def test_dead_letters_reach_a_pynsq_consumer_of_the_dead_letter_topic(nsqd, topi
     assert dict(received) == {b: 1 for b in bodies}
     c = find_channel(http.stats(topic=topic), topic, "ch")
     assert (c["depth"], c["in_flight_count"], c["deferred_count"]) == (0, 0, 0), c
+
+
+def test_kill_during_dead_lettering_loses_nothing(nsqd_factory, topic, tmp_path):
+    """--durable, max_attempts=1 with a dead-letter topic, a gnsq consumer requeueing
+    everything, and kill -9 in the middle of it: after the restart every acknowledged message
+    is either still delivered on the channel or in the dead-letter topic (duplicates in the
+    dead-letter topic allowed, no loss)."""
+    import random
+
+    dead = f"{topic}_dead"
+    data = tmp_path / "data-kill"
+    data.mkdir()
+    nsqd = nsqd_factory("--durable", data_path=data)
+    post(nsqd, f"/topic/create?topic={topic}")
+    post(nsqd, f"/channel/create?topic={topic}&channel=ch")
+    post(nsqd, f"/topic/create?topic={dead}")
+    post(nsqd, f"/channel/create?topic={dead}&channel=inspect")
+    post(nsqd, f"/channel/config?topic={topic}&channel=ch&max_attempts=1&dead_letter_topic={dead}")
+    bodies = [f"m-{i}".encode() for i in range(2000)]
+    http = nsqd.http()
+    for i in range(0, len(bodies), 200):
+        http.multipublish(topic, bodies[i:i + 200])
+
+    def requeue(consumer, message):
+        raise errors.NSQRequeueMessage(backoff=False)
+
+    consumer = gnsq.Consumer(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=50,
+                             max_tries=1000, requeue_delay=0, message_handler=requeue)
+    consumer.start(block=False)
+    gevent.sleep(random.uniform(0.05, 0.4))
+    nsqd.stop(signal.SIGKILL)
+    consumer.close()
+    consumer.join(timeout=30)
+
+    nsqd = nsqd_factory("--durable", data_path=data)
+    got = collections.Counter()
+
+    def fin(consumer, message):
+        got[message.body] += 1
+
+    readers = [gnsq.Consumer(t, c, nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=100,
+                             message_handler=fin) for t, c in ((topic, "ch"), (dead, "inspect"))]
+    for r in readers:
+        r.start(block=False)
+    try:
+        wait_for(lambda: set(got) >= set(bodies), timeout=90,
+                 message=f"every message on the channel or in the dead-letter topic ({len(set(bodies) - set(got))} missing)")
+    finally:
+        for r in readers:
+            r.close()
+            r.join(timeout=30)
+    dead_lettered = find_channel(nsqd.http().stats(topic=topic), topic, "ch") or {}
+    print(f"kill during dead-lettering: all {len(bodies)} found, {sum(got.values()) - len(bodies)} duplicates, "
+          f"{dead_lettered.get('dead_lettered_count', 0)} dead-lettered after the restart")
