@@ -23,6 +23,35 @@ def post(nsqd, path):
     with urllib.request.urlopen(req, timeout=30) as r:
         return r.status, r.read()
 
+def requeue_until_dead_lettered(nsqd, topic, config):
+    """Sets `config` on channel `ch` of `topic`, publishes 20 bodies and runs a gnsq Consumer
+    that requeues everything (its own give-up point set far away) until the channel counts
+    all 20 as dead-lettered, and a second more; returns (bodies, deliveries per body)."""
+    post(nsqd, f"/topic/create?topic={topic}")
+    post(nsqd, f"/channel/create?topic={topic}&channel=ch")
+    status, body = post(nsqd, f"/channel/config?topic={topic}&channel=ch&{config}")
+    assert status == 200, body
+    bodies = [f"poison-{i}".encode() for i in range(20)]
+    http = nsqd.http()
+    http.multipublish(topic, bodies)
+    deliveries = collections.Counter()
+
+    def handler(consumer, message):
+        deliveries[message.body] += 1
+        raise errors.NSQRequeueMessage(backoff=False)
+
+    consumer = gnsq.Consumer(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=10,
+                             max_tries=1000, requeue_delay=0, message_handler=handler)
+    consumer.start(block=False)
+    try:
+        wait_for(lambda: (find_channel(http.stats(topic=topic), topic, "ch") or {}).get("dead_lettered_count")
+                 == len(bodies), timeout=60, message="every message at its max attempts")
+        gevent.sleep(1)  # nothing more arrives on the channel
+    finally:
+        consumer.close()
+        consumer.join(timeout=30)
+    return bodies, deliveries
+
 
 def test_refuse_at_the_bound_under_load(nsqd, topic):
     post(nsqd, f"/topic/create?topic={topic}")
@@ -150,35 +179,11 @@ def test_ttl_on_a_paused_channel_in_memory_and_on_disk(nsqd_factory, topic):
 
 
 def test_max_attempts_with_a_consumer_that_always_requeues(nsqd, topic):
-    """A gnsq Consumer that requeues everything (its own give-up point set far away): each
-    message is delivered `max_attempts` times on the channel and never again, and counted."""
-    post(nsqd, f"/topic/create?topic={topic}")
-    post(nsqd, f"/channel/create?topic={topic}&channel=ch")
-    status, body = post(nsqd, f"/channel/config?topic={topic}&channel=ch&max_attempts=3")
-    assert status == 200, body
-    bodies = [f"poison-{i}".encode() for i in range(20)]
-    http = nsqd.http()
-    http.multipublish(topic, bodies)
-    deliveries = collections.Counter()
-
-    def handler(consumer, message):
-        deliveries[message.body] += 1
-        raise errors.NSQRequeueMessage(backoff=False)
-
-    consumer = gnsq.Consumer(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=10,
-                             max_tries=1000, requeue_delay=0, message_handler=handler)
-    consumer.start(block=False)
-    try:
-        def settled():
-            c = find_channel(http.stats(topic=topic), topic, "ch")
-            return c if c.get("dead_lettered_count") == len(bodies) else None
-        c = wait_for(settled, timeout=60, message="every message at its max attempts")
-        gevent.sleep(1)  # nothing more arrives
-    finally:
-        consumer.close()
-        consumer.join(timeout=30)
+    """A consumer that requeues everything: each message is delivered `max_attempts` times
+    on the channel and never again, and counted."""
+    bodies, deliveries = requeue_until_dead_lettered(nsqd, topic, "max_attempts=3")
     assert dict(deliveries) == {b: 3 for b in bodies}
-    c = find_channel(http.stats(topic=topic), topic, "ch")
+    c = find_channel(nsqd.http().stats(topic=topic), topic, "ch")
     assert (c["depth"], c["in_flight_count"], c["deferred_count"]) == (0, 0, 0), c
 
 
@@ -220,29 +225,8 @@ def test_dead_letters_reach_a_pynsq_consumer_of_the_dead_letter_topic(nsqd, topi
     import nsq
 
     dead = f"{topic}_dead"
-    post(nsqd, f"/topic/create?topic={topic}")
-    post(nsqd, f"/channel/create?topic={topic}&channel=ch")
-    status, body = post(nsqd, f"/channel/config?topic={topic}&channel=ch&max_attempts=3&dead_letter_topic={dead}")
-    assert status == 200, body
-    bodies = [f"poison-{i}".encode() for i in range(20)]
+    bodies, deliveries = requeue_until_dead_lettered(nsqd, topic, f"max_attempts=3&dead_letter_topic={dead}")
     http = nsqd.http()
-    http.multipublish(topic, bodies)
-    deliveries = collections.Counter()
-
-    def handler(consumer, message):
-        deliveries[message.body] += 1
-        raise errors.NSQRequeueMessage(backoff=False)
-
-    consumer = gnsq.Consumer(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=10,
-                             max_tries=1000, requeue_delay=0, message_handler=handler)
-    consumer.start(block=False)
-    try:
-        wait_for(lambda: (find_channel(http.stats(topic=topic), topic, "ch") or {}).get("dead_lettered_count")
-                 == len(bodies), timeout=60, message="every message dead-lettered")
-        gevent.sleep(1)  # nothing more arrives on the channel
-    finally:
-        consumer.close()
-        consumer.join(timeout=30)
     assert dict(deliveries) == {b: 3 for b in bodies}
 
     received = collections.Counter()

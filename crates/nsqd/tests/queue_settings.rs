@@ -299,9 +299,15 @@ async fn with_no_setting_nothing_changes() {
     assert!(!d.nsqd_dat().contains("settings"), "{}", d.nsqd_dat());
 }
 
-/// Subscribes to `t`/`c` with RDY `rdy` and returns the bodies of the messages that arrive
-/// within `wait`, in order (FINed as they come).
-async fn consume(d: &Daemon, rdy: u32, wait: std::time::Duration) -> Vec<String> {
+/// Subscribes to `t`/`c` with RDY `rdy` and handles what arrives until nothing has for
+/// `wait`: a message whose body `requeue` accepts is requeued (REQ, no delay), the others
+/// FINed. Returns every delivery in order: (body, attempts, ID).
+async fn consume_with(
+    d: &Daemon,
+    rdy: u32,
+    wait: std::time::Duration,
+    requeue: &dyn Fn(&[u8]) -> bool,
+) -> Vec<(String, u16, nsq_protocol::MessageId)> {
     let mut c = d.v2().await;
     c.send_ok(b"SUB t c\n").await;
     c.send(format!("RDY {rdy}\n").as_bytes()).await;
@@ -309,11 +315,49 @@ async fn consume(d: &Daemon, rdy: u32, wait: std::time::Duration) -> Vec<String>
     while let Ok(Some(f)) = tokio::time::timeout(wait, c.frame()).await {
         assert_eq!(f.frame_type, 2, "{f:?}");
         let m = nsq_protocol::message::decode(f.data).unwrap();
-        c.send(format!("FIN {}\n", String::from_utf8_lossy(m.id.as_bytes())).as_bytes())
-            .await;
-        got.push(String::from_utf8_lossy(&m.body).to_string());
+        let id = String::from_utf8_lossy(m.id.as_bytes()).to_string();
+        let cmd = if requeue(&m.body) {
+            format!("REQ {id} 0\n")
+        } else {
+            format!("FIN {id}\n")
+        };
+        c.send(cmd.as_bytes()).await;
+        got.push((
+            String::from_utf8_lossy(&m.body).to_string(),
+            m.attempts,
+            m.id,
+        ));
     }
     got
+}
+
+/// [`consume_with`] FINing everything: the bodies in order.
+async fn consume(d: &Daemon, rdy: u32, wait: std::time::Duration) -> Vec<String> {
+    let got = consume_with(d, rdy, wait, &|_| false).await;
+    got.into_iter().map(|(body, _, _)| body).collect()
+}
+
+/// Channel `t`/`c` is empty (nothing queued, in flight or deferred) and counts `n` as
+/// `<what>` (`expired`, `dead_lettered`) in `/stats` JSON and text and in `/metrics`.
+async fn assert_counted(d: &Daemon, what: &str, n: u64) {
+    let s = d.stats("").await;
+    let c = channel(&s, "t", "c");
+    assert_eq!(
+        (
+            &c[format!("{what}_count").as_str()],
+            &c["depth"],
+            &c["in_flight_count"],
+            &c["deferred_count"]
+        ),
+        (&json!(n), &json!(0), &json!(0), &json!(0)),
+        "{c}"
+    );
+    let text = d.get("/stats").await.text();
+    let label = what.replace('_', "-");
+    assert!(text.contains(&format!(" {label}: {n}\n")), "{text}");
+    let m = d.get("/metrics").await.text();
+    let metric = format!("nsq_channel_{what}_total{{topic=\"t\",channel=\"c\"}} {n}\n");
+    assert!(m.contains(&metric), "{m}");
 }
 
 /// TTL on a paused channel: what waited past the TTL is not delivered (counted as expired),
@@ -356,20 +400,7 @@ async fn expired_messages_are_not_delivered() {
             .assert_empty_ok();
         let got = consume(&d, 10, std::time::Duration::from_millis(700)).await;
         assert_eq!(got, ["new0", "new1"], "{flags:?}");
-        let s = d.stats("").await;
-        let c = channel(&s, "t", "c");
-        assert_eq!(
-            (&c["expired_count"], &c["depth"], &c["deferred_count"]),
-            (&json!(6), &json!(0), &json!(0)),
-            "{flags:?}: {c}"
-        );
-        let text = d.get("/stats").await.text();
-        assert!(text.contains(" expired: 6\n"), "{text}");
-        let m = d.get("/metrics").await.text();
-        assert!(
-            m.contains("nsq_channel_expired_total{topic=\"t\",channel=\"c\"} 6\n"),
-            "{m}"
-        );
+        assert_counted(&d, "expired", 6).await;
     }
 }
 
@@ -414,43 +445,23 @@ async fn max_attempts_stops_redelivery() {
         .await;
     d.post("/pub?topic=t", b"poison").await;
     d.post("/pub?topic=t", b"fine").await;
-    let mut c = d.v2().await;
-    c.send_ok(b"SUB t c\n").await;
-    c.send(b"RDY 1\n").await;
-    let mut attempts = Vec::new();
-    let mut finished = Vec::new();
-    while let Ok(Some(f)) =
-        tokio::time::timeout(std::time::Duration::from_millis(700), c.frame()).await
-    {
-        let m = nsq_protocol::message::decode(f.data).unwrap();
-        let id = String::from_utf8_lossy(m.id.as_bytes()).to_string();
-        if &m.body[..] == b"poison" {
-            attempts.push(m.attempts);
-            c.send(format!("REQ {id} 0\n").as_bytes()).await;
-        } else {
-            finished.push(String::from_utf8_lossy(&m.body).to_string());
-            c.send(format!("FIN {id}\n").as_bytes()).await;
-        }
-    }
+    let got = consume_with(&d, 1, std::time::Duration::from_millis(700), &|b| {
+        b == b"poison"
+    })
+    .await;
+    let attempts: Vec<u16> = got
+        .iter()
+        .filter(|(b, _, _)| b == "poison")
+        .map(|(_, a, _)| *a)
+        .collect();
+    let finished: Vec<&str> = got
+        .iter()
+        .filter(|(b, _, _)| b != "poison")
+        .map(|(b, _, _)| b.as_str())
+        .collect();
     assert_eq!(attempts, [1, 2, 3]);
     assert_eq!(finished, ["fine"]);
-    let s = d.stats("").await;
-    let ch = channel(&s, "t", "c");
-    assert_eq!(
-        (
-            &ch["dead_lettered_count"],
-            &ch["depth"],
-            &ch["in_flight_count"]
-        ),
-        (&json!(1), &json!(0), &json!(0)),
-        "{ch}"
-    );
-    assert!(d.get("/stats").await.text().contains(" dead-lettered: 1\n"));
-    let m = d.get("/metrics").await.text();
-    assert!(
-        m.contains("nsq_channel_dead_lettered_total{topic=\"t\",channel=\"c\"} 1\n"),
-        "{m}"
-    );
+    assert_counted(&d, "dead_lettered", 1).await;
 }
 
 /// `GET /channel/peek` (with `--http-peek`): the next messages (memory, then disk), those in
@@ -558,20 +569,9 @@ async fn dead_letters_go_to_the_dead_letter_topic() {
             .await;
         assert_eq!(r.status, 200, "{}", r.text());
         d.post("/pub?topic=t", b"poison").await;
-        let mut c = d.v2().await;
-        c.send_ok(b"SUB t c\n").await;
-        c.send(b"RDY 1\n").await;
-        let mut attempts = Vec::new();
-        let mut original = None;
-        while let Ok(Some(f)) =
-            tokio::time::timeout(std::time::Duration::from_millis(700), c.frame()).await
-        {
-            let m = nsq_protocol::message::decode(f.data).unwrap();
-            original = Some(m.id);
-            attempts.push(m.attempts);
-            let id = String::from_utf8_lossy(m.id.as_bytes()).to_string();
-            c.send(format!("REQ {id} 0\n").as_bytes()).await;
-        }
+        let got = consume_with(&d, 1, std::time::Duration::from_millis(700), &|_| true).await;
+        let attempts: Vec<u16> = got.iter().map(|(_, a, _)| *a).collect();
+        let original = got.last().map(|(_, _, id)| *id);
         assert_eq!(attempts, [1, 2], "{flags:?}");
         let s = d.stats("").await;
         let ch = channel(&s, "t", "c");

@@ -61,10 +61,8 @@ impl Topic {
             self.reserve.clone(),
             repl,
         );
-        // Before anyone can take from it: its TTL from the topic or the node.
-        ch.set_ttl(self.channel_ttl(&ch.settings()));
-        ch.set_max_attempts(self.opts.queue_defaults.max_attempts);
-        ch.set_dead_letter_topic(self.channel_dead_letter_topic(&ch.settings()));
+        // Before anyone can take from it: its TTL and the rest from the topic or the node.
+        self.apply_channel_settings(&ch);
         st.channels.insert(name.to_string(), ch.clone());
         st.fanout = st.channels.values().cloned().collect();
         if let (Some(r), true) = (&self.repl, durable) {

@@ -358,41 +358,38 @@ impl Topic {
             || channels.iter().any(|c| limited(&c.settings()));
         self.bounded.store(bounded, Ordering::Release);
         for c in &channels {
-            let own = c.settings();
-            c.set_ttl(self.channel_ttl(&own));
-            c.set_max_attempts(own.max_attempts.or(self.opts.queue_defaults.max_attempts));
-            c.set_dead_letter_topic(self.channel_dead_letter_topic(&own));
+            self.apply_channel_settings(c);
         }
     }
 
-    /// The effective dead-letter topic of a channel of this topic with settings `own`.
-    fn channel_dead_letter_topic(&self, own: &QueueSettings) -> Option<String> {
-        let (v, _) = crate::queue_settings::effective(
-            crate::queue_settings::Key::DeadLetterTopic,
-            &self.name,
-            &self.settings.read(),
-            Some(own),
-            &self.opts.queue_defaults,
-        );
-        match v {
-            Some(crate::queue_settings::Value::DeadLetterTopic(t)) => Some(t),
+    /// Gives channel `c` of this topic its effective TTL, max attempts and dead-letter topic
+    /// (its own, its topic's where a key is passed down, the node's).
+    pub(crate) fn apply_channel_settings(&self, c: &Channel) {
+        use crate::queue_settings::{effective, Key, Value};
+        let own = c.settings();
+        let topic_own = self.settings.read().clone();
+        let get = |key| {
+            effective(
+                key,
+                &self.name,
+                &topic_own,
+                Some(&own),
+                &self.opts.queue_defaults,
+            )
+            .0
+        };
+        c.set_ttl(match get(Key::Ttl) {
+            Some(Value::Ttl(d)) => Some(d),
             _ => None,
-        }
-    }
-
-    /// The effective TTL of a channel of this topic with settings `own`.
-    fn channel_ttl(&self, own: &QueueSettings) -> Option<Duration> {
-        let (v, _) = crate::queue_settings::effective(
-            crate::queue_settings::Key::Ttl,
-            &self.name,
-            &self.settings.read(),
-            Some(own),
-            &self.opts.queue_defaults,
-        );
-        match v {
-            Some(crate::queue_settings::Value::Ttl(d)) => Some(d),
+        });
+        c.set_max_attempts(match get(Key::MaxAttempts) {
+            Some(Value::MaxAttempts(n)) => Some(n),
             _ => None,
-        }
+        });
+        c.set_dead_letter_topic(match get(Key::DeadLetterTopic) {
+            Some(Value::DeadLetterTopic(t)) => Some(t),
+            _ => None,
+        });
     }
 
     /// Refuses a publish of `n` messages that would pass the `max_depth` of this topic or of

@@ -9,6 +9,7 @@
 mod api;
 mod debug;
 mod drain;
+mod queue;
 mod stats;
 
 use nsq_go::json;
