@@ -621,3 +621,33 @@ async fn a_node_default_dead_letter_topic() {
         "--dead-letter-topic must be a valid topic name (got \"a b\")"
     );
 }
+
+/// An expired message goes to the channel's dead-letter topic when it has one (counted as
+/// expired, not as dead-lettered).
+#[tokio::test]
+async fn expired_messages_go_to_the_dead_letter_topic() {
+    let d = Daemon::start(&[]).await;
+    for (t, c) in [("t", "c"), ("t_dead", "inspect")] {
+        d.post(&format!("/topic/create?topic={t}"), b"").await;
+        d.post(&format!("/channel/create?topic={t}&channel={c}"), b"")
+            .await
+            .assert_empty_ok();
+    }
+    d.post(
+        "/channel/config?topic=t&channel=c&ttl=200ms&dead_letter_topic=t_dead",
+        b"",
+    )
+    .await;
+    d.post("/channel/pause?topic=t&channel=c", b"").await;
+    for i in 0..3 {
+        d.post("/pub?topic=t", format!("old{i}").as_bytes()).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    d.post("/channel/unpause?topic=t&channel=c", b"").await;
+    let got = consume(&d, 10, std::time::Duration::from_millis(500)).await;
+    assert!(got.is_empty(), "{got:?}");
+    assert_counted(&d, "expired", 3).await;
+    let s = d.stats("").await;
+    assert!(channel(&s, "t", "c").get("dead_lettered_count").is_none());
+    assert_eq!(channel(&s, "t_dead", "inspect")["depth"], 3);
+}

@@ -74,14 +74,15 @@ impl Channel {
         // comes back (requeued, timed out) is not delivered again: dropped likewise, counted.
         let max_attempts = self.max_attempts.load(Ordering::Acquire);
         let mut dead: Vec<(MessageId, u16)> = Vec::new();
-        // With a dead-letter topic such a message is held instead (`Verdict::Hold`), and
-        // published there once the lock is released.
-        let dead_letter = if max_attempts > 0 {
+        // With a dead-letter topic such a message — and an expired one — is held instead
+        // (`Verdict::Hold`), and published there once the lock is released.
+        let dead_letter = if max_attempts > 0 || ttl > 0 {
             self.dead_letter_topic.read().clone()
         } else {
             None
         };
-        let mut held: Vec<Message> = Vec::new();
+        // Held messages, each with `Some(attempts)` at its max attempts, `None` expired.
+        let mut held: Vec<(Message, Option<u16>)> = Vec::new();
         let mut g = self.lock();
         // After the channel lock (the order `apply_skips` takes them in).
         let mut skips = ret.and_then(|r| TakeSkips::new(r, &self.topic_name, &self.name));
@@ -92,12 +93,16 @@ impl Channel {
                 return Verdict::Drop;
             }
             if ttl > 0 && wall.saturating_sub(m.timestamp) > ttl {
+                if dead_letter.is_some() {
+                    held.push((m.clone(), None));
+                    return Verdict::Hold;
+                }
                 expired.push(m.id);
                 return Verdict::Drop;
             }
             if max_attempts > 0 && u32::from(m.attempts) >= max_attempts {
                 if dead_letter.is_some() {
-                    held.push(m.clone());
+                    held.push((m.clone(), Some(m.attempts)));
                     return Verdict::Hold;
                 }
                 dead.push((m.id, m.attempts));
@@ -180,18 +185,18 @@ impl Channel {
         }
     }
 
-    /// After a take, outside the channel lock: the held messages (at their max attempts,
-    /// with a dead-letter topic) are published there — same bodies, new IDs — and FINed
+    /// After a take, outside the channel lock: the held messages (at their max attempts or
+    /// expired, with a dead-letter topic) are published there — same bodies, new IDs — and FINed
     /// once that publish is stored (synced when the node is durable). Until then they are in
     /// flight for [`super::DEAD_LETTER_CLIENT`]: a crash brings them back (a duplicate in the
     /// dead-letter topic at worst, never a loss), a publish that fails leaves them to time
     /// out and be held again.
-    fn to_dead_letter(&self, topic: Option<String>, held: Vec<Message>) {
+    fn to_dead_letter(&self, topic: Option<String>, held: Vec<(Message, Option<u16>)>) {
         let Some(topic) = topic.filter(|_| !held.is_empty()) else {
             return;
         };
-        let ids: Vec<(MessageId, u16)> = held.iter().map(|m| (m.id, m.attempts)).collect();
-        let bodies = held.into_iter().map(|m| m.body).collect();
+        let ids: Vec<(MessageId, Option<u16>)> = held.iter().map(|(m, a)| (m.id, *a)).collect();
+        let bodies = held.into_iter().map(|(m, _)| m.body).collect();
         let receipt = match (self.parent.publish)(&topic, bodies) {
             Ok(r) => r,
             Err(e) => {
@@ -223,7 +228,7 @@ impl Channel {
 
     /// A dead-letter publish is stored (or failed to sync: `stored` false): its messages are
     /// FINed here, counted and logged; those no longer held (timed out meanwhile) are left.
-    fn dead_letter_stored(&self, topic: &str, ids: &[(MessageId, u16)], stored: bool) {
+    fn dead_letter_stored(&self, topic: &str, ids: &[(MessageId, Option<u16>)], stored: bool) {
         if !stored {
             tracing::warn!(
                 "CHANNEL({}:{}): dead-letter topic {topic} failed to store {} messages (held until they time out, then tried again)",
@@ -234,27 +239,42 @@ impl Channel {
             return;
         }
         let mut done = Vec::new();
+        let mut finished = Vec::with_capacity(ids.len());
         {
             let mut g = self.lock();
             for (id, _) in ids {
-                if g.state.finish(super::DEAD_LETTER_CLIENT, id).is_ok() {
+                let ok = g.state.finish(super::DEAD_LETTER_CLIENT, id).is_ok();
+                if ok {
                     done.push(*id);
                 }
+                finished.push(ok);
             }
             if let (Some(r), false) = (&self.repl, done.is_empty()) {
                 r.finish(&self.topic_name, &self.name, &done);
             }
         }
-        self.counters
-            .dead_lettered_count
-            .fetch_add(done.len() as u64, Ordering::Relaxed);
-        for (id, attempts) in ids.iter().filter(|(id, _)| done.contains(id)) {
-            tracing::info!(
-                "CHANNEL({}:{}): moved message {} to dead-letter topic {topic} after {attempts} attempts",
-                self.topic_name,
-                self.name,
-                String::from_utf8_lossy(id.as_bytes())
-            );
+        for ((id, attempts), _) in ids.iter().zip(finished).filter(|(_, ok)| *ok) {
+            let id_text = String::from_utf8_lossy(id.as_bytes());
+            match attempts {
+                Some(attempts) => {
+                    self.counters
+                        .dead_lettered_count
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(
+                        "CHANNEL({}:{}): moved message {id_text} to dead-letter topic {topic} after {attempts} attempts",
+                        self.topic_name,
+                        self.name
+                    );
+                }
+                None => {
+                    self.counters.expired_count.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(
+                        "CHANNEL({}:{}): moved expired message {id_text} to dead-letter topic {topic}",
+                        self.topic_name,
+                        self.name
+                    );
+                }
+            }
         }
     }
 
