@@ -312,3 +312,39 @@ def test_kill_during_dead_lettering_loses_nothing(nsqd_factory, topic, tmp_path)
     dead_lettered = find_channel(nsqd.http().stats(topic=topic), topic, "ch") or {}
     print(f"kill during dead-lettering: all {len(bodies)} found, {sum(got.values()) - len(bodies)} duplicates, "
           f"{dead_lettered.get('dead_lettered_count', 0)} dead-lettered after the restart")
+
+
+def test_drop_oldest_keeps_the_newest_max_depth(nsqd, topic):
+    """`overflow=drop_oldest`: a gnsq Producer publishes 1,000 messages to a channel bounded
+    at 100 with no consumer; none fails, and a gnsq Consumer then gets exactly the newest
+    100, in order; `dropped_count` is 900."""
+    post(nsqd, f"/topic/create?topic={topic}")
+    post(nsqd, f"/channel/create?topic={topic}&channel=ch")
+    status, body = post(nsqd, f"/channel/config?topic={topic}&channel=ch&max_depth=100&overflow=drop_oldest")
+    assert status == 200, body
+    producer = gnsq.Producer(nsqd_tcp_addresses=[nsqd.tcp_address])
+    producer.start()
+    try:
+        bodies = [f"m-{i:04d}".encode() for i in range(1000)]
+        for i in range(0, 1000, 50):
+            assert producer.multipublish(topic, bodies[i:i + 50]) == b"OK"
+    finally:
+        producer.close()
+        producer.join(timeout=30)
+    got = []
+
+    def handler(consumer, message):
+        got.append(message.body)
+
+    consumer = gnsq.Consumer(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=1,
+                             message_handler=handler)
+    consumer.start(block=False)
+    try:
+        wait_for(lambda: len(got) >= 100, timeout=60, message="the newest 100")
+        gevent.sleep(0.5)
+    finally:
+        consumer.close()
+        consumer.join(timeout=30)
+    assert got == bodies[-100:]
+    c = find_channel(nsqd.http().stats(topic=topic), topic, "ch")
+    assert (c["dropped_count"], c["depth"]) == (900, 0), c

@@ -170,7 +170,7 @@ fn topic_families(e: &mut Exposition, s: &Snapshot) {
 fn channel_families(e: &mut Exposition, s: &Snapshot) {
     let topics = &s.topics;
     type Get = fn(&ChannelSnapshot) -> f64;
-    let families: [(&str, Kind, &str, Get); 11] = [
+    let families: [(&str, Kind, &str, Get); 12] = [
         (
             "nsq_channel_depth",
             Kind::Gauge,
@@ -224,6 +224,12 @@ fn channel_families(e: &mut Exposition, s: &Snapshot) {
             Kind::Counter,
             "Messages not delivered again at the channel's max attempts (queue settings; /stats dead_lettered_count).",
             |c| c.dead_lettered_count as f64,
+        ),
+        (
+            "nsq_channel_dropped_total",
+            Kind::Counter,
+            "Queued messages dropped at the channel's max_depth with overflow=drop_oldest (queue settings; /stats dropped_count).",
+            |c| c.dropped_count as f64,
         ),
         (
             "nsq_channel_clients",

@@ -22,9 +22,10 @@ pub const BUILT: [Key; 5] = [
     Key::Overflow,
 ];
 
-/// Values of a built key that are not built yet (`overflow=drop_oldest`).
-fn built_value(v: &Value) -> bool {
-    !matches!(v, Value::Overflow(Overflow::DropOldest))
+/// Values of a built key that are not built yet for a scope: `overflow=drop_oldest` on a
+/// topic (a topic's bound refuses; a channel's may drop its oldest).
+fn built_value(scope: Scope, v: &Value) -> bool {
+    !(scope == Scope::Topic && matches!(v, Value::Overflow(Overflow::DropOldest)))
 }
 
 /// The API's message for an unknown key: `INVALID_KEY_<KEY>` when the key is a plain word,
@@ -63,7 +64,7 @@ pub fn parse_changes(
 ) -> Result<Vec<(Key, Option<Value>)>, String> {
     let changes = parse_any(scope, params, &BUILT)?;
     for (key, value) in &changes {
-        if value.as_ref().is_some_and(|v| !built_value(v)) {
+        if value.as_ref().is_some_and(|v| !built_value(scope, v)) {
             return Err(key.invalid().to_string());
         }
     }

@@ -82,6 +82,8 @@ pub struct ChannelSnapshot {
     pub expired_count: u64,
     /// Ours: messages dropped at the channel's max attempts.
     pub dead_lettered_count: u64,
+    /// Ours: queued messages dropped by `overflow=drop_oldest`.
+    pub dropped_count: u64,
     pub paused: bool,
     /// Connected consumers.
     pub clients: u64,
@@ -219,6 +221,7 @@ fn channel_snapshot(c: &Channel, include_clients: bool) -> ChannelSnapshot {
         timeout_count: cs.timeout_count,
         expired_count: cs.expired_count,
         dead_lettered_count: cs.dead_lettered_count,
+        dropped_count: cs.dropped_count,
         paused: cs.paused,
         clients: cs.consumers.len() as u64,
         client_stats,

@@ -651,3 +651,36 @@ async fn expired_messages_go_to_the_dead_letter_topic() {
     assert!(channel(&s, "t", "c").get("dead_lettered_count").is_none());
     assert_eq!(channel(&s, "t_dead", "inspect")["depth"], 3);
 }
+
+/// `overflow=drop_oldest` on a channel keeps the newest `max_depth` queued messages (memory
+/// and disk), counts and logs the rest; publishes never fail; in-flight messages are not
+/// touched. A topic's bound only refuses.
+#[tokio::test]
+async fn drop_oldest_keeps_the_newest() {
+    for flags in [&[][..], &["--mem-queue-size=2"][..]] {
+        let d = Daemon::start(flags).await;
+        d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+        d.post("/channel/create?topic=t&channel=c", b"")
+            .await
+            .assert_empty_ok();
+        d.post("/topic/config?topic=t&overflow=drop_oldest", b"")
+            .await
+            .assert_err(400, "INVALID_OVERFLOW");
+        let r = d
+            .post(
+                "/channel/config?topic=t&channel=c&max_depth=3&overflow=drop_oldest",
+                b"",
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        for i in 0..5 {
+            let r = d.post("/pub?topic=t", format!("m{i}").as_bytes()).await;
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+        let r = d.post("/mpub?topic=t", b"m5\nm6").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let got = consume(&d, 10, std::time::Duration::from_millis(500)).await;
+        assert_eq!(got, ["m4", "m5", "m6"], "{flags:?}");
+        assert_counted(&d, "dropped", 4).await;
+    }
+}

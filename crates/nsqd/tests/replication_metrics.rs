@@ -112,6 +112,9 @@ nsq_channel_expired_total{topic="t",channel="c"} 0
 # HELP nsq_channel_dead_lettered_total Messages not delivered again at the channel's max attempts (queue settings; /stats dead_lettered_count).
 # TYPE nsq_channel_dead_lettered_total counter
 nsq_channel_dead_lettered_total{topic="t",channel="c"} 0
+# HELP nsq_channel_dropped_total Queued messages dropped at the channel's max_depth with overflow=drop_oldest (queue settings; /stats dropped_count).
+# TYPE nsq_channel_dropped_total counter
+nsq_channel_dropped_total{topic="t",channel="c"} 0
 # HELP nsq_channel_clients Consumers subscribed to the channel (/stats client_count).
 # TYPE nsq_channel_clients gauge
 nsq_channel_clients{topic="t",channel="c"} 0

@@ -251,6 +251,7 @@ impl Channel {
             timeout_count: self.counters.timeout_count.load(Ordering::Relaxed),
             expired_count: self.counters.expired_count.load(Ordering::Relaxed),
             dead_lettered_count: self.counters.dead_lettered_count.load(Ordering::Relaxed),
+            dropped_count: self.counters.dropped_count.load(Ordering::Relaxed),
             paused: self.is_paused(),
             consumers,
         }

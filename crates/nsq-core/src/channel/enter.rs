@@ -155,6 +155,7 @@ impl Channel {
             }
         }
         self.notify.notify_waiters();
+        self.trim_to_bound();
         Ok(())
     }
 

@@ -17,6 +17,7 @@
 //! and the durable deferred journal. The reference's counterpart is nsqd/channel.go.
 
 mod admin;
+mod bound;
 mod catchup;
 mod deliver;
 mod enter;
@@ -161,6 +162,8 @@ struct Counters {
     expired_count: AtomicU64,
     /// Messages not delivered again because they reached the channel's max attempts.
     dead_lettered_count: AtomicU64,
+    /// Queued messages dropped by `overflow=drop_oldest`.
+    dropped_count: AtomicU64,
 }
 
 /// A point-in-time view of a channel for `/stats` and statsd.
@@ -178,6 +181,8 @@ pub struct ChannelStats {
     pub expired_count: u64,
     /// Ours: messages that reached `max_attempts` (crate::queue_settings).
     pub dead_lettered_count: u64,
+    /// Ours: queued messages dropped by `overflow=drop_oldest` (crate::queue_settings).
+    pub dropped_count: u64,
     pub paused: bool,
     pub consumers: Vec<Arc<dyn Consumer>>,
 }
@@ -259,6 +264,10 @@ pub struct Channel {
     dead_letter_topic: RwLock<Option<String>>,
     /// Itself, for the task that finishes a dead-letter hand-off.
     me: std::sync::Weak<Channel>,
+    /// The effective `max_depth` with `overflow=refuse` (0: none), set by the topic.
+    refuse_at: AtomicU64,
+    /// The effective `max_depth` with `overflow=drop_oldest` (0: none), set by the topic.
+    drop_at: AtomicU64,
 }
 
 impl std::fmt::Debug for Channel {
@@ -348,6 +357,8 @@ impl Channel {
             max_attempts: std::sync::atomic::AtomicU32::new(0),
             dead_letter_topic: RwLock::new(None),
             me: me.clone(),
+            refuse_at: AtomicU64::new(0),
+            drop_at: AtomicU64::new(0),
         })
     }
 

@@ -351,15 +351,14 @@ impl Topic {
     /// whether publishes check bounds, and each channel's effective TTL. Call after a
     /// channel's settings change.
     pub fn refresh_settings(&self) {
-        let limited = |s: &QueueSettings| s.max_depth.is_some();
         let channels: Vec<Arc<Channel>> = self.state.lock().channels.values().cloned().collect();
-        let bounded = self.opts.queue_defaults.max_depth.is_some()
-            || limited(&self.settings.read())
-            || channels.iter().any(|c| limited(&c.settings()));
-        self.bounded.store(bounded, Ordering::Release);
         for c in &channels {
             self.apply_channel_settings(c);
         }
+        let bounded = self.opts.queue_defaults.max_depth.is_some()
+            || self.settings.read().max_depth.is_some()
+            || channels.iter().any(|c| c.refuse_at().is_some());
+        self.bounded.store(bounded, Ordering::Release);
     }
 
     /// Gives channel `c` of this topic its effective TTL, max attempts and dead-letter topic
@@ -390,6 +389,16 @@ impl Topic {
             Some(Value::DeadLetterTopic(t)) => Some(t),
             _ => None,
         });
+        let max = match get(Key::MaxDepth) {
+            Some(Value::MaxDepth(n)) => n,
+            _ => 0,
+        };
+        match get(Key::Overflow) {
+            Some(Value::Overflow(crate::queue_settings::Overflow::DropOldest)) => {
+                c.set_bound(0, max)
+            }
+            _ => c.set_bound(max, 0),
+        }
     }
 
     /// Refuses a publish of `n` messages that would pass the `max_depth` of this topic or of
@@ -407,7 +416,7 @@ impl Topic {
         }
         let chans = self.state.lock().fanout.clone();
         for c in chans.iter() {
-            let max = c.settings().max_depth.or(default);
+            let max = c.refuse_at();
             if max.is_some() {
                 let depth = u64::try_from(c.depth()).unwrap_or(0) + topic_depth;
                 if over(depth, max) {

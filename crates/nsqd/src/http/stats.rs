@@ -150,6 +150,9 @@ struct ChannelJson {
     /// Ours (queue settings' `max_attempts`): absent while 0.
     #[serde(skip_serializing_if = "is_zero")]
     dead_lettered_count: u64,
+    /// Ours (queue settings' `overflow=drop_oldest`): absent while 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    dropped_count: u64,
     client_count: usize,
     /// `null` when clients are excluded.
     clients: Option<Vec<ClientJson>>,
@@ -269,6 +272,7 @@ fn to_json(s: Snapshot, q: &StatsQuery<'_>) -> StatsJson {
                         timeout_count: c.timeout_count,
                         expired_count: c.expired_count,
                         dead_lettered_count: c.dead_lettered_count,
+                        dropped_count: c.dropped_count,
                         client_count: c.clients as usize,
                         clients: q.include_clients.then(|| {
                             c.client_stats
@@ -444,6 +448,10 @@ pub(crate) fn render_text(s: &StatsJson) -> String {
             if c.dead_lettered_count > 0 {
                 w.pop();
                 let _ = writeln!(w, " dead-lettered: {}", c.dead_lettered_count);
+            }
+            if c.dropped_count > 0 {
+                w.pop();
+                let _ = writeln!(w, " dropped: {}", c.dropped_count);
             }
             for cl in c.clients.as_deref().unwrap_or(&[]) {
                 let _ = writeln!(w, "        {}", client_text(cl, now_s));

@@ -213,6 +213,7 @@ impl World {
                 };
                 self.take(client, rdy, rule)?
             }
+            Op::DropOldest(k) => self.drop_oldest(k)?,
             Op::DeadLettered(k) => {
                 let held = self.state.in_flight_of(DEAD_LETTER_CLIENT);
                 if let Some(id) = held.get(k % held.len().max(1)).copied() {

@@ -171,6 +171,31 @@ impl World {
         }
         Ok(())
     }
+
+    /// `overflow=drop_oldest`: the `k` oldest queued messages are dropped, as the channel's
+    /// `trim_to_bound` does (memory first, then a read of the disk that drops all it reads):
+    /// a counted decision of the setting, no longer owed.
+    pub(super) fn drop_oldest(&mut self, k: usize) -> Result<(), TestCaseError> {
+        let (ids, read) = self.state.discard_front(k);
+        prop_assert!(ids.len() <= k);
+        for id in &ids {
+            self.dequeued(*id)?;
+            self.must.remove(id);
+        }
+        if let Some(asked) = read {
+            prop_assert_eq!(asked, k - ids.len());
+            let dropped = std::cell::RefCell::new(Vec::new());
+            let mut keep = |m: &Message| {
+                dropped.borrow_mut().push(m.id);
+                Verdict::Drop
+            };
+            self.read(0, asked, &mut keep)?;
+            for id in dropped.take() {
+                self.must.remove(&id);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Which messages a take keeps (the others are consumed and dropped).

@@ -295,6 +295,26 @@ impl ChannelState {
         Taken { n, read }
     }
 
+    /// Drops up to `k` of the oldest queued messages from memory (`overflow=drop_oldest`,
+    /// crate::queue_settings), their records settled as a sampled-out message's are: their
+    /// IDs, and how many more to read from the backend and drop there (reported with
+    /// [`ChannelState::take_backend`] and a keep that drops everything), when memory ran out
+    /// first and the backend holds more.
+    pub(super) fn discard_front(&mut self, k: usize) -> (Vec<MessageId>, Option<usize>) {
+        let mut ids = Vec::new();
+        while ids.len() < k {
+            let Some(Queued { msg, pos }) = self.mem.pop_front() else {
+                break;
+            };
+            if let Some(p) = pos {
+                self.reads.settle(p);
+            }
+            ids.push(msg.id);
+        }
+        let read = (ids.len() < k && self.spill).then_some(k - ids.len());
+        (ids, read)
+    }
+
     /// The backend read asked for by [`Taken::read`] returned `raw` (`asked` were asked for):
     /// the records are registered as unsettled and delivered as in
     /// [`ChannelState::take_memory`]. Returns how many were handed to `emit`, and how many
