@@ -5,9 +5,12 @@
 
 mod common;
 
+use common::pair::Pair;
 use common::{options, v2, Daemon};
 use nsq_testkit::frames::sized;
+use nsq_testkit::http::request;
 use nsq_testkit::stats::{channel, topic};
+use nsq_testkit::wait::eventually;
 use serde_json::json;
 
 fn mpub(topic: &str, bodies: &[&[u8]]) -> Vec<u8> {
@@ -683,4 +686,60 @@ async fn drop_oldest_keeps_the_newest() {
         assert_eq!(got, ["m4", "m5", "m6"], "{flags:?}");
         assert_counted(&d, "dropped", 4).await;
     }
+}
+
+/// With replication on, dead-lettering is replicated as what it is: the originals' FINs and
+/// the dead-letter topic's publish. B's copy of A holds the 3 dead-letter copies (not 6),
+/// and nothing once they are consumed from the dead-letter topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_lettering_is_replicated() {
+    let p = Pair::start(&[]).await;
+    let http = p.a.http_addr().unwrap();
+    for target in [
+        "/topic/create?topic=t",
+        "/channel/create?topic=t&channel=c",
+        "/topic/create?topic=t_dead",
+        "/channel/create?topic=t_dead&channel=inspect",
+        "/channel/config?topic=t&channel=c&max_attempts=1&dead_letter_topic=t_dead",
+    ] {
+        let r = request(http, "POST", target, &[], b"").await;
+        assert_eq!(r.status, 200, "{target}: {}", r.text());
+    }
+    for i in 0..3 {
+        let r = request(
+            http,
+            "POST",
+            "/pub?topic=t",
+            &[],
+            format!("p{i}").as_bytes(),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    eventually(async || p.backlog().is_some_and(|b| b.messages == 3)).await;
+    let mut c = v2(&p.a).await;
+    c.send_ok(b"SUB t c\n").await;
+    c.send(b"RDY 3\n").await;
+    for _ in 0..3 {
+        let m = c.message().await;
+        let id = String::from_utf8_lossy(m.id.as_bytes()).to_string();
+        c.send(format!("REQ {id} 0\n").as_bytes()).await;
+    }
+    eventually(async || {
+        let r = request(http, "GET", "/stats?format=json&topic=t_dead", &[], b"").await;
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        channel(&v, "t_dead", "inspect")["depth"] == 3
+    })
+    .await;
+    eventually(async || p.backlog().is_some_and(|b| b.messages == 3)).await;
+    let mut dl = v2(&p.a).await;
+    dl.send_ok(b"SUB t_dead inspect\n").await;
+    dl.send(b"RDY 3\n").await;
+    for _ in 0..3 {
+        let m = dl.message().await;
+        let id = String::from_utf8_lossy(m.id.as_bytes()).to_string();
+        dl.send(format!("FIN {id}\n").as_bytes()).await;
+    }
+    eventually(async || p.backlog().is_some_and(|b| b.messages == 0)).await;
+    p.shutdown().await;
 }
