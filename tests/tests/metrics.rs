@@ -6,7 +6,7 @@
 //! the tests that need them print a message and pass when they are absent.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -352,10 +352,7 @@ impl Drop for Prometheus {
 
 /// A loopback port nobody listens on right now (bound and released).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind :0")
-        .port()
+    nsq_testkit::free_port()
 }
 
 fn start_prometheus(target: SocketAddr) -> Prometheus {

@@ -11,11 +11,7 @@ use nsq_testkit::http::request;
 use serde_json::Value;
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    nsq_testkit::free_port()
 }
 
 /// `v` without the fields that change with the clock (`last_seen_ms` of each peer).

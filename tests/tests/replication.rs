@@ -14,11 +14,7 @@ use nsq_protocol::command::Command;
 
 /// A free TCP port on 127.0.0.1 (bound to `:0`, then released for the daemon to take).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    nsq_testkit::free_port()
 }
 
 /// The `replication.backlogs` of `/stats` whose origin is `origin`.

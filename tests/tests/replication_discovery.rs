@@ -13,11 +13,7 @@ use nsq_integration_tests::{consume_all, int, Bytes, DataDir, Nsqd, Nsqlookupd, 
 
 /// A free TCP port on 127.0.0.1 (bound to `:0`, then released for the daemon to take).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    nsq_testkit::free_port()
 }
 
 /// Writes a secret file `name` holding `secret`; the flag naming it.

@@ -9,7 +9,6 @@
 //! Build first: `cargo build -p nsqd-bin -p nsq_to_nsq-bin` (or set NSQD_BIN /
 //! NSQ_TO_NSQ_BIN).
 
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use nsq_integration_tests::util::{
@@ -242,11 +241,7 @@ fn round_robin_splits_between_two_destinations() {
 
 /// A port nothing listens on (bound and released; nsqd takes it later).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    nsq_testkit::free_port()
 }
 
 #[test]

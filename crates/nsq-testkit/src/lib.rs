@@ -22,6 +22,7 @@ pub use fake::FakeHttp;
 pub use frames::{frame, sized, FrameConn};
 pub use http::{curl, have_program, http_get, http_post, http_request, HttpResponse};
 pub use serde_json::Value;
+pub use sockets::free_port;
 pub use stats::{find_channel, find_topic, int};
 pub use v2::{consume_all, describe, ReadError, V2Conn};
 pub use wait::{eventually, wait_until};

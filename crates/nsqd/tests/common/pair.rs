@@ -7,13 +7,10 @@ use nsqd::replication::BacklogInfo;
 use nsqd::NsqdHandle;
 use tempfile::TempDir;
 
-/// A free TCP port on 127.0.0.1 (bound to `:0`, then released for the daemon to take).
+/// A free TCP port on 127.0.0.1 for a daemon started later (`nsq_testkit::free_port`: not
+/// an ephemeral one, which another socket could take meanwhile).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    nsq_testkit::free_port()
 }
 
 /// A daemon on `dir` with `extra` flags, a small replica segment size (so trimming shows),
