@@ -409,12 +409,16 @@ impl Topic {
     fn check_bounds(&self, n: usize) -> Result<(), BackendError> {
         let default = self.opts.queue_defaults.max_depth;
         let n = n as u64;
-        let topic_depth = u64::try_from(self.depth()).unwrap_or(0);
+        // One lock for the topic's memory queue and its channels.
+        let (mem, chans) = {
+            let st = self.state.lock();
+            (st.queue.mem_len(), st.fanout.clone())
+        };
+        let topic_depth = u64::try_from(mem as i64 + self.backend.depth()).unwrap_or(0);
         let over = |depth: u64, max: Option<u64>| max.is_some_and(|m| depth.saturating_add(n) > m);
         if over(topic_depth, self.settings.read().max_depth.or(default)) {
             return Err(BackendError::Full(self.name.clone()));
         }
-        let chans = self.state.lock().fanout.clone();
         for c in chans.iter() {
             let max = c.refuse_at();
             if max.is_some() {
