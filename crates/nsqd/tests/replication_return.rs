@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use nsq_protocol::replication::{
-    self, Challenge, Frame, Hello, Manifest, Welcome, WelcomeAnswer, LINK_VERSION, MIN_MAX_FRAME,
-    NONCE_LEN,
+    self, Challenge, Frame, Hello, Item, Manifest, Welcome, WelcomeAnswer, LINK_VERSION,
+    MIN_MAX_FRAME, NONCE_LEN,
 };
 use nsq_protocol::MessageId;
 use nsq_testkit::frames::{sized, FrameConn};
@@ -252,6 +252,12 @@ async fn serve(
                 for x in &p.messages {
                     m.insert(String::from_utf8_lossy(&x.body).into_owned(), x.id);
                 }
+            }
+            // A message published before the catch-up's snapshot was taken travels in it,
+            // not as a PUB frame (A reports the link connected before that).
+            Frame::State(Item::Message(x)) => {
+                ids.lock()
+                    .insert(String::from_utf8_lossy(&x.body).into_owned(), x.id);
             }
             _ => {}
         }
