@@ -341,9 +341,14 @@ impl Topic {
         self.settings.read().clone()
     }
 
-    /// Replaces this topic's own settings.
+    /// Replaces this topic's own settings; a change is replicated (ADMIN op 6), so that a
+    /// takeover of this topic's messages carries them.
     pub fn set_settings(&self, s: QueueSettings) {
-        *self.settings.write() = s;
+        let pairs = s.to_pairs();
+        let changed = std::mem::replace(&mut *self.settings.write(), s).to_pairs() != pairs;
+        if let (Some(r), true) = (&self.repl, changed) {
+            r.settings(&self.name, "", pairs);
+        }
         self.refresh_settings();
     }
 
