@@ -62,6 +62,12 @@ pub(crate) enum Endpoint {
     Metrics,
     /// `/api/replication` (ours: every node's replication state; http/replication.rs).
     Replication,
+    /// `/api/topics/:topic/config` (ours: queue settings, GET and POST; http/api/settings.rs).
+    TopicConfig,
+    /// `/api/topics/:topic/:channel/config` (ours, likewise).
+    ChannelConfig,
+    /// `/api/topics/:topic/:channel/peek` (ours).
+    ChannelPeek,
 }
 
 const ROUTES: &[(Method, &str, Endpoint)] = &[
@@ -82,6 +88,33 @@ const ROUTES: &[(Method, &str, Endpoint)] = &[
     (Method::GET, "/api/topics", Endpoint::Topics),
     (Method::POST, "/api/topics", Endpoint::CreateTopicChannel),
     (Method::GET, "/api/topics/:topic", Endpoint::Topic),
+    // Before `/api/topics/:topic/:channel`, which they would otherwise match: the GET and
+    // POST of a channel named `config` are shadowed (its DELETE is not).
+    (
+        Method::GET,
+        "/api/topics/:topic/config",
+        Endpoint::TopicConfig,
+    ),
+    (
+        Method::POST,
+        "/api/topics/:topic/config",
+        Endpoint::TopicConfig,
+    ),
+    (
+        Method::GET,
+        "/api/topics/:topic/:channel/config",
+        Endpoint::ChannelConfig,
+    ),
+    (
+        Method::POST,
+        "/api/topics/:topic/:channel/config",
+        Endpoint::ChannelConfig,
+    ),
+    (
+        Method::GET,
+        "/api/topics/:topic/:channel/peek",
+        Endpoint::ChannelPeek,
+    ),
     (Method::POST, "/api/topics/:topic", Endpoint::TopicAction),
     (Method::DELETE, "/api/topics/:topic", Endpoint::DeleteTopic),
     (
@@ -306,6 +339,19 @@ mod tests {
             Some((Endpoint::Channel, vec!["t".into(), "c".into()]))
         );
         assert_eq!(r.lookup(&Method::GET, "/render"), None);
+        assert_eq!(
+            r.lookup(&Method::POST, "/api/topics/t/config"),
+            Some((Endpoint::TopicConfig, vec!["t".into()]))
+        );
+        assert_eq!(
+            r.lookup(&Method::GET, "/api/topics/t/c/config"),
+            Some((Endpoint::ChannelConfig, vec!["t".into(), "c".into()]))
+        );
+        assert_eq!(
+            r.lookup(&Method::GET, "/api/topics/t/c/peek"),
+            Some((Endpoint::ChannelPeek, vec!["t".into(), "c".into()]))
+        );
+        assert_eq!(r.lookup(&Method::POST, "/api/topics/t/c/peek"), None);
         assert_eq!(
             r.lookup(&Method::GET, "/replication"),
             Some((Endpoint::Index, vec![]))
