@@ -116,7 +116,7 @@ async fn channel_and_topic_config_round_trip() {
     c.create_channel(0, "t", "c").await;
     c.create_channel(1, "t", "c").await;
 
-    let (st, v) = c.get("/api/topics/t/c/config").await;
+    let (st, v) = c.get("/api/settings/t/c").await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(
         (v["topic"].clone(), v["channel"].clone()),
@@ -137,7 +137,7 @@ async fn channel_and_topic_config_round_trip() {
     // Set through nsqadmin: on both nodes, as each nsqd answers itself.
     let (st, v) = c
         .post(
-            "/api/topics/t/c/config",
+            "/api/settings/t/c",
             json!({"settings": {"ttl": "10m", "max_attempts": 3}}),
         )
         .await;
@@ -152,7 +152,7 @@ async fn channel_and_topic_config_round_trip() {
         assert_eq!(node_entry(&v, &c.node(i))["settings"], own["settings"]);
         assert_eq!(own["settings"]["ttl"], setting("set", json!("10m0s")));
     }
-    let (_, again) = c.get("/api/topics/t/c/config").await;
+    let (_, again) = c.get("/api/settings/t/c").await;
     assert_eq!(again["settings"], v["settings"]);
 
     // nsqd's refusals pass through, and change nothing.
@@ -170,18 +170,18 @@ async fn channel_and_topic_config_round_trip() {
         (json!({"ttl": "1m"}), "INVALID_BODY"),
     ] {
         assert_eq!(
-            c.post("/api/topics/t/c/config", body.clone()).await,
+            c.post("/api/settings/t/c", body.clone()).await,
             (400, json!({"message": msg})),
             "{body}"
         );
     }
-    let (_, after) = c.get("/api/topics/t/c/config").await;
+    let (_, after) = c.get("/api/settings/t/c").await;
     assert_eq!(after["settings"], v["settings"]);
 
     // A value set on one node only: the merged view says so, each node keeps its own.
     c.nsqd_ok(0, "/channel/config?topic=t&channel=c&max_depth=5", b"")
         .await;
-    let (_, v) = c.get("/api/topics/t/c/config").await;
+    let (_, v) = c.get("/api/settings/t/c").await;
     assert_eq!(v["settings"]["max_depth"], setting("differs", Value::Null));
     assert_eq!(
         node_entry(&v, &c.node(0))["settings"]["max_depth"],
@@ -194,7 +194,7 @@ async fn channel_and_topic_config_round_trip() {
     // null (or "") clears.
     let (st, v) = c
         .post(
-            "/api/topics/t/c/config",
+            "/api/settings/t/c",
             json!({"settings": {"max_depth": null, "ttl": ""}}),
         )
         .await;
@@ -204,17 +204,17 @@ async fn channel_and_topic_config_round_trip() {
 
     // The topic's: a channel without its own ttl takes the topic's.
     let (st, v) = c
-        .post("/api/topics/t/config", json!({"settings": {"ttl": "1h"}}))
+        .post("/api/settings/t", json!({"settings": {"ttl": "1h"}}))
         .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["topic"], "t");
     assert!(v.get("channel").is_none(), "{v}");
     assert_eq!(v["settings"]["ttl"], setting("set", json!("1h0m0s")));
-    let (_, v) = c.get("/api/topics/t/c/config").await;
+    let (_, v) = c.get("/api/settings/t/c").await;
     assert_eq!(v["settings"]["ttl"], setting("topic", json!("1h0m0s")));
     assert_eq!(
         c.post(
-            "/api/topics/t/config",
+            "/api/settings/t",
             json!({"settings": {"overflow": "drop_oldest"}})
         )
         .await,
@@ -224,13 +224,13 @@ async fn channel_and_topic_config_round_trip() {
     // A channel on one node only: the other is listed with nsqd's refusal; on none, a 404.
     c.nsqd_ok(0, "/channel/create?topic=t&channel=one", b"")
         .await;
-    let (st, v) = c.get("/api/topics/t/one/config").await;
+    let (st, v) = c.get("/api/settings/t/one").await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["message"], "");
     assert_eq!(node_entry(&v, &c.node(1))["error"], "CHANNEL_NOT_FOUND");
     assert!(node_entry(&v, &c.node(0))["settings"].is_object());
     assert_eq!(
-        c.get("/api/topics/t/none/config").await,
+        c.get("/api/settings/t/none").await,
         (404, json!({"message": "CHANNEL_NOT_FOUND"}))
     );
     c.shutdown().await;
@@ -243,7 +243,7 @@ async fn settings_changes_and_peek_need_an_admin() {
     let body = json!({"settings": {"ttl": "1m"}}).to_string();
     for user in [None, Some("mallory")] {
         let h: Vec<(&str, &str)> = user.map(|u| ("X-Forwarded-User", u)).into_iter().collect();
-        for path in ["/api/topics/t/config", "/api/topics/t/c/config"] {
+        for path in ["/api/settings/t", "/api/settings/t/c"] {
             assert_eq!(
                 send(&c.url(path), "POST", &h, body.as_bytes()).await,
                 (403, json!({"message": "FORBIDDEN"})),
@@ -251,23 +251,17 @@ async fn settings_changes_and_peek_need_an_admin() {
             );
         }
         assert_eq!(
-            send(&c.url("/api/topics/t/c/peek"), "GET", &h, b"").await,
+            send(&c.url("/api/peek/t/c"), "GET", &h, b"").await,
             (403, json!({"message": "FORBIDDEN"}))
         );
     }
     // Reading the settings is not restricted.
-    assert_eq!(c.get("/api/topics/t/c/config").await.0, 200);
+    assert_eq!(c.get("/api/settings/t/c").await.0, 200);
     let alice = [("X-Forwarded-User", "alice")];
-    let (st, v) = send(
-        &c.url("/api/topics/t/c/config"),
-        "POST",
-        &alice,
-        body.as_bytes(),
-    )
-    .await;
+    let (st, v) = send(&c.url("/api/settings/t/c"), "POST", &alice, body.as_bytes()).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["settings"]["ttl"], setting("set", json!("1m0s")));
-    let (st, v) = send(&c.url("/api/topics/t/c/peek"), "GET", &alice, b"").await;
+    let (st, v) = send(&c.url("/api/peek/t/c"), "GET", &alice, b"").await;
     assert_eq!(st, 200, "{v}");
     c.shutdown().await;
 }
@@ -281,7 +275,7 @@ async fn peek_lists_each_nodes_messages_and_takes_none() {
     c.nsqd_ok(0, "/pub?topic=t", b"m1").await;
     c.nsqd_ok(1, "/pub?topic=t", b"other").await;
 
-    let (st, v) = c.get("/api/topics/t/c/peek?n=20").await;
+    let (st, v) = c.get("/api/peek/t/c?n=20").await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["message"], "");
     let n0 = node_entry(&v, &c.node(0));
@@ -323,16 +317,16 @@ async fn peek_lists_each_nodes_messages_and_takes_none() {
         (json!(2), json!(0))
     );
 
-    let (_, v) = c.get("/api/topics/t/c/peek?n=1").await;
+    let (_, v) = c.get("/api/peek/t/c?n=1").await;
     assert_eq!(v["messages"].as_array().unwrap().len(), 1);
     for n in ["0", "1001", "x"] {
         assert_eq!(
-            c.get(&format!("/api/topics/t/c/peek?n={n}")).await,
+            c.get(&format!("/api/peek/t/c?n={n}")).await,
             (400, json!({"message": "INVALID_N"}))
         );
     }
     assert_eq!(
-        c.get("/api/topics/t/none/peek").await.1["nodes"][0]["error"],
+        c.get("/api/peek/t/none").await.1["nodes"][0]["error"],
         "CHANNEL_NOT_FOUND"
     );
     c.shutdown().await;
@@ -368,10 +362,7 @@ async fn expired_counts_are_summed_over_the_nodes() {
     assert!(v["channels"][0].get("expired_count").is_none(), "{v}");
 
     let (st, v) = c
-        .post(
-            "/api/topics/t/c/config",
-            json!({"settings": {"ttl": "1ms"}}),
-        )
+        .post("/api/settings/t/c", json!({"settings": {"ttl": "1ms"}}))
         .await;
     assert_eq!(st, 200, "{v}");
     c.nsqd_ok(0, "/pub?topic=t", b"a").await;
@@ -405,5 +396,54 @@ async fn expired_counts_are_summed_over_the_nodes() {
     let (_, v) = c.get("/api/topics/t").await;
     assert_eq!(v["expired_count"], 2);
     assert_eq!(v["channels"][0]["expired_count"], 2);
+    c.shutdown().await;
+}
+
+/// The settings and peek endpoints live under their own prefixes, so a channel named `config`
+/// is an ordinary channel as in NSQ: `GET /api/topics/t/config` answers its stats and `POST`
+/// acts on it, and its own settings are at `/api/settings/t/config`.
+#[tokio::test]
+async fn a_channel_named_config_is_an_ordinary_channel() {
+    let c = Cluster::start(&[]).await;
+    c.create_channel(0, "t", "config").await;
+    c.create_channel(1, "t", "config").await;
+    c.nsqd_ok(0, "/pub?topic=t", b"a").await;
+    c.nsqd_ok(0, "/pub?topic=t", b"b").await;
+    c.nsqd_ok(1, "/pub?topic=t", b"c").await;
+
+    let (st, v) = c.get("/api/topics/t/config").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["topic_name"], "t", "{v}");
+    assert_eq!(v["channel_name"], "config", "{v}");
+    assert_eq!(v["depth"], 3, "{v}");
+    assert_eq!(v["paused"], false, "{v}");
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 2, "{v}");
+    assert!(v.get("settings").is_none(), "a settings answer: {v}");
+
+    let (st, v) = c
+        .post("/api/topics/t/config", json!({"action": "pause"}))
+        .await;
+    assert_eq!(st, 200, "{v}");
+    for i in 0..2 {
+        assert_eq!(
+            find_channel(&c.nsqd_stats(i).await, "t", "config").unwrap()["paused"],
+            true,
+            "nsqd {i}"
+        );
+    }
+    let (_, v) = c.get("/api/topics/t/config").await;
+    assert_eq!(v["paused"], true, "{v}");
+
+    // Its settings, and the topic's, at their own paths.
+    let (st, v) = c.get("/api/settings/t/config").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        (&v["topic"], &v["channel"]),
+        (&json!("t"), &json!("config"))
+    );
+    let (st, v) = c.get("/api/settings/t").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["topic"], "t", "{v}");
+    assert!(v.get("channel").is_none(), "{v}");
     c.shutdown().await;
 }

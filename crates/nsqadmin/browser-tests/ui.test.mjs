@@ -448,6 +448,36 @@ test('peek lists the queued messages and leaves the channel as it was', async ()
   await p.close();
 });
 
+test('a channel named config is an ordinary channel page; settings and peek use their own paths', async () => {
+  await nsqd('POST', '/topic/create?topic=named');
+  await nsqd('POST', '/channel/create?topic=named&channel=config');
+  await publish('named', 2);
+  const p = await page();
+  const apiPaths = [];
+  p.on('request', (r) => { const u = new URL(r.url()); if (u.pathname.startsWith('/api/')) { apiPaths.push(u.pathname); } });
+  await p.goto(ADMIN + '/topics/named/config');
+  await p.waitForSelector('#channel-nodes');
+  await p.waitForSelector('#settings-table');
+  assert.equal(num(await p.locator('#channel-nodes tr.total [data-field=depth]').textContent()), 2);
+  await p.click('#peek-btn');
+  await p.waitForSelector('#peek-table');
+  assert.equal(await p.locator('#peek-table tbody tr').count(), 2);
+  assert.ok(apiPaths.includes('/api/topics/named/config'), JSON.stringify(apiPaths));
+  assert.ok(apiPaths.includes('/api/settings/named/config'), JSON.stringify(apiPaths));
+  assert.ok(apiPaths.includes('/api/peek/named/config'), JSON.stringify(apiPaths));
+  // Pause reaches nsqd's channel `config`.
+  await p.click('button[data-action=pause]');
+  await p.waitForSelector('dialog#confirm[open]');
+  await p.click('#confirm-ok');
+  await until(async () => channelOf(await stats(), 'named', 'config').paused === true, 'nsqd reports config paused');
+  await p.waitForSelector('button[data-action=unpause]');
+  // The topic page's settings come from /api/settings/named.
+  await p.goto(ADMIN + '/topics/named');
+  await p.waitForSelector('#settings-table');
+  assert.ok(apiPaths.includes('/api/settings/named'), JSON.stringify(apiPaths));
+  await p.close();
+});
+
 test('peek on a node without --http-peek says it is off', { skip: REPL_HTTP.length !== 2 && 'no replicating pair' }, async () => {
   const [a] = REPL_HTTP;
   for (const q of ['/topic/create?topic=peekoff', '/channel/create?topic=peekoff&channel=c']) {

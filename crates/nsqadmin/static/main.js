@@ -437,7 +437,7 @@
   }
 
   // ---- queue settings, counters and peek (ours; nsqd's /topic/config, /channel/config and
-  // /channel/peek through nsqadmin's /api/topics/:topic[/:channel]/config and …/peek) -------
+  // /channel/peek through nsqadmin's /api/settings/:topic[/:channel] and /api/peek/:topic/:channel)
 
   var SETTING_KEYS = {
     topic: ['max_depth', 'overflow', 'ttl'],
@@ -483,7 +483,7 @@
 
   function loadSettings(topic, channel) {
     var token = viewToken;
-    var path = '/topics/' + enc(topic) + (channel ? '/' + enc(channel) : '') + '/config';
+    var path = '/settings/' + enc(topic) + (channel ? '/' + enc(channel) : '');
     api('GET', path).then(function (d) {
       if (token !== viewToken) { return; }
       renderSettings(d, path, channel ? 'channel' : 'topic');
@@ -588,7 +588,7 @@
     btn.addEventListener('click', function () {
       var out = document.getElementById('peek-result');
       out.innerHTML = spinner();
-      api('GET', '/topics/' + enc(topic) + '/' + enc(channel) + '/peek?n=20').then(function (d) {
+      api('GET', '/peek/' + enc(topic) + '/' + enc(channel) + '?n=20').then(function (d) {
         if (token !== viewToken) { return; }
         var html = '';
         (d.nodes || []).forEach(function (n) {

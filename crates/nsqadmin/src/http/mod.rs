@@ -62,11 +62,11 @@ pub(crate) enum Endpoint {
     Metrics,
     /// `/api/replication` (ours: every node's replication state; http/replication.rs).
     Replication,
-    /// `/api/topics/:topic/config` (ours: queue settings, GET and POST; http/api/settings.rs).
+    /// `/api/settings/:topic` (ours: queue settings, GET and POST; http/api/settings.rs).
     TopicConfig,
-    /// `/api/topics/:topic/:channel/config` (ours, likewise).
+    /// `/api/settings/:topic/:channel` (ours, likewise).
     ChannelConfig,
-    /// `/api/topics/:topic/:channel/peek` (ours).
+    /// `/api/peek/:topic/:channel` (ours).
     ChannelPeek,
 }
 
@@ -88,33 +88,6 @@ const ROUTES: &[(Method, &str, Endpoint)] = &[
     (Method::GET, "/api/topics", Endpoint::Topics),
     (Method::POST, "/api/topics", Endpoint::CreateTopicChannel),
     (Method::GET, "/api/topics/:topic", Endpoint::Topic),
-    // Before `/api/topics/:topic/:channel`, which they would otherwise match: the GET and
-    // POST of a channel named `config` are shadowed (its DELETE is not).
-    (
-        Method::GET,
-        "/api/topics/:topic/config",
-        Endpoint::TopicConfig,
-    ),
-    (
-        Method::POST,
-        "/api/topics/:topic/config",
-        Endpoint::TopicConfig,
-    ),
-    (
-        Method::GET,
-        "/api/topics/:topic/:channel/config",
-        Endpoint::ChannelConfig,
-    ),
-    (
-        Method::POST,
-        "/api/topics/:topic/:channel/config",
-        Endpoint::ChannelConfig,
-    ),
-    (
-        Method::GET,
-        "/api/topics/:topic/:channel/peek",
-        Endpoint::ChannelPeek,
-    ),
     (Method::POST, "/api/topics/:topic", Endpoint::TopicAction),
     (Method::DELETE, "/api/topics/:topic", Endpoint::DeleteTopic),
     (
@@ -141,6 +114,25 @@ const ROUTES: &[(Method, &str, Endpoint)] = &[
     ),
     (Method::GET, "/api/counter", Endpoint::Counter),
     (Method::GET, "/api/replication", Endpoint::Replication),
+    // Ours (queue settings and peek): under their own prefixes, so that every NSQ path,
+    // `/api/topics/:topic/:channel` for any channel name included, keeps its NSQ meaning.
+    (Method::GET, "/api/settings/:topic", Endpoint::TopicConfig),
+    (Method::POST, "/api/settings/:topic", Endpoint::TopicConfig),
+    (
+        Method::GET,
+        "/api/settings/:topic/:channel",
+        Endpoint::ChannelConfig,
+    ),
+    (
+        Method::POST,
+        "/api/settings/:topic/:channel",
+        Endpoint::ChannelConfig,
+    ),
+    (
+        Method::GET,
+        "/api/peek/:topic/:channel",
+        Endpoint::ChannelPeek,
+    ),
     (Method::GET, "/api/graphite", Endpoint::Graphite),
     (Method::GET, "/api/history", Endpoint::HistoryTotal),
     (
@@ -339,19 +331,47 @@ mod tests {
             Some((Endpoint::Channel, vec!["t".into(), "c".into()]))
         );
         assert_eq!(r.lookup(&Method::GET, "/render"), None);
+        // A channel named `config` is an ordinary channel, as in NSQ.
+        assert_eq!(
+            r.lookup(&Method::GET, "/api/topics/t/config"),
+            Some((Endpoint::Channel, vec!["t".into(), "config".into()]))
+        );
         assert_eq!(
             r.lookup(&Method::POST, "/api/topics/t/config"),
+            Some((Endpoint::ChannelAction, vec!["t".into(), "config".into()]))
+        );
+        assert_eq!(
+            r.lookup(&Method::DELETE, "/api/topics/t/config"),
+            Some((Endpoint::DeleteChannel, vec!["t".into(), "config".into()]))
+        );
+        assert_eq!(r.lookup(&Method::GET, "/api/topics/t/c/config"), None);
+        assert_eq!(r.lookup(&Method::GET, "/api/topics/t/c/peek"), None);
+        assert_eq!(
+            r.lookup(&Method::GET, "/api/settings/t"),
             Some((Endpoint::TopicConfig, vec!["t".into()]))
         );
         assert_eq!(
-            r.lookup(&Method::GET, "/api/topics/t/c/config"),
+            r.lookup(&Method::POST, "/api/settings/t"),
+            Some((Endpoint::TopicConfig, vec!["t".into()]))
+        );
+        assert_eq!(
+            r.lookup(&Method::GET, "/api/settings/t/c"),
             Some((Endpoint::ChannelConfig, vec!["t".into(), "c".into()]))
         );
         assert_eq!(
-            r.lookup(&Method::GET, "/api/topics/t/c/peek"),
+            r.lookup(&Method::POST, "/api/settings/t/c"),
+            Some((Endpoint::ChannelConfig, vec!["t".into(), "c".into()]))
+        );
+        assert_eq!(
+            r.lookup(&Method::GET, "/api/peek/t/c"),
             Some((Endpoint::ChannelPeek, vec!["t".into(), "c".into()]))
         );
-        assert_eq!(r.lookup(&Method::POST, "/api/topics/t/c/peek"), None);
+        assert_eq!(r.lookup(&Method::POST, "/api/peek/t/c"), None);
+        assert_eq!(
+            r.allowed("/api/settings/t", Some(&Method::DELETE))
+                .as_deref(),
+            Some("GET, OPTIONS, POST")
+        );
         assert_eq!(
             r.lookup(&Method::GET, "/replication"),
             Some((Endpoint::Index, vec![]))

@@ -1,12 +1,12 @@
 //! The queue-settings API (ours, beyond NSQ; nsqd's side is crates/nsqd's http/queue.rs):
 //!
-//! - `GET /api/topics/:topic/config`, `GET /api/topics/:topic/:channel/config`: every
+//! - `GET /api/settings/:topic`, `GET /api/settings/:topic/:channel`: every
 //!   producer's settings as its nsqd answers them, and the merged view (a key whose nodes do
 //!   not agree is `{"source":"differs","value":null}`);
 //! - `POST` on the same paths with `{"settings":{"ttl":"10m","max_attempts":3,…}}` (admins
 //!   only): sets them on every producer (a value of `""` or `null` clears the key), nsqd's
 //!   `400` message passed through (`INVALID_TTL`), and answers as the `GET` does;
-//! - `GET /api/topics/:topic/:channel/peek?n=20` (admins only): the messages each producer's
+//! - `GET /api/peek/:topic/:channel?n=20` (admins only): the messages each producer's
 //!   nsqd would deliver next, each tagged with its `node`; a node whose nsqd runs without
 //!   `--http-peek` (its 404) is listed with `"peek":"off"`, not an error.
 //!
@@ -181,7 +181,7 @@ fn config_answer(
     })
 }
 
-/// `GET /api/topics/:topic[/:channel]/config`, and `POST` to change it.
+/// `GET /api/settings/:topic[/:channel]`, and `POST` to change it.
 pub(super) async fn config(
     admin: &Arc<Admin>,
     ctx: &Ctx,
@@ -264,7 +264,7 @@ async fn settings_body(ctx: &Ctx) -> Result<Vec<(String, String)>, Reply> {
         .collect()
 }
 
-/// `GET /api/topics/:topic/:channel/peek?n=20`.
+/// `GET /api/peek/:topic/:channel?n=20`.
 pub(super) async fn peek(admin: &Arc<Admin>, ctx: &Ctx, topic: &str, channel: &str) -> ApiResult {
     require_admin(admin, ctx)?;
     let q = Query::parse(ctx.raw_query.as_deref().unwrap_or(""))

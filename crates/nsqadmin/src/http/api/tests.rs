@@ -142,7 +142,7 @@ async fn bad_settings_bodies_are_refused() {
         br#"{"settings":{"ttl":true}}"#,
         br#"{"settings":{"ttl":["1m"]}}"#,
     ] {
-        for path in ["/api/topics/t/config", "/api/topics/t/c/config"] {
+        for path in ["/api/settings/t", "/api/settings/t/c"] {
             assert_eq!(
                 post(&h, path, body).await,
                 (400, "INVALID_BODY".into()),
@@ -151,8 +151,7 @@ async fn bad_settings_bodies_are_refused() {
             );
         }
     }
-    let r = nsq_testkit::http::request(h.http_addr(), "GET", "/api/topics/t/c/peek?n=0", &[], b"")
-        .await;
+    let r = nsq_testkit::http::request(h.http_addr(), "GET", "/api/peek/t/c?n=0", &[], b"").await;
     assert_eq!(
         (r.status, r.text()),
         (400, r#"{"message":"INVALID_N"}"#.to_string())
