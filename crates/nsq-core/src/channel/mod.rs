@@ -58,6 +58,10 @@ use state::{ChannelState, Config, Now};
 /// dead-letter topic (no client gets this ID: nsqd numbers them from 1).
 pub const DEAD_LETTER_CLIENT: u64 = u64::MAX;
 
+/// The consumer ID a message is in flight for while a redrive (nsqd's `POST
+/// /channel/redrive`) moves it to another queue: FINed once it is stored there.
+pub const REDRIVE_CLIENT: u64 = u64::MAX - 1;
+
 /// What a channel needs from a subscribed connection. Implemented by nsqd's client type.
 ///
 /// Callbacks are invoked without any channel lock held; they must only update the client's own
@@ -200,13 +204,17 @@ pub(crate) struct Parent {
     pub(crate) pump_lock: Arc<RwLock<()>>,
     /// The engine's delivery hold and skip set (replication's Return, `returning.rs`).
     pub(crate) returning: Option<Arc<Returning>>,
-    /// Publishes bodies to a topic by name (created if need be): a dead-letter topic.
+    /// Publishes bodies to a topic by name (created if need be): a dead-letter topic, which
+    /// keeps where each came from (`topic/dead_letters.rs`).
     pub(crate) publish: DeadLetterPublish,
 }
 
 /// How a channel publishes to its dead-letter topic (`Parent::publish`).
 pub(crate) type DeadLetterPublish = Box<
-    dyn Fn(&str, Vec<bytes::Bytes>) -> Result<crate::receipt::PutReceipt, crate::BackendError>
+    dyn Fn(
+            &str,
+            Vec<(bytes::Bytes, crate::topic::dead_letters::DeadLetterOrigin)>,
+        ) -> Result<crate::receipt::PutReceipt, crate::BackendError>
         + Send
         + Sync,
 >;

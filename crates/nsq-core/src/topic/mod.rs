@@ -15,6 +15,7 @@
 mod admin;
 mod adopt;
 mod catchup;
+pub mod dead_letters;
 mod pump;
 mod state;
 
@@ -93,6 +94,8 @@ pub struct Topic {
     /// A `max_depth` applies to this topic or one of its channels (its own or the node's
     /// default): publishes check the bounds (`Topic::refresh_settings`). False costs nothing.
     bounded: AtomicBool,
+    /// Where this topic's dead letters came from (`dead_letters.rs`).
+    dead_letter_origins: Mutex<dead_letters::Origins>,
 }
 
 impl std::fmt::Debug for Topic {
@@ -141,6 +144,7 @@ impl Topic {
             repl,
             settings: RwLock::new(QueueSettings::default()),
             bounded: AtomicBool::new(bounded_default),
+            dead_letter_origins: Mutex::default(),
         })
     }
 
@@ -207,27 +211,36 @@ impl Topic {
         bodies: impl IntoIterator<Item = Bytes>,
         defer: Duration,
     ) -> Result<PutReceipt, PutError> {
+        let defer_ms = u32::try_from(defer.as_millis()).unwrap_or(u32::MAX);
+        let msgs = self.mint(bodies, defer_ms);
+        self.put_minted(msgs)
+    }
+
+    /// New messages of this topic: a new ID each, one timestamp (now), attempts 0.
+    pub fn mint(&self, bodies: impl IntoIterator<Item = Bytes>, defer_ms: u32) -> Vec<Message> {
+        let mut g = self.guid.lock();
+        let ts = now_nanos();
+        bodies
+            .into_iter()
+            .map(|body| Message {
+                id: g.new_id_at(ts),
+                timestamp: ts,
+                attempts: 0,
+                body,
+                defer_ms,
+            })
+            .collect()
+    }
+
+    /// Publishes messages made by [`Topic::mint`] (one deferral), as [`Topic::put_many`].
+    fn put_minted(self: &Arc<Self>, msgs: Vec<Message>) -> Result<PutReceipt, PutError> {
         if self.is_exiting() {
             return Err(BackendError::Exiting);
         }
-        let defer_ms = u32::try_from(defer.as_millis()).unwrap_or(u32::MAX);
-        let msgs: Vec<Message> = {
-            let mut g = self.guid.lock();
-            let ts = now_nanos();
-            bodies
-                .into_iter()
-                .map(|body| Message {
-                    id: g.new_id_at(ts),
-                    timestamp: ts,
-                    attempts: 0,
-                    body,
-                    defer_ms,
-                })
-                .collect()
-        };
         if msgs.is_empty() {
             return Ok(PutReceipt::default());
         }
+        let defer_ms = msgs[0].defer_ms;
         // A client's publish only: messages adopted in a takeover (`adopt.rs`) were
         // acknowledged elsewhere and are never refused.
         if self.bounded.load(Ordering::Acquire) {
