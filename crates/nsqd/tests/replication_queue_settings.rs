@@ -200,3 +200,59 @@ async fn a_takeover_carries_the_copys_settings() {
     assert!(text.contains(r#""ttl":"5m0s""#), "{text}");
     b.shutdown().await;
 }
+
+/// An origin restarted cleanly on its data directory loads its settings from `nsqd.dat`
+/// and continues its epoch: the replica's copy keeps the settings, and publishes still go
+/// through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_origin_keeps_its_settings_and_its_replica_too() {
+    let (a_dir, b_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let (a_port, b_port) = (common::pair::free_port(), common::pair::free_port());
+    let a_args = vec![
+        format!("--tcp-address=127.0.0.1:{a_port}"),
+        "--replicas=2".to_string(),
+        format!("--replication-peer=127.0.0.1:{b_port}"),
+    ];
+    let b_args = vec![
+        format!("--tcp-address=127.0.0.1:{b_port}"),
+        format!("--replication-peer=127.0.0.1:{a_port}"),
+    ];
+    let a = common::pair::start_on(a_dir.path(), &a_args).await;
+    let b = common::pair::start_on(b_dir.path(), &b_args).await;
+    let node = a.nsqd.replication.as_ref().unwrap().identity.node_id;
+    assert_eq!(post(&a, "/topic/create?topic=t").await.0, 200);
+    assert_eq!(post(&a, "/channel/create?topic=t&channel=c").await.0, 200);
+    let (status, body) = post(&a, "/channel/config?topic=t&channel=c&max_attempts=4").await;
+    assert_eq!(status, 200, "{body}");
+    let b_copy = |b: &NsqdHandle| {
+        let topics = b
+            .nsqd
+            .replication
+            .as_ref()
+            .unwrap()
+            .backlog_topics(node)
+            .pop()
+            .map(|(_, t)| t)
+            .unwrap_or_default();
+        settings_in(&topics, "t", Some("c"))
+    };
+    let want = Some(pairs(&[("max_attempts", "4")]));
+    eventually(async || b_copy(&b) == want).await;
+    a.shutdown().await;
+
+    let a = common::pair::start_on(a_dir.path(), &a_args).await;
+    let t = a.nsqd.engine.get_topic("t").unwrap();
+    assert_eq!(t.get_channel("c").unwrap().max_attempts(), Some(4));
+    let r = request(a.http_addr().unwrap(), "POST", "/pub?topic=t", &[], b"x").await;
+    assert_eq!(r.status, 200);
+    let repl = b.nsqd.replication.as_ref().unwrap();
+    eventually(async || {
+        repl.backlogs()
+            .iter()
+            .any(|x| x.origin == node && x.messages == 1)
+    })
+    .await;
+    assert_eq!(b_copy(&b), want);
+    b.shutdown().await;
+    a.shutdown().await;
+}
