@@ -521,3 +521,101 @@ test('expired messages are counted on the channel and topic pages', { skip: !NSQ
   assert.equal(num(await p.textContent('#topic-channels tr[data-channel=q1] [data-field=expired_count]')), 0);
   await p.close();
 });
+
+// A consumer of topic/channel on NSQD_TCP that requeues (REQ ... 0) every message it gets;
+// with the channel's max_attempts=1 each is dead-lettered.
+async function requeuer(topic, channel, rdy) {
+  const i = NSQD_TCP.lastIndexOf(':');
+  const s = net.connect(Number(NSQD_TCP.slice(i + 1)), NSQD_TCP.slice(0, i));
+  await new Promise((r) => s.once('connect', r));
+  let buf = Buffer.alloc(0);
+  s.on('data', (d) => {
+    buf = Buffer.concat([buf, d]);
+    while (buf.length >= 8 && buf.length >= 4 + buf.readUInt32BE(0)) {
+      const size = buf.readUInt32BE(0);
+      const kind = buf.readUInt32BE(4);
+      const data = buf.subarray(8, 4 + size);
+      buf = buf.subarray(4 + size);
+      if (kind === 2) { s.write(`REQ ${data.subarray(10, 26).toString('latin1')} 0\n`); }
+    }
+  });
+  s.write(`  V2SUB ${topic} ${channel}\nRDY ${rdy}\n`);
+  return s;
+}
+
+test('peek shows a dead letter\'s origin; Redrive moves it back', { skip: !NSQD_TCP && 'no nsqd TCP address' }, async () => {
+  for (const q of ['/topic/create?topic=jobs', '/channel/create?topic=jobs&channel=work',
+    '/topic/create?topic=jobs_dlq', '/channel/create?topic=jobs_dlq&channel=held',
+    '/channel/config?topic=jobs&channel=work&max_attempts=1&dead_letter_topic=jobs_dlq']) {
+    await nsqd('POST', q);
+  }
+  await nsqd('POST', '/pub?topic=jobs', 'job 1');
+  await nsqd('POST', '/pub?topic=jobs', 'job 2');
+  const c = await requeuer('jobs', 'work', 2);
+  try {
+    await until(async () => channelOf(await stats(), 'jobs_dlq', 'held').depth === 2, 'two dead letters');
+  } finally {
+    c.destroy();
+  }
+  await until(async () => {
+    const w = channelOf(await stats(), 'jobs', 'work');
+    return w.depth === 0 && w.in_flight_count === 0;
+  }, 'jobs/work emptied');
+  const origins = (await nsqdJSON('/channel/peek?topic=jobs_dlq&channel=held')).messages.map((m) => m.dead_letter.id).sort();
+  assert.equal(origins.length, 2);
+
+  const p = await page();
+  await p.goto(ADMIN + '/topics/jobs_dlq/held');
+  await p.waitForSelector('#peek-btn');
+  await p.click('#peek-btn');
+  await p.waitForSelector('#peek-table');
+  const cells = p.locator('#peek-table [data-field=dead_letter]');
+  assert.equal(await cells.count(), 2);
+  const shown = [];
+  for (let i = 0; i < 2; i++) {
+    const cellI = cells.nth(i);
+    assert.equal(await cellI.getAttribute('data-origin'), 'jobs:work');
+    assert.equal((await cellI.locator('[data-field=origin]').textContent()).trim(), 'jobs:work');
+    assert.equal((await cellI.locator('[data-field=reason]').textContent()).trim(), 'max attempts');
+    assert.equal(num(await cellI.locator('[data-field=origin_attempts]').textContent()), 1);
+    shown.push((await cellI.locator('[data-field=origin_id]').textContent()).trim());
+  }
+  assert.deepEqual(shown.sort(), origins);
+  await shot(p, 'channel-peek-dead-letters-1280');
+
+  // Redrive: confirm, then the outcome and the page's new numbers.
+  assert.equal(num(await p.locator('#channel-nodes tr.total [data-field=depth]').textContent()), 2);
+  await p.click('#redrive-btn');
+  await p.waitForSelector('dialog#confirm[open]');
+  assert.match(await p.textContent('#confirm-text'), /Are you sure you want to redrive held\?/);
+  // Cancel moves nothing.
+  await p.click('dialog#confirm button[value=cancel]');
+  assert.equal(channelOf(await stats(), 'jobs_dlq', 'held').depth, 2);
+  await p.click('#redrive-btn');
+  await p.waitForSelector('dialog#confirm[open]');
+  await p.click('#confirm-ok');
+  await p.waitForSelector('#redrive-summary');
+  assert.match(await p.textContent('#redrive-summary'), /moved 2, skipped 0, failed 0/);
+  assert.equal(num(await p.locator('#channel-nodes tr.total [data-field=depth]').textContent()), 0);
+  const s = await stats();
+  assert.equal(channelOf(s, 'jobs_dlq', 'held').depth, 0);
+  assert.equal(channelOf(s, 'jobs', 'work').depth, 2);
+  await shot(p, 'channel-redrive-1280');
+
+  // With a topic: published there (a message without a known origin too).
+  await nsqd('POST', '/topic/create?topic=jobs_retry');
+  await nsqd('POST', '/channel/create?topic=jobs_retry&channel=r');
+  await nsqd('POST', '/pub?topic=jobs_dlq', 'by hand');
+  await p.reload();
+  await p.waitForSelector('#redrive-form');
+  await p.fill('#redrive-to', 'jobs_retry');
+  await p.click('#redrive-btn');
+  await p.waitForSelector('dialog#confirm[open]');
+  assert.match(await p.textContent('#confirm-text'), /redrive held into topic jobs_retry/);
+  await p.click('#confirm-ok');
+  await p.waitForSelector('#redrive-summary');
+  assert.match(await p.textContent('#redrive-summary'), /to topic jobs_retry: moved 1, skipped 0, failed 0/);
+  assert.equal(channelOf(await stats(), 'jobs_retry', 'r').depth, 1);
+  assert.equal(channelOf(await stats(), 'jobs_dlq', 'held').depth, 0);
+  await p.close();
+});

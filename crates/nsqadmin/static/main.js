@@ -1,6 +1,6 @@
 // nsqadmin web UI: a dependency-free single-page app over nsqadmin's JSON API.
 // Views: topics (root), topic, channel, nodes, node, counter, lookup, replication (ours); the
-// topic and channel pages also show the queue settings (ours), the channel page peek (ours).
+// topic and channel pages also show the queue settings (ours), the channel page peek and redrive (ours).
 // Charts are inline SVG fed by /api/history (nsqadmin's own /stats polling); Graphite
 // sparklines appear when --graphite-url is set and a graph interval is chosen.
 (function () {
@@ -581,6 +581,61 @@
     return new Date(ns / 1e6).toISOString().replace('T', ' ').replace('Z', '');
   }
 
+  var DEAD_LETTER_REASONS = { max_attempts: 'max attempts', expired: 'expired (ttl)' };
+
+  // Where a dead letter came from: its original topic:channel, attempts there, why, and its
+  // original ID; empty for a message without a known origin.
+  function deadLetterCell(o) {
+    if (!o) { return '<td data-field="dead_letter"></td>'; }
+    var where = o.topic + ':' + o.channel;
+    return '<td data-field="dead_letter" data-origin="' + esc(where) + '"><a href="' + url('/topics/' + enc(o.topic) + '/' + enc(o.channel)) +
+      '" data-link data-field="origin">' + esc(where) + '</a> <span class="label label-warning" data-field="reason">' +
+      esc(DEAD_LETTER_REASONS[o.reason] || o.reason) + '</span> after <span data-field="origin_attempts">' + esc(String(o.attempts)) +
+      '</span> attempts<br><span class="help">original ID <code data-field="origin_id">' + esc(o.id) + '</code></span></td>';
+  }
+
+  // ---- redrive (ours; nsqd's /channel/redrive through nsqadmin's /api/redrive/:topic/:channel)
+
+  // The last redrive's outcome, shown once the page is drawn again with its new numbers.
+  var redriveDone = null;
+
+  function redriveSection() {
+    if (!IS_ADMIN) { return ''; }
+    return '<section id="redrive"><h3>Redrive</h3><p class="help">Moves this channel\'s queued messages (dead letters) back into ' +
+      'the channel each was dead-lettered from, as new messages; or, with a topic, publishes them there. A message whose origin its ' +
+      'nsqd does not know is left here (skipped).</p><form id="redrive-form" class="create-form">' +
+      '<label>To topic (optional) <input id="redrive-to" name="to" placeholder="where each came from" autocomplete="off"></label>' +
+      '<button class="btn btn-warning" type="submit" id="redrive-btn">Redrive</button></form><div id="redrive-result"></div></section>';
+  }
+
+  function redriveSummary(d) {
+    return 'moved ' + commafy(d.moved) + ', skipped ' + commafy(d.skipped) + ', failed ' + commafy(d.failed);
+  }
+
+  function wireRedrive(topic, channel) {
+    var f = document.getElementById('redrive-form');
+    if (!f) { return; }
+    var key = topic + '/' + channel;
+    if (redriveDone && redriveDone.key === key) {
+      document.getElementById('redrive-result').innerHTML = '<div class="notice" id="redrive-summary">Redrive' +
+        (redriveDone.to ? ' to topic ' + esc(redriveDone.to) : '') + ': ' + esc(redriveDone.text) + '</div>';
+      if (redriveDone.warning) { showWarning(redriveDone.warning); }
+    }
+    redriveDone = null;
+    f.addEventListener('submit', function (ev) {
+      ev.preventDefault();
+      var to = document.getElementById('redrive-to').value.trim();
+      confirmAction('redrive', to ? channel + ' into topic ' + to : channel).then(function (ok) {
+        if (!ok) { return; }
+        var body = to ? { to: to } : {};
+        api('POST', '/redrive/' + enc(topic) + '/' + enc(channel), body).then(function (d) {
+          redriveDone = { key: key, to: to, text: redriveSummary(d), warning: d.message };
+          render();
+        }, function (e) { showError(e.message); });
+      });
+    });
+  }
+
   function wirePeek(topic, channel) {
     var btn = document.getElementById('peek-btn');
     if (!btn) { return; }
@@ -605,13 +660,17 @@
           if (onNodes) { html += notice('No messages.'); }
         } else {
           var many = (d.nodes || []).length > 1;
+          // A column for dead letters' origins once a message has one (nsqd's `dead_letter`).
+          var dl = ms.some(function (m) { return m.dead_letter; });
           html += '<div class="table-wrap"><table class="table" id="peek-table"><thead><tr>' + (many ? '<th>NSQd Host</th>' : '') +
-            '<th>ID</th><th>State</th><th class="num">Attempts</th><th>Timestamp (UTC)</th><th>Due (UTC)</th><th>Preview</th></tr></thead><tbody>' +
+            '<th>ID</th><th>State</th><th class="num">Attempts</th><th>Timestamp (UTC)</th><th>Due (UTC)</th>' +
+            (dl ? '<th>Dead-Lettered From</th>' : '') + '<th>Preview</th></tr></thead><tbody>' +
             ms.map(function (m) {
               return '<tr data-id="' + esc(m.id) + '">' + (many ? '<td>' + esc(m.node) + '</td>' : '') + '<td><code>' + esc(m.id) + '</code></td>' +
                 '<td data-field="state"><span class="label ' + (m.state === 'queued' ? 'label-default' : m.state === 'in_flight' ? 'label-primary' : 'label-warning') +
                 '">' + esc(m.state) + '</span></td>' + num('attempts', m.attempts) + '<td data-field="timestamp">' + esc(fmtNs(m.timestamp)) +
-                '</td><td data-field="due">' + esc(fmtNs(m.due)) + '</td><td data-field="preview" class="preview">' + esc(m.preview) + '</td></tr>';
+                '</td><td data-field="due">' + esc(fmtNs(m.due)) + '</td>' + (dl ? deadLetterCell(m.dead_letter) : '') +
+                '<td data-field="preview" class="preview">' + esc(m.preview) + '</td></tr>';
             }).join('') + '</tbody></table></div>';
         }
         out.innerHTML = html;
@@ -787,9 +846,10 @@
               num('message_count', cl.message_count) + '<td>' + esc(nanotohuman(cl.connected)) + '</td></tr>';
           }).join('') + '</tbody></table></div>';
       }
-      main().innerHTML = html + settingsSection() + peekSection();
+      main().innerHTML = html + settingsSection() + peekSection() + redriveSection();
       loadSettings(topic, channel);
       wirePeek(topic, channel);
+      wireRedrive(topic, channel);
       wireActions('Channel', channel, '/topics/' + enc(topic) + '/' + enc(channel),
         function () { navigate(url('/topics/' + enc(topic))); });
       historyCharts('channel-charts', '/topics/' + enc(topic) + '/' + enc(channel), 'channel');

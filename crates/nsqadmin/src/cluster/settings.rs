@@ -1,7 +1,7 @@
 //! The queue settings of a topic or channel on every producer of the topic (ours, beyond
-//! NSQ: nsqd's `/topic/config`, `/channel/config` and `/channel/peek`, crates/nsqd's
-//! http/queue.rs). Unlike the reference's fan-outs, each node's answer is kept, refusals
-//! (nsqd's 4xx `{"message":…}`) apart from failures, for the API handler to judge.
+//! NSQ: nsqd's `/topic/config`, `/channel/config`, `/channel/peek` and `/channel/redrive`,
+//! crates/nsqd's http/queue.rs). Unlike the reference's fan-outs, each node's answer is kept,
+//! refusals (nsqd's 4xx `{"message":…}`) apart from failures, for the API handler to judge.
 
 use serde_json::Value;
 
@@ -93,12 +93,32 @@ impl ClusterInfo {
         producers: &[Producer],
         path_query: &str,
     ) -> Vec<(NodeRef, NodeAnswer)> {
+        self.post_nodes(producers, path_query, true).await
+    }
+
+    /// `POST http://<node>/<path_query>` on every producer in turn, whatever each answers
+    /// (redrive: a node's refusal, its channel paused there, says nothing of the others');
+    /// answers in producer order.
+    pub async fn post_every(
+        &self,
+        producers: &[Producer],
+        path_query: &str,
+    ) -> Vec<(NodeRef, NodeAnswer)> {
+        self.post_nodes(producers, path_query, false).await
+    }
+
+    async fn post_nodes(
+        &self,
+        producers: &[Producer],
+        path_query: &str,
+        stop_at_400: bool,
+    ) -> Vec<(NodeRef, NodeAnswer)> {
         let mut out = Vec::new();
         for p in producers {
             let n = NodeRef::of(p);
             let url = format!("http://{}/{path_query}", n.node);
             let a = NodeAnswer::from_response(url.clone(), self.client.post(&url).await);
-            let stop = matches!(a, NodeAnswer::Refused { status: 400, .. });
+            let stop = stop_at_400 && matches!(a, NodeAnswer::Refused { status: 400, .. });
             out.push((n, a));
             if stop {
                 break;

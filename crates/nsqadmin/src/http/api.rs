@@ -48,6 +48,7 @@ pub(super) async fn handle(
         Endpoint::TopicConfig => settings::config(admin, &ctx, p(0), None).await,
         Endpoint::ChannelConfig => settings::config(admin, &ctx, p(0), Some(p(1))).await,
         Endpoint::ChannelPeek => settings::peek(admin, &ctx, p(0), p(1)).await,
+        Endpoint::ChannelRedrive => redrive::redrive(admin, &ctx, p(0), p(1)).await,
         Endpoint::HistoryTotal => history(admin, None, None),
         Endpoint::HistoryTopic => history(admin, Some(p(0)), None),
         Endpoint::HistoryChannel => history(admin, Some(p(0)), Some(p(1))),
@@ -616,6 +617,7 @@ fn history(admin: &Arc<Admin>, topic: Option<&str>, channel: Option<&str>) -> Ap
     })
 }
 
+mod redrive;
 mod settings;
 
 #[cfg(test)]

@@ -68,6 +68,8 @@ pub(crate) enum Endpoint {
     ChannelConfig,
     /// `/api/peek/:topic/:channel` (ours).
     ChannelPeek,
+    /// `/api/redrive/:topic/:channel` (ours: POST; http/api/redrive.rs).
+    ChannelRedrive,
 }
 
 const ROUTES: &[(Method, &str, Endpoint)] = &[
@@ -132,6 +134,11 @@ const ROUTES: &[(Method, &str, Endpoint)] = &[
         Method::GET,
         "/api/peek/:topic/:channel",
         Endpoint::ChannelPeek,
+    ),
+    (
+        Method::POST,
+        "/api/redrive/:topic/:channel",
+        Endpoint::ChannelRedrive,
     ),
     (Method::GET, "/api/graphite", Endpoint::Graphite),
     (Method::GET, "/api/history", Endpoint::HistoryTotal),
@@ -367,6 +374,21 @@ mod tests {
             Some((Endpoint::ChannelPeek, vec!["t".into(), "c".into()]))
         );
         assert_eq!(r.lookup(&Method::POST, "/api/peek/t/c"), None);
+        assert_eq!(
+            r.lookup(&Method::POST, "/api/redrive/t/c"),
+            Some((Endpoint::ChannelRedrive, vec!["t".into(), "c".into()]))
+        );
+        // A channel named `redrive` stays an ordinary channel, as in NSQ.
+        assert_eq!(
+            r.lookup(&Method::POST, "/api/topics/t/redrive"),
+            Some((Endpoint::ChannelAction, vec!["t".into(), "redrive".into()]))
+        );
+        assert_eq!(r.lookup(&Method::POST, "/api/topics/t/c/redrive"), None);
+        assert_eq!(r.lookup(&Method::GET, "/api/redrive/t/c"), None);
+        assert_eq!(
+            r.allowed("/api/redrive/t/c", Some(&Method::GET)).as_deref(),
+            Some("OPTIONS, POST")
+        );
         assert_eq!(
             r.allowed("/api/settings/t", Some(&Method::DELETE))
                 .as_deref(),

@@ -75,7 +75,7 @@ struct ConfigAnswer {
 }
 
 /// `topic=T[&channel=C]` for nsqd.
-fn queue_query(topic: &str, channel: Option<&str>) -> String {
+pub(super) fn queue_query(topic: &str, channel: Option<&str>) -> String {
     let mut q = format!("topic={}", query_escape(topic));
     if let Some(c) = channel {
         q.push_str("&channel=");
@@ -95,7 +95,7 @@ fn answered(a: &NodeAnswer, peek: bool) -> bool {
 
 /// `Err` when no node answered (see [`answered`]): the first refusal when every node
 /// refused, else `502` with the failures; otherwise the failures become one warning.
-fn judge(
+pub(super) fn judge(
     answers: &[(NodeRef, NodeAnswer)],
     peek: bool,
     warn: &mut Vec<String>,
