@@ -7,83 +7,20 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{send, start_admin, start_nsqd};
-use nsq_integration_tests::find_channel;
-use nsqadmin::AdminHandle;
-use nsqd::NsqdHandle;
-use parking_lot::Mutex;
-use serde_json::{json, Value};
+use common::cluster::{node_entry, notification_sink, Cluster};
+use common::send;
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// Two nsqd (the first with `--http-peek`) and an nsqadmin over both.
-struct Cluster {
-    nsqds: Vec<(NsqdHandle, tempfile::TempDir)>,
-    admin: AdminHandle,
+async fn cluster(extra: &[String]) -> Cluster {
+    Cluster::start_with(&["--http-peek".to_string()], extra).await
 }
 
 impl Cluster {
-    async fn start(extra: &[String]) -> Cluster {
-        let nsqds = vec![
-            start_nsqd(&["--http-peek".to_string()]).await,
-            start_nsqd(&[]).await,
-        ];
-        let mut args: Vec<String> = nsqds
-            .iter()
-            .map(|(h, _)| format!("--nsqd-http-address={}", h.http_addr().unwrap()))
-            .collect();
-        args.extend(extra.iter().cloned());
-        let admin = start_admin(&args).await;
-        Cluster { nsqds, admin }
-    }
-
-    fn node(&self, i: usize) -> String {
-        self.nsqds[i].0.http_addr().unwrap().to_string()
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.admin.http_addr())
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        send(&self.url(path), "POST", &[], body.to_string().as_bytes()).await
-    }
-
-    async fn nsqd_ok(&self, i: usize, path_query: &str, body: &[u8]) {
-        let (st, v) = send(
-            &format!("http://{}{path_query}", self.node(i)),
-            "POST",
-            &[],
-            body,
-        )
-        .await;
-        assert_eq!(st, 200, "{path_query}: {v}");
-    }
-
-    /// nsqd `i`'s `/stats` of `topic`/`channel`.
-    async fn channel(&self, i: usize, topic: &str, channel: &str) -> Value {
-        let (st, s) = send(
-            &format!("http://{}/stats?format=json", self.node(i)),
-            "GET",
-            &[],
-            b"",
-        )
-        .await;
-        assert_eq!(st, 200, "{s}");
-        find_channel(&s, topic, channel)
-            .unwrap_or_else(|| panic!("no {topic}/{channel} on nsqd {i}: {s}"))
-            .clone()
-    }
-
-    async fn depth(&self, i: usize, topic: &str, channel: &str) -> u64 {
-        self.channel(i, topic, channel).await["depth"]
-            .as_u64()
-            .unwrap()
-    }
-
     /// On nsqd `i`: topic `t` with channels `c` (max_attempts 1, dead letters to `dlq`) and
     /// `d`; `dlq` with channel `x`.
     async fn dead_letter_setup(&self, i: usize) {
@@ -133,13 +70,6 @@ impl Cluster {
         drop(s);
         ids
     }
-
-    async fn shutdown(self) {
-        self.admin.shutdown().await;
-        for (h, _d) in self.nsqds {
-            h.shutdown().await;
-        }
-    }
 }
 
 /// One V2 frame: its type and data.
@@ -151,65 +81,10 @@ async fn frame(s: &mut TcpStream) -> (u32, Vec<u8>) {
     (kind, data)
 }
 
-/// The node entry of `node` in an answer's `nodes`.
-fn node_entry<'a>(v: &'a Value, node: &str) -> &'a Value {
-    v["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["node"] == node)
-        .unwrap_or_else(|| panic!("no node {node} in {v}"))
-}
-
-/// An HTTP endpoint recording the JSON bodies POSTed to it.
-async fn notification_sink() -> (String, Arc<Mutex<Vec<Value>>>) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let g = got.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            let g = g.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    let n = s.read(&mut chunk).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    let text = String::from_utf8_lossy(&buf).to_string();
-                    let Some(p) = text.find("\r\n\r\n") else {
-                        continue;
-                    };
-                    let len: usize = text[..p]
-                        .lines()
-                        .find_map(|l| {
-                            let (k, v) = l.split_once(':')?;
-                            k.eq_ignore_ascii_case("content-length")
-                                .then(|| v.trim().parse().ok())?
-                        })
-                        .unwrap_or(0);
-                    if buf.len() >= p + 4 + len {
-                        g.lock()
-                            .push(serde_json::from_slice(&buf[p + 4..p + 4 + len]).unwrap());
-                        let _ = s
-                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-                            .await;
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (format!("http://{addr}/notify"), got)
-}
-
 #[tokio::test]
 async fn redrive_moves_dead_letters_back_to_their_channel() {
     let (endpoint, got) = notification_sink().await;
-    let c = Cluster::start(&[format!("--notification-http-endpoint={endpoint}")]).await;
+    let c = cluster(&[format!("--notification-http-endpoint={endpoint}")]).await;
     c.dead_letter_setup(0).await;
     // The second node has the dead-letter channel too, empty: it answers its zeros.
     c.dead_letter_setup(1).await;
@@ -292,7 +167,7 @@ async fn redrive_moves_dead_letters_back_to_their_channel() {
 
 #[tokio::test]
 async fn redrive_to_a_topic_and_with_n() {
-    let c = Cluster::start(&[]).await;
+    let c = cluster(&[]).await;
     c.dead_letter_setup(0).await;
     for b in [&b"a"[..], b"b", b"c"] {
         c.nsqd_ok(0, "/pub?topic=t", b).await;
@@ -346,7 +221,7 @@ async fn redrive_to_a_topic_and_with_n() {
 
 #[tokio::test]
 async fn a_paused_channel_is_refused_as_nsqd_refuses_it() {
-    let c = Cluster::start(&[]).await;
+    let c = cluster(&[]).await;
     c.dead_letter_setup(0).await;
     c.dead_letter_setup(1).await;
     c.nsqd_ok(0, "/pub?topic=t", b"m").await;
@@ -383,7 +258,7 @@ async fn a_paused_channel_is_refused_as_nsqd_refuses_it() {
 
 #[tokio::test]
 async fn redrive_needs_an_admin() {
-    let c = Cluster::start(&["--admin-user=alice".to_string()]).await;
+    let c = cluster(&["--admin-user=alice".to_string()]).await;
     c.dead_letter_setup(0).await;
     c.nsqd_ok(0, "/pub?topic=t", b"m").await;
     c.dead_letter(0, 1).await;

@@ -8,102 +8,17 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, send, start_admin, start_nsqd};
+use common::cluster::{node_entry, Cluster};
+use common::send;
 use nsq_integration_tests::find_channel;
-use nsqadmin::AdminHandle;
 use nsqd::NsqdHandle;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Two nsqd (the first with `--http-peek`) and an nsqadmin over both.
-struct Cluster {
-    nsqds: Vec<(NsqdHandle, tempfile::TempDir)>,
-    admin: AdminHandle,
-}
-
-impl Cluster {
-    async fn start(extra: &[String]) -> Cluster {
-        let nsqds = vec![
-            start_nsqd(&["--http-peek".to_string()]).await,
-            start_nsqd(&[]).await,
-        ];
-        let mut args: Vec<String> = nsqds
-            .iter()
-            .map(|(h, _)| format!("--nsqd-http-address={}", h.http_addr().unwrap()))
-            .collect();
-        args.extend(extra.iter().cloned());
-        let admin = start_admin(&args).await;
-        Cluster { nsqds, admin }
-    }
-
-    fn node(&self, i: usize) -> String {
-        self.nsqds[i].0.http_addr().unwrap().to_string()
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.admin.http_addr())
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        send(&self.url(path), "GET", &[], b"").await
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        send(&self.url(path), "POST", &[], body.to_string().as_bytes()).await
-    }
-
-    /// A request to nsqd `i`: its status and JSON.
-    async fn nsqd(&self, i: usize, method: &str, path_query: &str, body: &[u8]) -> (u16, Value) {
-        send(
-            &format!("http://{}{path_query}", self.node(i)),
-            method,
-            &[],
-            body,
-        )
-        .await
-    }
-
-    async fn nsqd_ok(&self, i: usize, path_query: &str, body: &[u8]) {
-        let (st, v) = self.nsqd(i, "POST", path_query, body).await;
-        assert_eq!(st, 200, "{path_query}: {v}");
-    }
-
-    async fn create_channel(&self, i: usize, topic: &str, channel: &str) {
-        self.nsqd_ok(i, &format!("/topic/create?topic={topic}"), b"")
-            .await;
-        self.nsqd_ok(
-            i,
-            &format!("/channel/create?topic={topic}&channel={channel}"),
-            b"",
-        )
-        .await;
-    }
-
-    async fn nsqd_stats(&self, i: usize) -> Value {
-        let b = client()
-            .get_v1(&format!("http://{}/stats?format=json", self.node(i)))
-            .await
-            .unwrap();
-        serde_json::from_slice(&b).unwrap()
-    }
-
-    async fn shutdown(self) {
-        self.admin.shutdown().await;
-        for (h, _d) in self.nsqds {
-            h.shutdown().await;
-        }
-    }
-}
-
-/// The node entry of `node` in an answer's `nodes`.
-fn node_entry<'a>(v: &'a Value, node: &str) -> &'a Value {
-    v["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["node"] == node)
-        .unwrap_or_else(|| panic!("no node {node} in {v}"))
+async fn cluster(extra: &[String]) -> Cluster {
+    Cluster::start_with(&["--http-peek".to_string()], extra).await
 }
 
 fn setting(source: &str, value: Value) -> Value {
@@ -112,7 +27,7 @@ fn setting(source: &str, value: Value) -> Value {
 
 #[tokio::test]
 async fn channel_and_topic_config_round_trip() {
-    let c = Cluster::start(&[]).await;
+    let c = cluster(&[]).await;
     c.create_channel(0, "t", "c").await;
     c.create_channel(1, "t", "c").await;
 
@@ -238,7 +153,7 @@ async fn channel_and_topic_config_round_trip() {
 
 #[tokio::test]
 async fn settings_changes_and_peek_need_an_admin() {
-    let c = Cluster::start(&["--admin-user=alice".to_string()]).await;
+    let c = cluster(&["--admin-user=alice".to_string()]).await;
     c.create_channel(0, "t", "c").await;
     let body = json!({"settings": {"ttl": "1m"}}).to_string();
     for user in [None, Some("mallory")] {
@@ -268,7 +183,7 @@ async fn settings_changes_and_peek_need_an_admin() {
 
 #[tokio::test]
 async fn peek_lists_each_nodes_messages_and_takes_none() {
-    let c = Cluster::start(&[]).await;
+    let c = cluster(&[]).await;
     c.create_channel(0, "t", "c").await;
     c.create_channel(1, "t", "c").await;
     c.nsqd_ok(0, "/pub?topic=t", b"m0").await;
@@ -351,7 +266,7 @@ async fn consume(nsqd: &NsqdHandle, topic: &str, channel: &str) -> TcpStream {
 
 #[tokio::test]
 async fn expired_counts_are_summed_over_the_nodes() {
-    let c = Cluster::start(&[]).await;
+    let c = cluster(&[]).await;
     c.create_channel(0, "t", "c").await;
     c.create_channel(1, "t", "c").await;
     // Without expiries the counters are absent, as in NSQ's JSON.
@@ -404,7 +319,7 @@ async fn expired_counts_are_summed_over_the_nodes() {
 /// acts on it, and its own settings are at `/api/settings/t/config`.
 #[tokio::test]
 async fn a_channel_named_config_is_an_ordinary_channel() {
-    let c = Cluster::start(&[]).await;
+    let c = cluster(&[]).await;
     c.create_channel(0, "t", "config").await;
     c.create_channel(1, "t", "config").await;
     c.nsqd_ok(0, "/pub?topic=t", b"a").await;
