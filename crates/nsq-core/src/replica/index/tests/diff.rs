@@ -53,7 +53,7 @@ enum Op {
 
 /// Queue settings that vary with `n`: none for a third of the values (cleared).
 fn settings_for(n: u64) -> Vec<(String, String)> {
-    if n % 3 == 0 {
+    if n.is_multiple_of(3) {
         Vec::new()
     } else {
         vec![("ttl".into(), n.to_string())]
