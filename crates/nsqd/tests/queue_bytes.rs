@@ -27,6 +27,14 @@ fn mpub(topic: &str, bodies: &[&[u8]]) -> Vec<u8> {
     sized(&format!("MPUB {topic}\n"), &body)
 }
 
+/// Creates topic `t` and its channel `ch`.
+async fn create(d: &Daemon, ch: &str) {
+    d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
+    d.post(&format!("/channel/create?topic=t&channel={ch}"), b"")
+        .await
+        .assert_empty_ok();
+}
+
 fn ok(r: &nsq_testkit::http::HttpResponse) {
     assert_eq!(r.status, 200, "{}", r.text());
 }
@@ -73,7 +81,9 @@ async fn refuse_at_max_bytes_on_a_topic() {
     c.expect_fatal("E_DPUB_FAILED DPUB failed topic t is full")
         .await;
     d.post("/pub?topic=t", b"x").await.assert_err(503, "FULL");
-    d.post("/mpub?topic=t", b"x\ny").await.assert_err(503, "FULL");
+    d.post("/mpub?topic=t", b"x\ny")
+        .await
+        .assert_err(503, "FULL");
     let s = d.stats("").await;
     assert_eq!(topic(&s, "t")["depth"], 2);
     assert_eq!(topic(&s, "t")["message_count"], 2);
@@ -102,12 +112,8 @@ async fn refuse_at_max_bytes_on_a_topic() {
 async fn refuse_at_a_channel_max_bytes_in_memory_and_on_disk() {
     for flags in [&[][..], &["--mem-queue-size=1"][..]] {
         let d = Daemon::start(flags).await;
-        d.post("/channel/create?topic=t&channel=c", b"")
-            .await
-            .assert_empty_ok();
-        d.post("/channel/create?topic=t&channel=other", b"")
-            .await
-            .assert_empty_ok();
+        create(&d, "c").await;
+        create(&d, "other").await;
         let bound = 3 * rec(b"0123456789");
         ok(&d
             .post(
@@ -140,9 +146,7 @@ async fn refuse_at_a_channel_max_bytes_in_memory_and_on_disk() {
 async fn drop_oldest_by_bytes_on_a_channel() {
     for flags in [&[][..], &["--mem-queue-size=2"][..]] {
         let d = Daemon::start(flags).await;
-        d.post("/channel/create?topic=t&channel=c", b"")
-            .await
-            .assert_empty_ok();
+        create(&d, "c").await;
         // Room for four 2-byte messages (32 bytes each), not five.
         ok(&d
             .post(
@@ -172,7 +176,10 @@ async fn drop_oldest_on_a_topic_keeps_the_newest() {
         let d = Daemon::start(flags).await;
         d.post("/topic/create?topic=t", b"").await.assert_empty_ok();
         ok(&d
-            .post("/topic/config?topic=t&max_depth=3&overflow=drop_oldest", b"")
+            .post(
+                "/topic/config?topic=t&max_depth=3&overflow=drop_oldest",
+                b"",
+            )
             .await);
         for i in 0..6 {
             ok(&d.post("/pub?topic=t", format!("m{i}").as_bytes()).await);
@@ -187,9 +194,7 @@ async fn drop_oldest_on_a_topic_keeps_the_newest() {
             m.contains("nsq_topic_dropped_total{topic=\"t\"} 3\n"),
             "{m}"
         );
-        d.post("/channel/create?topic=t&channel=c", b"")
-            .await
-            .assert_empty_ok();
+        create(&d, "c").await;
         assert_eq!(consume(&d, "t", "c").await, ["m3", "m4", "m5"], "{flags:?}");
 
         // Paused, bounded by bytes: three 2-byte messages fit, not four.
@@ -203,12 +208,10 @@ async fn drop_oldest_on_a_topic_keeps_the_newest() {
         // 160 bytes: the two oldest go.
         ok(&d.post("/mpub?topic=t", b"mB\nmC").await);
         assert_eq!(topic(&d.stats("").await, "t")["depth"], 3);
-        d.post("/topic/unpause?topic=t", b"").await.assert_empty_ok();
-        assert_eq!(
-            consume(&d, "t", "c").await,
-            ["mA", "mB", "mC"],
-            "{flags:?}"
-        );
+        d.post("/topic/unpause?topic=t", b"")
+            .await
+            .assert_empty_ok();
+        assert_eq!(consume(&d, "t", "c").await, ["mA", "mB", "mC"], "{flags:?}");
         let s = d.stats("").await;
         assert_eq!(topic(&s, "t")["dropped_count"], 7, "{flags:?}");
         assert!(channel(&s, "t", "c").get("dropped_count").is_none());
@@ -222,9 +225,7 @@ async fn drop_oldest_on_a_topic_keeps_the_newest() {
 async fn mem_queue_size_per_queue() {
     let d = Daemon::start(&[]).await;
     for ch in ["disk", "mem"] {
-        d.post(&format!("/channel/create?topic=t&channel={ch}"), b"")
-            .await
-            .assert_empty_ok();
+        create(&d, ch).await;
     }
     ok(&d
         .post("/channel/config?topic=t&channel=disk&mem_queue_size=0", b"")
@@ -258,7 +259,9 @@ async fn mem_queue_size_per_queue() {
     let s = d.stats("").await;
     assert_eq!(topic(&s, "t")["depth"], 3);
     assert_eq!(topic(&s, "t")["backend_depth"], 3);
-    d.post("/topic/unpause?topic=t", b"").await.assert_empty_ok();
+    d.post("/topic/unpause?topic=t", b"")
+        .await
+        .assert_empty_ok();
     assert_eq!(consume(&d, "t", "disk").await, ["m5", "m6", "m7", "m8"]);
 }
 
@@ -268,9 +271,7 @@ async fn settings_round_trip_and_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let h = nsqd::start(options::<&str>(dir.path(), &[])).await.unwrap();
     let d = Daemon { h, dir };
-    d.post("/channel/create?topic=t&channel=c", b"")
-        .await
-        .assert_empty_ok();
+    create(&d, "c").await;
     let r = d
         .post(
             "/topic/config?topic=t&max_bytes=1000&overflow=drop_oldest&mem_queue_size=0",
@@ -299,11 +300,15 @@ async fn settings_round_trip_and_survive_a_restart() {
     );
     let dat = d.nsqd_dat();
     assert!(
-        dat.contains(r#""settings":{"max_bytes":1000,"overflow":"drop_oldest","mem_queue_size":0}"#),
+        dat.contains(
+            r#""settings":{"max_bytes":1000,"overflow":"drop_oldest","mem_queue_size":0}"#
+        ),
         "{dat}"
     );
     assert!(
-        dat.contains(r#"{"name":"c","paused":false,"settings":{"max_bytes":62,"mem_queue_size":0}}"#),
+        dat.contains(
+            r#"{"name":"c","paused":false,"settings":{"max_bytes":62,"mem_queue_size":0}}"#
+        ),
         "{dat}"
     );
 

@@ -46,6 +46,7 @@ impl Channel {
         self.refuse_bytes.store(refuse.bytes, Ordering::Release);
         self.drop_depth.store(drop.depth, Ordering::Release);
         self.drop_bytes.store(drop.bytes, Ordering::Release);
+        self.drops.store(!drop.is_none(), Ordering::Release);
     }
 
     /// The bounds a publish to this channel's topic may not take it past, if any.
@@ -78,6 +79,9 @@ impl Channel {
     /// `max_bytes`, oldest first (memory, then the unread disk records), until both hold,
     /// counted and logged. Returns how many.
     pub(super) fn trim_to_bound(&self) -> usize {
+        if !self.drops.load(Ordering::Acquire) {
+            return 0;
+        }
         let bound = Bound {
             depth: self.drop_depth.load(Ordering::Acquire),
             bytes: self.drop_bytes.load(Ordering::Acquire),

@@ -273,6 +273,8 @@ pub struct Channel {
     /// by the topic.
     drop_depth: AtomicU64,
     drop_bytes: AtomicU64,
+    /// One of the two is set: the one load a put pays without a bound.
+    drops: AtomicBool,
 }
 
 impl std::fmt::Debug for Channel {
@@ -366,6 +368,7 @@ impl Channel {
             refuse_bytes: AtomicU64::new(0),
             drop_depth: AtomicU64::new(0),
             drop_bytes: AtomicU64::new(0),
+            drops: AtomicBool::new(false),
         })
     }
 

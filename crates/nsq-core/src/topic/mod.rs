@@ -103,6 +103,8 @@ pub struct Topic {
     refuse_bytes: AtomicU64,
     drop_depth: AtomicU64,
     drop_bytes: AtomicU64,
+    /// One of the two is set: the one load a publish that queues pays without a bound.
+    drops: AtomicBool,
     /// Messages of the topic's own queue dropped by `overflow=drop_oldest`.
     dropped_count: AtomicU64,
 }
@@ -158,6 +160,7 @@ impl Topic {
             refuse_bytes: AtomicU64::new(0),
             drop_depth: AtomicU64::new(0),
             drop_bytes: AtomicU64::new(0),
+            drops: AtomicBool::new(false),
             dropped_count: AtomicU64::new(0),
         });
         topic.apply_own_settings();
@@ -401,6 +404,7 @@ impl Topic {
         self.refuse_bytes.store(refuse.bytes, Ordering::Release);
         self.drop_depth.store(drop.depth, Ordering::Release);
         self.drop_bytes.store(drop.bytes, Ordering::Release);
+        self.drops.store(!drop.is_none(), Ordering::Release);
         let mem = mem_queue_size(&self.opts, own.mem_queue_size);
         self.state.lock().queue.set_mem_queue_size(mem);
         !refuse.is_none()
@@ -484,6 +488,9 @@ impl Topic {
     /// touched), until both hold, counted and logged. A topic queues only while it has no
     /// channel, is paused, or has a backlog its pump is moving. Returns how many.
     fn trim_to_bound(&self) -> usize {
+        if !self.drops.load(Ordering::Acquire) {
+            return 0;
+        }
         let bound = Bound {
             depth: self.drop_depth.load(Ordering::Acquire),
             bytes: self.drop_bytes.load(Ordering::Acquire),
