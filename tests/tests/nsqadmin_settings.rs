@@ -130,7 +130,7 @@ async fn channel_and_topic_config_round_trip() {
     assert_eq!(
         c.post(
             "/api/settings/t",
-            json!({"settings": {"overflow": "drop_oldest"}})
+            json!({"settings": {"overflow": "sometimes"}})
         )
         .await,
         (400, json!({"message": "INVALID_OVERFLOW"}))

@@ -440,12 +440,14 @@
   // /channel/peek through nsqadmin's /api/settings/:topic[/:channel] and /api/peek/:topic/:channel)
 
   var SETTING_KEYS = {
-    topic: ['max_depth', 'overflow', 'ttl'],
-    channel: ['max_attempts', 'dead_letter_topic', 'ttl', 'max_depth', 'overflow']
+    topic: ['max_depth', 'max_bytes', 'overflow', 'ttl', 'mem_queue_size'],
+    channel: ['max_attempts', 'dead_letter_topic', 'ttl', 'max_depth', 'max_bytes', 'overflow', 'mem_queue_size']
   };
   var SETTING_HELP = {
     max_depth: 'messages; a publish past it is refused (or, overflow drop_oldest, the oldest dropped)',
-    overflow: 'refuse or drop_oldest (channels only)',
+    max_bytes: 'bytes (4 + 26 + body per message); a publish past it is refused (or, overflow drop_oldest, the oldest dropped)',
+    overflow: 'refuse or drop_oldest',
+    mem_queue_size: 'messages kept in memory before the disk (0: all on disk)',
     ttl: 'a Go duration (10m, 1h30m); older messages are not delivered',
     max_attempts: 'deliveries before a message is dead-lettered (or dropped)',
     dead_letter_topic: 'where messages past max_attempts or their ttl go'

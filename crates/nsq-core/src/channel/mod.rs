@@ -27,6 +27,7 @@ mod reads;
 mod skips;
 mod state;
 
+pub use bound::Bound;
 pub use peek::{PeekState, Peeked};
 pub use skips::Returning;
 
@@ -272,10 +273,16 @@ pub struct Channel {
     dead_letter_topic: RwLock<Option<String>>,
     /// Itself, for the task that finishes a dead-letter hand-off.
     me: std::sync::Weak<Channel>,
-    /// The effective `max_depth` with `overflow=refuse` (0: none), set by the topic.
-    refuse_at: AtomicU64,
-    /// The effective `max_depth` with `overflow=drop_oldest` (0: none), set by the topic.
-    drop_at: AtomicU64,
+    /// The effective `max_depth` and `max_bytes` with `overflow=refuse` (0: none), set by
+    /// the topic.
+    refuse_depth: AtomicU64,
+    refuse_bytes: AtomicU64,
+    /// The effective `max_depth` and `max_bytes` with `overflow=drop_oldest` (0: none), set
+    /// by the topic.
+    drop_depth: AtomicU64,
+    drop_bytes: AtomicU64,
+    /// One of the two is set: the one load a put pays without a bound.
+    drops: AtomicBool,
 }
 
 impl std::fmt::Debug for Channel {
@@ -365,8 +372,11 @@ impl Channel {
             max_attempts: std::sync::atomic::AtomicU32::new(0),
             dead_letter_topic: RwLock::new(None),
             me: me.clone(),
-            refuse_at: AtomicU64::new(0),
-            drop_at: AtomicU64::new(0),
+            refuse_depth: AtomicU64::new(0),
+            refuse_bytes: AtomicU64::new(0),
+            drop_depth: AtomicU64::new(0),
+            drop_bytes: AtomicU64::new(0),
+            drops: AtomicBool::new(false),
         })
     }
 

@@ -254,6 +254,7 @@ impl Topic {
             message_count: self.message_count.load(Ordering::Relaxed),
             message_bytes: self.message_bytes.load(Ordering::Relaxed),
             paused: self.is_paused(),
+            dropped_count: self.dropped_count(),
             channels,
         }
     }
