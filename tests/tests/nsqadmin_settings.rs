@@ -78,8 +78,8 @@ async fn channel_and_topic_config_round_trip() {
             "INVALID_MAX_ATTEMPTS",
         ),
         (
-            json!({"settings": {"max_bytes": 5}}),
-            "INVALID_KEY_MAX_BYTES",
+            json!({"settings": {"max_size": 5}}),
+            "INVALID_KEY_MAX_SIZE",
         ),
         (json!({"settings": {"ttl": true}}), "INVALID_BODY"),
         (json!({"ttl": "1m"}), "INVALID_BODY"),
