@@ -812,6 +812,15 @@ async fn history_api_records_polls() {
     let (st, ch) = c.get("/api/history/topics/h/c").await;
     assert_eq!(st, 200);
     assert!(!ch["samples"].as_array().unwrap().is_empty());
+    // Without queue settings the samples are NSQ-like: no given-up counters.
+    let keys = |s: &Value| s.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    for s in ch["samples"].as_array().unwrap().iter().chain(samples) {
+        assert_eq!(
+            keys(s),
+            ["deferred", "depth", "in_flight", "messages", "rate", "t"],
+            "{s}"
+        );
+    }
     let (st, total) = c.get("/api/history").await;
     assert_eq!(st, 200);
     assert_eq!(total["topics"], json!(["h"]));

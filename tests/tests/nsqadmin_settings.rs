@@ -2,7 +2,7 @@
 //! against two real nsqd started in-process (`--nsqd-http-address` mode), the first with
 //! `--http-peek`: the config round trip checked against each nsqd's own `/channel/config`,
 //! nsqd's refusals passed through, admins only when `--admin-user` is set, peek per node, and
-//! the expired counter summed over the nodes.
+//! the expired counter summed over the nodes (and recorded in the chart history).
 
 mod common;
 
@@ -77,10 +77,7 @@ async fn channel_and_topic_config_round_trip() {
             json!({"settings": {"max_attempts": -1}}),
             "INVALID_MAX_ATTEMPTS",
         ),
-        (
-            json!({"settings": {"max_size": 5}}),
-            "INVALID_KEY_MAX_SIZE",
-        ),
+        (json!({"settings": {"max_size": 5}}), "INVALID_KEY_MAX_SIZE"),
         (json!({"settings": {"ttl": true}}), "INVALID_BODY"),
         (json!({"ttl": "1m"}), "INVALID_BODY"),
     ] {
@@ -311,6 +308,76 @@ async fn expired_counts_are_summed_over_the_nodes() {
     let (_, v) = c.get("/api/topics/t").await;
     assert_eq!(v["expired_count"], 2);
     assert_eq!(v["channels"][0]["expired_count"], 2);
+    c.shutdown().await;
+}
+
+/// The history (`/api/history/...`, for the charts) records the expired counter of a ttl
+/// channel, summed over the nodes, cumulative and per second; a channel (and the cluster)
+/// without any keeps NSQ-like samples, without the fields.
+#[tokio::test]
+async fn history_records_the_expired_counts() {
+    let c = cluster(&["--history-interval=100ms".to_string()]).await;
+    for i in 0..2 {
+        c.create_channel(i, "t", "c").await;
+        c.create_channel(i, "t", "plain").await;
+    }
+    let (st, v) = c
+        .post("/api/settings/t/c", json!({"settings": {"ttl": "1ms"}}))
+        .await;
+    assert_eq!(st, 200, "{v}");
+    // A sample before the expiry, so a later one has a rate.
+    let samples = |v: &Value| v["samples"].as_array().cloned().unwrap_or_default();
+    for _ in 0..100 {
+        if !samples(&c.get("/api/history/topics/t/c").await.1).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let v = c.get("/api/history/topics/t/c").await.1;
+    assert!(!samples(&v).is_empty(), "{v}");
+    assert!(!v.to_string().contains("expired"), "{v}");
+
+    c.nsqd_ok(0, "/pub?topic=t", b"a").await;
+    c.nsqd_ok(1, "/pub?topic=t", b"b").await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let _consumers = (
+        consume(&c.nsqds[0].0, "t", "c").await,
+        consume(&c.nsqds[1].0, "t", "c").await,
+    );
+    let mut v = Value::Null;
+    for _ in 0..100 {
+        v = c.get("/api/history/topics/t/c").await.1;
+        if samples(&v).last().is_some_and(|s| s["expired"] == 2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ss = samples(&v);
+    assert_eq!(ss.last().unwrap()["expired"], 2, "{v}");
+    // Every sample of the series has the fields; the expiries show as a positive rate.
+    assert!(ss.iter().all(|s| s.get("expired_rate").is_some()), "{v}");
+    assert!(
+        ss.iter()
+            .any(|s| s["expired_rate"].as_f64().unwrap_or(0.0) > 0.0),
+        "{v}"
+    );
+    assert_eq!(ss.last().unwrap()["dead_lettered"], 0, "{v}");
+    assert_eq!(ss.last().unwrap()["dropped"], 0, "{v}");
+
+    // The topic's series sums its channels; the plain channel and the cluster have none.
+    let (st, v) = c.get("/api/history/topics/t").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(samples(&v).last().unwrap()["expired"], 2, "{v}");
+    let plain = v["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|ch| ch["channel"] == "plain")
+        .unwrap()
+        .clone();
+    assert!(!plain.to_string().contains("expired"), "{plain}");
+    let total = c.get("/api/history").await.1;
+    assert!(!total.to_string().contains("expired"), "{total}");
     c.shutdown().await;
 }
 

@@ -499,8 +499,15 @@ test('expired messages are counted on the channel and topic pages', { skip: !NSQ
   const p = await page();
   await p.goto(ADMIN + '/topics/queues');
   await p.waitForSelector('#topic-channels');
-  // No counter columns while nothing expired (NSQ's table).
+  // No counter columns while nothing expired (NSQ's table), and no "Given up" chart.
   assert.equal(await p.locator('#topic-channels [data-field=expired_count]').count(), 0);
+  await p.waitForSelector('#topic-charts figure.chart[data-metric=depth]');
+  assert.equal(await p.locator('#topic-charts figure.chart[data-metric=given_up]').count(), 0);
+  // A history sample of the channel before the expiry, so the chart has a rate.
+  await until(async () => {
+    const h = await (await fetch(ADMIN + '/api/history/topics/queues/expiring')).json();
+    return (h.samples || []).length > 0;
+  }, 'a history sample of the channel');
   await publish('queues', 1);
   await new Promise((r) => setTimeout(r, 20));
   const c = await consumerOn('queues', 'expiring');
@@ -514,11 +521,22 @@ test('expired messages are counted on the channel and topic pages', { skip: !NSQ
   assert.equal(num(await p.textContent('#queue-counters [data-field=expired_count]')), 1);
   assert.equal(num(await p.textContent('#channel-nodes tr.total [data-field=expired_count]')), 1);
   assert.equal(await p.locator('#queue-counters [data-field=dropped_count]').count(), 0);
+  // The history (--history-interval=1s) records the expiry: the "Given up" chart appears.
+  const givenUp = '#channel-charts figure.chart[data-metric=given_up]';
+  await p.waitForSelector(givenUp, { timeout: 15000 });
+  assert.match(await p.textContent(givenUp + ' figcaption'), /Given up \(msgs\/s\)/);
+  assert.deepEqual(await p.locator(givenUp + ' .legend-item').allTextContents(), ['expired', 'dead-lettered', 'dropped']);
+  assert.ok(Number(await p.getAttribute(givenUp, 'data-points')) > 0);
+  const h = await (await fetch(ADMIN + '/api/history/topics/queues/expiring')).json();
+  assert.ok(h.samples.some((x) => x.expired_rate > 0), JSON.stringify(h.samples));
+  assert.equal(h.samples[h.samples.length - 1].expired, 1);
   await shot(p, 'channel-counters-1280');
   await p.goto(ADMIN + '/topics/queues');
   await p.waitForSelector('#topic-channels');
   assert.equal(num(await p.textContent('#topic-channels tr[data-channel=expiring] [data-field=expired_count]')), 1);
   assert.equal(num(await p.textContent('#topic-channels tr[data-channel=q1] [data-field=expired_count]')), 0);
+  // The topic's chart sums its channels.
+  await p.waitForSelector('#topic-charts figure.chart[data-metric=given_up]');
   await p.close();
 });
 

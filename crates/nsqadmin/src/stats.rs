@@ -91,6 +91,9 @@ pub struct RawTopic {
     pub depth: i64,
     pub backend_depth: i64,
     pub message_count: i64,
+    /// Ours: messages of the topic's own queue dropped by `overflow=drop_oldest` (nsqd writes
+    /// it only when not 0).
+    pub dropped_count: i64,
     pub paused: bool,
     pub e2e_processing_latency: RawE2e,
 }
@@ -320,6 +323,10 @@ pub struct TopicStats {
     /// Its channels' queue-settings counters summed (ours; absent when 0).
     #[serde(flatten)]
     pub queue_counters: QueueCounters,
+    /// The topic's own `dropped_count` (its queue, not its channels'), summed over nodes. Not
+    /// in the JSON (whose `dropped_count` is the channels' sum); the history charts add it.
+    #[serde(skip)]
+    pub own_dropped_count: i64,
     pub nodes: Option<Vec<TopicStats>>,
     pub channels: Option<Vec<ChannelStats>>,
     pub paused: bool,
@@ -463,6 +470,7 @@ impl TopicStats {
             backend_depth: r.backend_depth,
             message_count: r.message_count,
             queue_counters,
+            own_dropped_count: r.dropped_count,
             nodes: None,
             channels,
             paused: r.paused,
@@ -482,6 +490,7 @@ impl TopicStats {
             backend_depth: 0,
             message_count: 0,
             queue_counters: QueueCounters::default(),
+            own_dropped_count: 0,
             nodes: None,
             channels: None,
             paused: false,
@@ -495,6 +504,7 @@ impl TopicStats {
             t.backend_depth += a.backend_depth;
             t.message_count += a.message_count;
             t.queue_counters.add(&a.queue_counters);
+            t.own_dropped_count += a.own_dropped_count;
             t.paused |= a.paused;
             t.e2e_processing_latency.add(&a.e2e_processing_latency);
             t.e2e_processing_latency.topic = topic.to_string();

@@ -326,6 +326,20 @@
     return samples.map(function (s) { return [s.t, s[key]]; });
   }
 
+  // The queue-settings counters (messages given up on), present in a history series only
+  // when one of them is non-zero somewhere in it.
+  var GIVEN_UP = [['expired', 'expired'], ['dead_lettered', 'dead-lettered'], ['dropped', 'dropped']];
+
+  function givenUpChart(samples) {
+    var any = samples.some(function (s) {
+      return GIVEN_UP.some(function (f) { return (s[f[0]] || 0) > 0 || (s[f[0] + '_rate'] || 0) > 0; });
+    });
+    if (!any) { return ''; }
+    return chartSVG('given_up', 'Given up (msgs/s)', GIVEN_UP.map(function (f) {
+      return { name: f[1], values: pick(samples, f[0] + '_rate') };
+    }), '/s');
+  }
+
   function historyCharts(target, path, kind) {
     if (!HISTORY_INTERVAL_MS) { return; }
     var token = viewToken;
@@ -343,11 +357,13 @@
           html += chartSVG('in_flight', 'In-Flight', chans.length ? chans.map(function (c) {
             return { name: c.channel, values: pick(c.samples, 'in_flight') };
           }) : [{ name: 'in-flight', values: pick(h.samples, 'in_flight') }]);
+          html += givenUpChart(h.samples);
         } else if (kind === 'channel') {
           html += chartSVG('rate', 'Message rate (msgs/s)', [{ name: h.channel, values: pick(h.samples, 'rate') }], '/s');
           html += chartSVG('depth', 'Depth', [{ name: 'depth', values: pick(h.samples, 'depth') }]);
           html += chartSVG('in_flight', 'In-Flight', [{ name: 'in-flight', values: pick(h.samples, 'in_flight') },
             { name: 'deferred', values: pick(h.samples, 'deferred') }]);
+          html += givenUpChart(h.samples);
         } else {
           html += chartSVG('rate', 'Cluster message rate (msgs/s)', [{ name: 'processed', values: pick(h.samples, 'rate') }], '/s');
           html += chartSVG('depth', 'Cluster depth', [{ name: 'depth', values: pick(h.samples, 'depth') },
