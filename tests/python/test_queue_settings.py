@@ -348,3 +348,77 @@ def test_drop_oldest_keeps_the_newest_max_depth(nsqd, topic):
     assert got == bodies[-100:]
     c = find_channel(nsqd.http().stats(topic=topic), topic, "ch")
     assert (c["dropped_count"], c["depth"]) == (900, 0), c
+
+
+def test_max_bytes_refuses_a_gnsq_publisher(nsqd_factory, topic):
+    """A channel's `max_bytes` (each message counts 4 + 26 + body bytes, in memory and on
+    disk: `--mem-queue-size=10` puts most of them on disk): a gnsq Producer publishing
+    100-byte bodies gets `E_PUB_FAILED ... is full` (PUB) and `E_MPUB_FAILED` (MPUB, all or
+    nothing) once the next one would pass it; a gnsq Consumer then gets every acknowledged
+    message once and nothing refused; drained, the channel takes publishes again."""
+    nsqd = nsqd_factory("--mem-queue-size=10")
+    post(nsqd, f"/topic/create?topic={topic}")
+    post(nsqd, f"/channel/create?topic={topic}&channel=ch")
+    bound = 61 * 130 + 100  # 61 records fit, not 62
+    status, body = post(nsqd, f"/channel/config?topic={topic}&channel=ch&max_bytes={bound}")
+    assert status == 200, body
+    assert json.loads(body)["settings"]["max_bytes"] == {"value": bound, "source": "set"}
+
+    acked, refused, errs = [], [], collections.Counter()
+    producer = gnsq.Producer(nsqd_tcp_addresses=[nsqd.tcp_address])
+    producer.start()
+
+    def send(bodies):
+        """One publish, retried while the Producer reconnects (a refusal closes the
+        connection, as every NSQ publish error): acknowledged or refused."""
+        for _ in range(400):
+            try:
+                if len(bodies) == 1:
+                    assert producer.publish(topic, bodies[0]) == b"OK"
+                else:
+                    assert producer.multipublish(topic, bodies) == b"OK"
+                acked.extend(bodies)
+                return
+            except (errors.NSQPubFailed, errors.NSQMPubFailed) as e:
+                refused.extend(bodies)
+                errs[f"{type(e).__name__} {e}"] += 1
+                return
+            except errors.NSQNoConnections:
+                gevent.sleep(0.05)
+        raise AssertionError("the Producer did not reconnect")
+
+    try:
+        for i in range(65):
+            send([f"{i:03d}".encode().ljust(100, b".")])
+        send([f"mpub-{i}".encode().ljust(100, b".") for i in range(3)])
+    finally:
+        producer.close()
+        producer.join(timeout=30)
+    assert len(acked) == 61, (len(acked), errs)
+    assert dict(errs) == {
+        f"NSQPubFailed b'PUB failed topic {topic} is full'": 4,
+        f"NSQMPubFailed b'MPUB failed topic {topic} is full'": 1,
+    }, errs
+    http = nsqd.http()
+    c = find_channel(http.stats(topic=topic), topic, "ch")
+    assert (c["depth"], c["backend_depth"]) == (61, 51), c
+
+    received = collections.Counter()
+
+    def handler(consumer, message):
+        received[message.body] += 1
+
+    consumer = gnsq.Consumer(topic, "ch", nsqd_tcp_addresses=[nsqd.tcp_address], max_in_flight=20,
+                             message_handler=handler)
+    consumer.start(block=False)
+    try:
+        wait_for(lambda: len(received) >= len(acked), timeout=60, message="the acknowledged messages")
+        gevent.sleep(0.5)
+    finally:
+        consumer.close()
+        consumer.join(timeout=30)
+    assert dict(received) == {b: 1 for b in acked}
+    assert not set(refused) & set(received)
+    wait_for(lambda: find_channel(http.stats(topic=topic), topic, "ch")["in_flight_count"] == 0,
+             timeout=30, message="the FINs")
+    http.publish(topic, b"room again")

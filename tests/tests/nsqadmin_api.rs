@@ -5,112 +5,15 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{client, dead_addr, raw, send, start_admin, start_nsqd};
+use common::cluster::{notification_sink, wait_for, Cluster};
+use common::{dead_addr, raw, send, start_admin, start_nsqd};
 use nsq_integration_tests::{find_channel, find_topic};
-use nsqadmin::AdminHandle;
 use nsqd::NsqdHandle;
-use parking_lot::Mutex;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-/// Two nsqd and an nsqadmin pointing at both.
-struct Cluster {
-    nsqds: Vec<(NsqdHandle, tempfile::TempDir)>,
-    admin: AdminHandle,
-}
-
-impl Cluster {
-    async fn start(extra: &[String]) -> Cluster {
-        let nsqds = vec![start_nsqd(&[]).await, start_nsqd(&[]).await];
-        let mut args: Vec<String> = nsqds
-            .iter()
-            .map(|(h, _)| format!("--nsqd-http-address={}", h.http_addr().unwrap()))
-            .collect();
-        args.extend(extra.iter().cloned());
-        let admin = start_admin(&args).await;
-        Cluster { nsqds, admin }
-    }
-
-    fn node(&self, i: usize) -> String {
-        self.nsqds[i].0.http_addr().unwrap().to_string()
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.admin.http_addr())
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        send(&self.url(path), "GET", &[], b"").await
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        send(&self.url(path), "POST", &[], body.to_string().as_bytes()).await
-    }
-
-    async fn delete(&self, path: &str, body: &[u8]) -> (u16, Value) {
-        send(&self.url(path), "DELETE", &[], body).await
-    }
-
-    /// nsqd `i`'s own `/stats` JSON.
-    async fn nsqd_stats(&self, i: usize) -> Value {
-        let b = client()
-            .get_v1(&format!("http://{}/stats?format=json", self.node(i)))
-            .await
-            .unwrap();
-        serde_json::from_slice(&b).unwrap()
-    }
-
-    async fn nsqd_post(&self, i: usize, path_query: &str, body: &[u8]) {
-        let r = client()
-            .request(
-                "POST",
-                &format!("http://{}{path_query}", self.node(i)),
-                &[],
-                body,
-            )
-            .await
-            .unwrap();
-        assert_eq!(
-            r.status,
-            200,
-            "{path_query}: {}",
-            String::from_utf8_lossy(&r.body)
-        );
-    }
-
-    async fn create_channel(&self, i: usize, topic: &str, channel: &str) {
-        self.nsqd_post(i, &format!("/topic/create?topic={topic}"), b"")
-            .await;
-        self.nsqd_post(
-            i,
-            &format!("/channel/create?topic={topic}&channel={channel}"),
-            b"",
-        )
-        .await;
-    }
-
-    async fn publish(&self, i: usize, topic: &str, n: usize) {
-        for k in 0..n {
-            self.nsqd_post(
-                i,
-                &format!("/pub?topic={topic}"),
-                format!("m{k}").as_bytes(),
-            )
-            .await;
-        }
-    }
-
-    async fn shutdown(self) {
-        self.admin.shutdown().await;
-        for (h, _d) in self.nsqds {
-            h.shutdown().await;
-        }
-    }
-}
+use tokio::net::TcpStream;
 
 /// A V2 consumer subscribed to `topic`/`channel` with RDY 0 (it shows up as a client).
 async fn subscribe(nsqd: &NsqdHandle, topic: &str, channel: &str) -> TcpStream {
@@ -595,68 +498,6 @@ async fn unreachable_node_gives_partial_answers() {
 
 // ---- notifications, ACL, /config ------------------------------------------------------------
 
-/// A tiny HTTP endpoint recording request bodies.
-async fn notification_sink() -> (String, Arc<Mutex<Vec<Value>>>) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let g = got.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = l.accept().await else {
-                return;
-            };
-            let g = g.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    let n = s.read(&mut chunk).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    let text = String::from_utf8_lossy(&buf).to_string();
-                    if let Some(p) = text.find("\r\n\r\n") {
-                        let len: usize = text[..p]
-                            .lines()
-                            .find_map(|l| {
-                                let (k, v) = l.split_once(':')?;
-                                k.eq_ignore_ascii_case("content-length")
-                                    .then(|| v.trim().parse().ok())?
-                            })
-                            .unwrap_or(0);
-                        if buf.len() >= p + 4 + len {
-                            assert!(text.starts_with("POST "));
-                            assert!(text
-                                .to_ascii_lowercase()
-                                .contains("content-type: application/json"));
-                            let v: Value =
-                                serde_json::from_slice(&buf[p + 4..p + 4 + len]).unwrap();
-                            g.lock().push(v);
-                            let _ = s
-                                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-                                .await;
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (format!("http://{addr}/notify"), got)
-}
-
-async fn wait_for(got: &Arc<Mutex<Vec<Value>>>, n: usize) -> Vec<Value> {
-    for _ in 0..100 {
-        if got.lock().len() >= n {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(30)).await;
-    }
-    got.lock().clone()
-}
-
 #[tokio::test]
 async fn notifications_carry_the_reference_body() {
     let (endpoint, got) = notification_sink().await;
@@ -971,6 +812,15 @@ async fn history_api_records_polls() {
     let (st, ch) = c.get("/api/history/topics/h/c").await;
     assert_eq!(st, 200);
     assert!(!ch["samples"].as_array().unwrap().is_empty());
+    // Without queue settings the samples are NSQ-like: no given-up counters.
+    let keys = |s: &Value| s.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    for s in ch["samples"].as_array().unwrap().iter().chain(samples) {
+        assert_eq!(
+            keys(s),
+            ["deferred", "depth", "in_flight", "messages", "rate", "t"],
+            "{s}"
+        );
+    }
     let (st, total) = c.get("/api/history").await;
     assert_eq!(st, 200);
     assert_eq!(total["topics"], json!(["h"]));

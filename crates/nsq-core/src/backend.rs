@@ -128,6 +128,13 @@ pub trait BackendQueue: Send + Sync + 'static {
     /// Records written and not yet taken.
     fn depth(&self) -> i64;
 
+    /// Bytes written and not yet taken: the records' length prefixes and payloads from the
+    /// read position to the write position (a queue's `max_bytes`, crate::queue_settings).
+    /// Cheap: no I/O. A backend that keeps nothing holds nothing (the default).
+    fn unread_bytes(&self) -> u64 {
+        0
+    }
+
     /// Hands every record written and not yet taken to `f`, in order, without taking them:
     /// a returning origin's skip set (`Channel::apply_skips`, `Topic::pending_ids`). The
     /// caller keeps other readers out meanwhile. A backend that keeps nothing has nothing to show (the default).

@@ -21,6 +21,9 @@ pub trait Hooks: Send + Sync + 'static {
     fn topic_deleted(&self, _topic: &str) {}
     fn channel_created(&self, _topic: &str, _channel: &str) {}
     fn channel_deleted(&self, _topic: &str, _channel: &str) {}
+    /// Something the metadata file keeps changed outside the daemon's API (a takeover gave a
+    /// topic the settings of the copy it took over).
+    fn metadata_changed(&self) {}
 }
 
 /// Hooks that do nothing (tests, tools).
@@ -116,6 +119,11 @@ impl Engine {
 
     pub fn health(&self) -> &Health {
         &self.health
+    }
+
+    /// Tells the daemon that the metadata changed ([`Hooks::metadata_changed`]).
+    pub fn metadata_changed(&self) {
+        self.hooks.metadata_changed();
     }
 
     pub(crate) fn hooks(&self) -> &dyn Hooks {

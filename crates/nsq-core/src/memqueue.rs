@@ -18,6 +18,12 @@ use std::collections::VecDeque;
 /// entry that already has a copy on disk.
 pub trait Weigh {
     fn weight(&self) -> u64;
+
+    /// What the entry counts for a queue's `max_bytes` (crate::queue_settings): its message's
+    /// record size, on disk or not. The weight by default.
+    fn queued_bytes(&self) -> u64 {
+        self.weight()
+    }
 }
 
 /// Entries per chunk. 4096 × ~90 bytes (a channel's entry) ≈ 360 KiB: large enough that the
@@ -34,6 +40,8 @@ pub struct MemQueue<T> {
     len: usize,
     /// Sum of the entries' [`Weigh::weight`].
     bytes: u64,
+    /// Sum of the entries' [`Weigh::queued_bytes`].
+    queued: u64,
 }
 
 impl<T: Weigh> Default for MemQueue<T> {
@@ -50,12 +58,18 @@ impl<T: Weigh> MemQueue<T> {
             spare: None,
             len: 0,
             bytes: 0,
+            queued: 0,
         }
     }
 
     /// The entries' total weight.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// The entries' total [`Weigh::queued_bytes`].
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued
     }
 
     pub fn len(&self) -> usize {
@@ -68,6 +82,7 @@ impl<T: Weigh> MemQueue<T> {
 
     pub fn push_back(&mut self, v: T) {
         self.bytes += v.weight();
+        self.queued += v.queued_bytes();
         match self.chunks.back_mut() {
             // The first chunk grows like a `VecDeque` (a queue that stays short stays small);
             // it and every later chunk stop at `CHUNK` entries, so no push ever moves entries.
@@ -90,6 +105,7 @@ impl<T: Weigh> MemQueue<T> {
         let v = front.pop_front()?;
         self.len -= 1;
         self.bytes -= v.weight();
+        self.queued -= v.queued_bytes();
         if front.is_empty() && self.chunks.len() > 1 {
             let c = self.chunks.pop_front().expect("front chunk exists");
             if c.capacity() >= CHUNK && self.spare.is_none() {
@@ -115,6 +131,7 @@ impl<T: Weigh> MemQueue<T> {
     pub fn take_all(&mut self) -> impl Iterator<Item = T> {
         self.len = 0;
         self.bytes = 0;
+        self.queued = 0;
         self.spare = None;
         std::mem::take(&mut self.chunks).into_iter().flatten()
     }
@@ -230,6 +247,7 @@ mod tests {
                 }
                 prop_assert_eq!(q.len(), model.len());
                 prop_assert_eq!(q.bytes(), model.iter().map(|v| u64::from(*v)).sum::<u64>());
+                prop_assert_eq!(q.queued_bytes(), q.bytes());
                 prop_assert!(q.iter().eq(model.iter()));
             }
         }

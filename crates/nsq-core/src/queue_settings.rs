@@ -170,6 +170,33 @@ impl Value {
     }
 }
 
+impl Value {
+    /// The value as the link carries it ([`QueueSettings::to_pairs`]).
+    fn link_text(&self) -> String {
+        match self {
+            Value::MaxAttempts(n) => n.to_string(),
+            Value::DeadLetterTopic(t) => t.clone(),
+            Value::Ttl(d) => d.as_nanos().to_string(),
+            Value::MaxDepth(n) | Value::MaxBytes(n) | Value::MemQueueSize(n) => n.to_string(),
+            Value::Overflow(o) => o.as_str().to_string(),
+        }
+    }
+
+    /// The value of `key` from its link text; `None` when it does not parse (validity is
+    /// checked by [`QueueSettings::changed`]).
+    fn from_link_text(key: Key, text: &str) -> Option<Value> {
+        Some(match key {
+            Key::MaxAttempts => Value::MaxAttempts(text.parse().ok()?),
+            Key::DeadLetterTopic => Value::DeadLetterTopic(text.to_string()),
+            Key::Ttl => Value::Ttl(Duration::from_nanos(text.parse().ok()?)),
+            Key::MaxDepth => Value::MaxDepth(text.parse().ok()?),
+            Key::MaxBytes => Value::MaxBytes(text.parse().ok()?),
+            Key::Overflow => Value::Overflow(Overflow::parse(text)?),
+            Key::MemQueueSize => Value::MemQueueSize(text.parse().ok()?),
+        })
+    }
+}
+
 /// Why a change was refused; its message is the API's (`INVALID_TTL`, …).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SettingsError {
@@ -289,6 +316,39 @@ impl QueueSettings {
             }
         }
         Ok(next)
+    }
+
+    /// These settings as the replication link carries them (`nsq_protocol::replication::
+    /// Settings`): `(key name, value)` in [`Key::ALL`]'s order, a TTL in nanoseconds, the
+    /// rest as the API writes them. Empty when none is set.
+    pub fn to_pairs(&self) -> Vec<(String, String)> {
+        Key::ALL
+            .into_iter()
+            .filter_map(|k| self.get(k).map(|v| (k.name().to_string(), v.link_text())))
+            .collect()
+    }
+
+    /// Settings of `scope` from the link's pairs ([`QueueSettings::to_pairs`]), `topic` being
+    /// the topic's name for a channel. A pair with an unknown key, a value that does not parse
+    /// or that the scope does not take (a newer peer's key, a damaged record) is left out and
+    /// its key named in the second list, so the caller can log it.
+    pub fn from_pairs(
+        scope: Scope,
+        topic: &str,
+        pairs: &[(String, String)],
+    ) -> (QueueSettings, Vec<String>) {
+        let mut out = QueueSettings::default();
+        let mut bad = Vec::new();
+        for (name, text) in pairs {
+            let next = Key::from_name(name)
+                .and_then(|k| Value::from_link_text(k, text).map(|v| (k, v)))
+                .and_then(|(k, v)| out.changed(scope, topic, &[(k, Some(v))]).ok());
+            match next {
+                Some(next) => out = next,
+                None => bad.push(name.clone()),
+            }
+        }
+        (out, bad)
     }
 
     /// Checks node-wide defaults (flags, the config file): every value valid. A default
@@ -571,5 +631,65 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(bad.check_defaults(), Err(SettingsError::Invalid(Key::Ttl)));
+    }
+
+    #[test]
+    fn link_pairs_round_trip_and_leave_out_what_does_not_hold() {
+        let s = QueueSettings {
+            max_attempts: Some(3),
+            dead_letter_topic: Some("dlq".into()),
+            ttl: Some(Duration::from_millis(1500)),
+            max_depth: Some(10),
+            overflow: Some(Overflow::DropOldest),
+            ..Default::default()
+        };
+        let pairs = s.to_pairs();
+        let text: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+        assert_eq!(
+            text,
+            [
+                ("max_attempts", "3"),
+                ("dead_letter_topic", "dlq"),
+                ("ttl", "1500000000"),
+                ("max_depth", "10"),
+                ("overflow", "drop_oldest"),
+            ]
+        );
+        assert_eq!(
+            QueueSettings::from_pairs(Scope::Channel, "t", &pairs),
+            (s, vec![])
+        );
+        assert!(QueueSettings::default().to_pairs().is_empty());
+
+        let p = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let (got, bad) = QueueSettings::from_pairs(
+            Scope::Topic,
+            "t",
+            &[
+                p("ttl", "60000000000"),
+                p("max_attempts", "3"),  // not a topic's
+                p("max_depth", "0"),     // not valid
+                p("max_depth", "x"),     // does not parse
+                p("future_key", "1"),    // unknown
+                p("overflow", "refuse"), // fine
+            ],
+        );
+        assert_eq!(
+            got,
+            QueueSettings {
+                ttl: Some(secs(60)),
+                overflow: Some(Overflow::Refuse),
+                ..Default::default()
+            }
+        );
+        assert_eq!(
+            bad,
+            ["max_attempts", "max_depth", "max_depth", "future_key"]
+        );
+        // A channel whose dead-letter topic is its own topic.
+        let (got, bad) =
+            QueueSettings::from_pairs(Scope::Channel, "t", &[p("dead_letter_topic", "t")]);
+        assert!(got.is_empty());
+        assert_eq!(bad, ["dead_letter_topic"]);
     }
 }

@@ -49,6 +49,9 @@ pub trait Replicator: Send + Sync + 'static {
     fn requeue(&self, topic: &str, channel: &str, entry: ReqEntry);
     /// Topic or channel (empty `channel`: the topic) administration.
     fn admin(&self, op: AdminOp, topic: &str, channel: &str);
+    /// A topic's or channel's (empty `channel`: the topic) queue settings changed; `settings`
+    /// are all of them after the change (`QueueSettings::to_pairs`, empty: all cleared).
+    fn settings(&self, topic: &str, channel: &str, settings: nsq_protocol::replication::Settings);
 }
 
 /// Why a catch-up snapshot could not be taken: the session that wanted it must end without

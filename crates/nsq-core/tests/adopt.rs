@@ -49,6 +49,7 @@ impl Replicator for Recorder {
     fn finish(&self, _: &str, _: &str, _: &[MessageId]) {}
     fn requeue(&self, _: &str, _: &str, _: ReqEntry) {}
     fn admin(&self, _: AdminOp, _: &str, _: &str) {}
+    fn settings(&self, _: &str, _: &str, _: nsq_protocol::replication::Settings) {}
 }
 
 fn msg(n: u8, attempts: u16, defer_ms: u32) -> Message {

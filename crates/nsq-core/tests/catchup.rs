@@ -128,6 +128,18 @@ impl Replicator for Log {
                 op,
                 topic: topic.to_string(),
                 channel: channel.to_string(),
+                settings: Vec::new(),
+            })
+        });
+    }
+    fn settings(&self, topic: &str, channel: &str, settings: nsq_protocol::replication::Settings) {
+        self.push(|seq| {
+            Frame::Admin(Admin {
+                seq,
+                op: AdminOp::Settings,
+                topic: topic.to_string(),
+                channel: channel.to_string(),
+                settings,
             })
         });
     }

@@ -930,3 +930,89 @@ fn scan_step_reads_the_unread_part_in_bounded_steps() {
     fs::create_dir(&unread).unwrap();
     assert!(q.scan_step(None, budget, &mut |_| {}).is_err());
 }
+
+/// `unread_bytes` (a queue's `max_bytes`): the record bytes (size prefix included) from the
+/// read position to the write position, across file rolls, reads that finish files, a
+/// restart and `empty`.
+#[test]
+fn unread_bytes_follow_writes_reads_rolls_and_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = DiskQueue::open("u", opts(dir.path(), 100)).unwrap();
+    assert_eq!(q.unread_bytes(), 0);
+    // Ten 36-byte records, two per 100-byte file: five files.
+    let ten: Vec<Vec<u8>> = (0..10).map(p32).collect();
+    put_all(&q, &ten);
+    assert_eq!(q.unread_bytes(), 360);
+    assert!(data_file(dir.path(), "u", 4).exists());
+    let mut out = Vec::new();
+    assert_eq!(q.read_batch(3, &mut out), 3);
+    assert_eq!(q.unread_bytes(), 360 - 3 * 36);
+    // Records of different sizes, one rolling to a new file.
+    let odd = [payload(10, 26), payload(11, 60)];
+    put_all(&q, &odd);
+    assert_eq!(q.unread_bytes(), 360 - 3 * 36 + 30 + 64);
+    assert_eq!(q.read_batch(4, &mut out), 4);
+    assert_eq!(q.unread_bytes(), 360 - 7 * 36 + 30 + 64);
+    q.close().unwrap();
+
+    // Reopened: counted again from the files.
+    let q = DiskQueue::open("u", opts(dir.path(), 100)).unwrap();
+    assert_eq!(q.unread_bytes(), 3 * 36 + 30 + 64);
+    assert_eq!(q.read_batch(4, &mut out), 4);
+    assert_eq!(q.unread_bytes(), 64);
+    assert_eq!(q.read_batch(10, &mut out), 1);
+    assert_eq!(q.unread_bytes(), 0);
+    put_all(&q, &ten[..3]);
+    assert_eq!(q.unread_bytes(), 108);
+    q.empty().unwrap();
+    assert_eq!(q.unread_bytes(), 0);
+    put_all(&q, &ten[..1]);
+    assert_eq!(q.unread_bytes(), 36);
+    assert_eq!(read_all(&q).len(), 1);
+    assert_eq!(q.unread_bytes(), 0);
+}
+
+/// A corrupt file skipped by the reader: the unread bytes are what is left after it.
+#[test]
+fn unread_bytes_after_a_skipped_file() {
+    let dir = tempfile::tempdir().unwrap();
+    six_records(dir.path(), "c");
+    let path = data_file(dir.path(), "c", 0);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[36..40].copy_from_slice(&5u32.to_be_bytes());
+    fs::write(&path, bytes).unwrap();
+    let q = DiskQueue::open("c", opts(dir.path(), 100)).unwrap();
+    assert_eq!(q.unread_bytes(), 6 * 36);
+    let mut out = Vec::new();
+    // The first record, then the bad size ends file 0: files 1 and 2 remain.
+    q.read_batch(1, &mut out);
+    assert_eq!(q.unread_bytes(), 5 * 36);
+    q.read_batch(2, &mut out);
+    assert_eq!(out.len(), 3);
+    assert_eq!(q.unread_bytes(), 2 * 36);
+}
+
+proptest! {
+    /// Any sequence of batches and reads: `unread_bytes` is the model's sum of record sizes.
+    #[test]
+    fn unread_bytes_match_a_model(ops in proptest::collection::vec((any::<bool>(), 1usize..6, 26usize..90), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let q = DiskQueue::open("m", opts(dir.path(), 200)).unwrap();
+        let mut model: VecDeque<u64> = VecDeque::new();
+        for (i, (put, n, len)) in ops.into_iter().enumerate() {
+            if put {
+                let batch: Vec<Vec<u8>> = (0..n).map(|j| payload(i * 10 + j, len)).collect();
+                put_all(&q, &batch);
+                model.extend(batch.iter().map(|p| 4 + p.len() as u64));
+            } else {
+                let mut out = Vec::new();
+                let got = q.read_batch(n, &mut out);
+                prop_assert_eq!(got, n.min(model.len()));
+                for _ in 0..got {
+                    model.pop_front();
+                }
+            }
+            prop_assert_eq!(q.unread_bytes(), model.iter().sum::<u64>());
+        }
+    }
+}

@@ -1411,6 +1411,9 @@ impl nsq_core::Replicator for Recorder {
     fn admin(&self, op: nsq_protocol::replication::AdminOp, topic: &str, channel: &str) {
         self.push(format!("ADMIN {op:?} {topic}:{channel}"));
     }
+    fn settings(&self, topic: &str, channel: &str, settings: nsq_protocol::replication::Settings) {
+        self.push(format!("SETTINGS {topic}:{channel} {settings:?}"));
+    }
 }
 
 /// The engine tells its replicator every replicated event, in the order they take effect;

@@ -267,6 +267,7 @@ impl Replicator for Recorder {
     }
     fn requeue(&self, _: &str, _: &str, _: ReqEntry) {}
     fn admin(&self, _: AdminOp, _: &str, _: &str) {}
+    fn settings(&self, _: &str, _: &str, _: nsq_protocol::replication::Settings) {}
 }
 
 /// Messages still pending on the topic (a paused topic holds them) are skipped on every

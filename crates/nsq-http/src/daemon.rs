@@ -28,10 +28,13 @@ pub trait Daemon: Sized {
     /// Stops accepting, drains and persists what must be persisted.
     fn shutdown(self) -> impl Future<Output = ()>;
     /// Serves until the process should exit, then shuts down: by default until the first
-    /// SIGINT or SIGTERM. nsqd overrides it for drain mode (nsqd::drain).
-    fn serve(self) -> impl Future<Output = ()> {
+    /// SIGINT or SIGTERM. nsqd overrides it for drain mode (nsqd::drain). `signals` were
+    /// installed before [`Daemon::start`], so a signal sent once the daemon listens is never
+    /// the default action (death by signal) however soon it comes.
+    fn serve(self, signals: Signals) -> impl Future<Output = ()> {
         async move {
-            wait_for_signal().await;
+            let mut signals = signals;
+            signals.any().await;
             self.shutdown().await;
         }
     }
@@ -74,8 +77,8 @@ macro_rules! impl_daemon {
             }
 
             $(
-                async fn serve(self) {
-                    $serve(self).await
+                async fn serve(self, signals: $crate::daemon::Signals) {
+                    $serve(self, signals).await
                 }
             )?
         }
@@ -170,6 +173,14 @@ pub fn run<D: Daemon>(how: RunOptions) -> ExitCode {
         }
     };
     rt.block_on(async move {
+        // Before the daemon listens: a SIGTERM right after its "listening" line is handled.
+        let signals = match Signals::install() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("FATAL: failed to install signal handlers - {e}");
+                return ExitCode::FAILURE;
+            }
+        };
         let daemon = match D::start(opts).await {
             Ok(d) => d,
             Err(e) => {
@@ -177,23 +188,35 @@ pub fn run<D: Daemon>(how: RunOptions) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        daemon.serve().await;
+        daemon.serve(signals).await;
         ExitCode::SUCCESS
     })
 }
 
-/// Resolves on the first SIGINT or SIGTERM (never, if the handlers cannot be installed).
-pub async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("failed to install signal handlers");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// The SIGTERM and SIGINT handlers of a daemon, installed by [`run`] before the daemon
+/// starts: from then on a signal is queued for [`Signals::term`]/[`Signals::int`] instead of
+/// ending the process (a signal between the "listening" log line and a handler installed
+/// later would kill it with the default action).
+pub struct Signals {
+    pub term: tokio::signal::unix::Signal,
+    pub int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs both handlers (inside a Tokio runtime).
+    pub fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Resolves on the first SIGINT or SIGTERM.
+    pub async fn any(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }

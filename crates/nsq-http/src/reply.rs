@@ -101,6 +101,10 @@ impl ApiError {
     pub const EXITING: ApiError = ApiError(StatusCode::SERVICE_UNAVAILABLE, "EXITING");
     /// Ours: `n` of `/channel/peek` out of range.
     pub const INVALID_N: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_N");
+    /// Ours: `to` of `/channel/redrive` is not a valid topic name.
+    pub const INVALID_TO: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_TO");
+    /// Ours: `/channel/redrive` of a paused channel (it gives no message out).
+    pub const CHANNEL_PAUSED: ApiError = ApiError(StatusCode::BAD_REQUEST, "CHANNEL_PAUSED");
     /// Ours: a publish past a queue's `max_depth` with `overflow=refuse`.
     pub const FULL: ApiError = ApiError(StatusCode::SERVICE_UNAVAILABLE, "FULL");
     pub const INVALID_OPTION: ApiError = ApiError(StatusCode::BAD_REQUEST, "INVALID_OPTION");

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Browser tests of the nsqadmin UI: builds nsqd and nsqadmin, starts them on free ports,
 # installs chromium (apt) and playwright-core (npm) if missing, runs ui.test.mjs, stops them.
-# Besides one nsqd and its nsqadmin, a replicating pair (A and B, --replicas=2, each the
-# other's --replication-peer) and a second nsqadmin over A, B and the first nsqd, for the
-# Replication page.
+# One nsqd (with --http-peek, for the channel page's Peek) and its nsqadmin; besides, a
+# replicating pair (A and B, --replicas=2, each the other's --replication-peer, without
+# --http-peek) and a second nsqadmin over A, B and the first nsqd, for the Replication page
+# (and a Peek that finds peek off).
 # Screenshots go to target/nsqadmin-screenshots/.
 set -euo pipefail
 
@@ -50,7 +51,7 @@ listen_addr() {
 
 mkdir -p "$WORK/nsqd"
 "$BIN/nsqd" --tcp-address=127.0.0.1:0 --http-address=127.0.0.1:0 \
-    --broadcast-address=127.0.0.1 --data-path="$WORK/nsqd" 2>"$WORK/nsqd.log" &
+    --broadcast-address=127.0.0.1 --data-path="$WORK/nsqd" --http-peek 2>"$WORK/nsqd.log" &
 PIDS+=("$!")
 NSQD_HTTP="$(listen_addr "$WORK/nsqd.log")"
 NSQD_TCP="$(grep -m1 -o 'TCP: listening on [^ ]*' "$WORK/nsqd.log" | sed 's/.* //')"

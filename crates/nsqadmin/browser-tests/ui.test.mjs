@@ -344,3 +344,296 @@ test('replication page: a row per node, the backlogs each holds', { skip: REPL_H
   assert.equal((await p.textContent('#node-replication [data-field=fenced]')).trim(), 'Not Fenced');
   await p.close();
 });
+
+// ---- queue settings, counters and peek (ours) -----------------------------------------------
+
+// A V2 consumer of topic/channel on host:port (default: NSQD_TCP), ready for `rdy` messages.
+async function consumerOn(topic, channel, rdy = 1, addr = NSQD_TCP) {
+  const i = addr.lastIndexOf(':');
+  const s = net.connect(Number(addr.slice(i + 1)), addr.slice(0, i));
+  await new Promise((r) => s.once('connect', r));
+  s.on('data', () => {});
+  s.write(`  V2SUB ${topic} ${channel}\nRDY ${rdy}\n`);
+  return s;
+}
+
+async function nsqdJSON(p, addr = NSQD) {
+  const r = await fetch(`http://${addr}${p}`);
+  const text = await r.text();
+  assert.equal(r.status, 200, `GET ${p}: ${text}`);
+  return JSON.parse(text);
+}
+
+const cell = async (p, key, field) => (await p.textContent(`#settings-table tr[data-key=${key}] [data-field=${field}]`)).trim();
+
+test('settings: shown on the channel and topic pages, edited through the form, kept after a reload', async () => {
+  await nsqd('POST', '/topic/create?topic=queues');
+  await nsqd('POST', '/channel/create?topic=queues&channel=q1');
+  await publish('queues', 3);
+  const p = await page();
+  await p.goto(ADMIN + '/topics/queues/q1');
+  await p.waitForSelector('#settings-table');
+  assert.equal(await cell(p, 'ttl', 'source'), 'off');
+  assert.equal(await cell(p, 'max_attempts', 'value'), '–');
+
+  await p.fill('#setting-ttl', '10m');
+  await p.fill('#setting-max_attempts', '5');
+  await p.click('#settings-form button[type=submit]');
+  await until(async () => (await cell(p, 'ttl', 'value')) === '10m0s', 'the saved ttl in the table');
+  const own = await nsqdJSON('/channel/config?topic=queues&channel=q1');
+  assert.deepEqual(own.settings.ttl, { source: 'set', value: '10m0s' });
+  assert.deepEqual(own.settings.max_attempts, { source: 'set', value: 5 });
+
+  await p.reload();
+  await p.waitForSelector('#settings-table');
+  assert.equal(await cell(p, 'ttl', 'value'), '10m0s');
+  assert.equal(await cell(p, 'ttl', 'source'), 'set here');
+  assert.equal(await cell(p, 'max_attempts', 'value'), '5');
+  assert.equal(await p.inputValue('#setting-ttl'), '10m0s');
+  await shot(p, 'channel-settings-1280');
+
+  // nsqd's refusal is shown as the other actions' errors are; nothing changes.
+  await p.fill('#setting-ttl', 'soon');
+  await p.click('#settings-form button[type=submit]');
+  await p.waitForSelector('#alerts .alert-danger');
+  assert.match(await p.textContent('#alerts .alert-danger'), /INVALID_TTL/);
+  assert.deepEqual((await nsqdJSON('/channel/config?topic=queues&channel=q1')).settings.ttl, { source: 'set', value: '10m0s' });
+
+  // The topic's: max_depth set, then the channel shows the topic's ttl once its own is cleared.
+  await p.goto(ADMIN + '/topics/queues');
+  await p.waitForSelector('#settings-table');
+  assert.equal(await cell(p, 'max_depth', 'source'), 'off');
+  await p.fill('#setting-max_depth', '1000');
+  await p.fill('#setting-ttl', '1h');
+  await p.click('#settings-form button[type=submit]');
+  await until(async () => (await cell(p, 'max_depth', 'value')) === '1000', 'the saved max_depth');
+  await p.reload();
+  await p.waitForSelector('#settings-table');
+  assert.equal(await cell(p, 'max_depth', 'value'), '1000');
+  assert.equal(await cell(p, 'ttl', 'value'), '1h0m0s');
+  await shot(p, 'topic-settings-1280');
+  await p.goto(ADMIN + '/topics/queues/q1');
+  await p.waitForSelector('#settings-form');
+  await p.fill('#setting-ttl', '');
+  await p.click('#settings-form button[type=submit]');
+  await until(async () => (await cell(p, 'ttl', 'source')) === 'from topic', 'the topic\'s ttl on the channel');
+  assert.equal(await cell(p, 'ttl', 'value'), '1h0m0s');
+  await p.close();
+});
+
+test('peek lists the queued messages and leaves the channel as it was', async () => {
+  const before = channelOf(await stats(), 'queues', 'q1');
+  assert.equal(before.depth, 3);
+  const p = await page();
+  await p.goto(ADMIN + '/topics/queues/q1');
+  await p.waitForSelector('#peek-btn');
+  await p.click('#peek-btn');
+  await p.waitForSelector('#peek-table');
+  const rows = p.locator('#peek-table tbody tr');
+  assert.equal(await rows.count(), 3);
+  assert.equal((await rows.first().locator('[data-field=preview]').textContent()).trim(), 'msg 0');
+  assert.equal((await rows.first().locator('[data-field=state]').textContent()).trim(), 'queued');
+  assert.equal(num(await rows.first().locator('[data-field=attempts]').textContent()), 0);
+  assert.match(await rows.first().locator('[data-field=timestamp]').textContent(), /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d/);
+  await shot(p, 'channel-peek-1280');
+  const after = channelOf(await stats(), 'queues', 'q1');
+  assert.equal(after.depth, before.depth);
+  assert.equal(after.in_flight_count, 0);
+  // A consumer's message shows in flight.
+  await p.goto(ADMIN + '/topics/orders/billing');
+  await p.click('#peek-btn');
+  await p.waitForSelector('#peek-table');
+  const states = await p.$$eval('#peek-table [data-field=state]', (cs) => cs.map((c) => c.textContent.trim()));
+  if (NSQD_TCP) { assert.ok(states.includes('in_flight'), JSON.stringify(states)); }
+  await p.close();
+});
+
+test('a channel named config is an ordinary channel page; settings and peek use their own paths', async () => {
+  await nsqd('POST', '/topic/create?topic=named');
+  await nsqd('POST', '/channel/create?topic=named&channel=config');
+  await publish('named', 2);
+  const p = await page();
+  const apiPaths = [];
+  p.on('request', (r) => { const u = new URL(r.url()); if (u.pathname.startsWith('/api/')) { apiPaths.push(u.pathname); } });
+  await p.goto(ADMIN + '/topics/named/config');
+  await p.waitForSelector('#channel-nodes');
+  await p.waitForSelector('#settings-table');
+  assert.equal(num(await p.locator('#channel-nodes tr.total [data-field=depth]').textContent()), 2);
+  await p.click('#peek-btn');
+  await p.waitForSelector('#peek-table');
+  assert.equal(await p.locator('#peek-table tbody tr').count(), 2);
+  assert.ok(apiPaths.includes('/api/topics/named/config'), JSON.stringify(apiPaths));
+  assert.ok(apiPaths.includes('/api/settings/named/config'), JSON.stringify(apiPaths));
+  assert.ok(apiPaths.includes('/api/peek/named/config'), JSON.stringify(apiPaths));
+  // Pause reaches nsqd's channel `config`.
+  await p.click('button[data-action=pause]');
+  await p.waitForSelector('dialog#confirm[open]');
+  await p.click('#confirm-ok');
+  await until(async () => channelOf(await stats(), 'named', 'config').paused === true, 'nsqd reports config paused');
+  await p.waitForSelector('button[data-action=unpause]');
+  // The topic page's settings come from /api/settings/named.
+  await p.goto(ADMIN + '/topics/named');
+  await p.waitForSelector('#settings-table');
+  assert.ok(apiPaths.includes('/api/settings/named'), JSON.stringify(apiPaths));
+  await p.close();
+});
+
+test('peek on a node without --http-peek says it is off', { skip: REPL_HTTP.length !== 2 && 'no replicating pair' }, async () => {
+  const [a] = REPL_HTTP;
+  for (const q of ['/topic/create?topic=peekoff', '/channel/create?topic=peekoff&channel=c']) {
+    const r = await fetch(`http://${a}${q}`, { method: 'POST' });
+    assert.equal(r.status, 200, await r.text());
+  }
+  const p = await page();
+  await p.goto(REPL_ADMIN + '/topics/peekoff/c');
+  await p.click('#peek-btn');
+  await p.waitForSelector(`[data-peek-node="${a}"]`);
+  assert.match(await p.textContent(`[data-peek-node="${a}"]`), /peek is off on this node/);
+  assert.equal(await p.locator('#peek-table').count(), 0);
+  await p.close();
+});
+
+test('expired messages are counted on the channel and topic pages', { skip: !NSQD_TCP && 'no nsqd TCP address' }, async () => {
+  await nsqd('POST', '/channel/create?topic=queues&channel=expiring');
+  await nsqd('POST', '/channel/config?topic=queues&channel=expiring&ttl=1ms');
+  const p = await page();
+  await p.goto(ADMIN + '/topics/queues');
+  await p.waitForSelector('#topic-channels');
+  // No counter columns while nothing expired (NSQ's table), and no "Given up" chart.
+  assert.equal(await p.locator('#topic-channels [data-field=expired_count]').count(), 0);
+  await p.waitForSelector('#topic-charts figure.chart[data-metric=depth]');
+  assert.equal(await p.locator('#topic-charts figure.chart[data-metric=given_up]').count(), 0);
+  // A history sample of the channel before the expiry, so the chart has a rate.
+  await until(async () => {
+    const h = await (await fetch(ADMIN + '/api/history/topics/queues/expiring')).json();
+    return (h.samples || []).length > 0;
+  }, 'a history sample of the channel');
+  await publish('queues', 1);
+  await new Promise((r) => setTimeout(r, 20));
+  const c = await consumerOn('queues', 'expiring');
+  try {
+    await until(async () => (channelOf(await stats(), 'queues', 'expiring') || {}).expired_count === 1, 'nsqd counts the expired message');
+  } finally {
+    c.destroy();
+  }
+  await p.goto(ADMIN + '/topics/queues/expiring');
+  await p.waitForSelector('#queue-counters');
+  assert.equal(num(await p.textContent('#queue-counters [data-field=expired_count]')), 1);
+  assert.equal(num(await p.textContent('#channel-nodes tr.total [data-field=expired_count]')), 1);
+  assert.equal(await p.locator('#queue-counters [data-field=dropped_count]').count(), 0);
+  // The history (--history-interval=1s) records the expiry: the "Given up" chart appears.
+  const givenUp = '#channel-charts figure.chart[data-metric=given_up]';
+  await p.waitForSelector(givenUp, { timeout: 15000 });
+  assert.match(await p.textContent(givenUp + ' figcaption'), /Given up \(msgs\/s\)/);
+  assert.deepEqual(await p.locator(givenUp + ' .legend-item').allTextContents(), ['expired', 'dead-lettered', 'dropped']);
+  assert.ok(Number(await p.getAttribute(givenUp, 'data-points')) > 0);
+  const h = await (await fetch(ADMIN + '/api/history/topics/queues/expiring')).json();
+  assert.ok(h.samples.some((x) => x.expired_rate > 0), JSON.stringify(h.samples));
+  assert.equal(h.samples[h.samples.length - 1].expired, 1);
+  await shot(p, 'channel-counters-1280');
+  await p.goto(ADMIN + '/topics/queues');
+  await p.waitForSelector('#topic-channels');
+  assert.equal(num(await p.textContent('#topic-channels tr[data-channel=expiring] [data-field=expired_count]')), 1);
+  assert.equal(num(await p.textContent('#topic-channels tr[data-channel=q1] [data-field=expired_count]')), 0);
+  // The topic's chart sums its channels.
+  await p.waitForSelector('#topic-charts figure.chart[data-metric=given_up]');
+  await p.close();
+});
+
+// A consumer of topic/channel on NSQD_TCP that requeues (REQ ... 0) every message it gets;
+// with the channel's max_attempts=1 each is dead-lettered.
+async function requeuer(topic, channel, rdy) {
+  const i = NSQD_TCP.lastIndexOf(':');
+  const s = net.connect(Number(NSQD_TCP.slice(i + 1)), NSQD_TCP.slice(0, i));
+  await new Promise((r) => s.once('connect', r));
+  let buf = Buffer.alloc(0);
+  s.on('data', (d) => {
+    buf = Buffer.concat([buf, d]);
+    while (buf.length >= 8 && buf.length >= 4 + buf.readUInt32BE(0)) {
+      const size = buf.readUInt32BE(0);
+      const kind = buf.readUInt32BE(4);
+      const data = buf.subarray(8, 4 + size);
+      buf = buf.subarray(4 + size);
+      if (kind === 2) { s.write(`REQ ${data.subarray(10, 26).toString('latin1')} 0\n`); }
+    }
+  });
+  s.write(`  V2SUB ${topic} ${channel}\nRDY ${rdy}\n`);
+  return s;
+}
+
+test('peek shows a dead letter\'s origin; Redrive moves it back', { skip: !NSQD_TCP && 'no nsqd TCP address' }, async () => {
+  for (const q of ['/topic/create?topic=jobs', '/channel/create?topic=jobs&channel=work',
+    '/topic/create?topic=jobs_dlq', '/channel/create?topic=jobs_dlq&channel=held',
+    '/channel/config?topic=jobs&channel=work&max_attempts=1&dead_letter_topic=jobs_dlq']) {
+    await nsqd('POST', q);
+  }
+  await nsqd('POST', '/pub?topic=jobs', 'job 1');
+  await nsqd('POST', '/pub?topic=jobs', 'job 2');
+  const c = await requeuer('jobs', 'work', 2);
+  try {
+    await until(async () => channelOf(await stats(), 'jobs_dlq', 'held').depth === 2, 'two dead letters');
+  } finally {
+    c.destroy();
+  }
+  await until(async () => {
+    const w = channelOf(await stats(), 'jobs', 'work');
+    return w.depth === 0 && w.in_flight_count === 0;
+  }, 'jobs/work emptied');
+  const origins = (await nsqdJSON('/channel/peek?topic=jobs_dlq&channel=held')).messages.map((m) => m.dead_letter.id).sort();
+  assert.equal(origins.length, 2);
+
+  const p = await page();
+  await p.goto(ADMIN + '/topics/jobs_dlq/held');
+  await p.waitForSelector('#peek-btn');
+  await p.click('#peek-btn');
+  await p.waitForSelector('#peek-table');
+  const cells = p.locator('#peek-table [data-field=dead_letter]');
+  assert.equal(await cells.count(), 2);
+  const shown = [];
+  for (let i = 0; i < 2; i++) {
+    const cellI = cells.nth(i);
+    assert.equal(await cellI.getAttribute('data-origin'), 'jobs:work');
+    assert.equal((await cellI.locator('[data-field=origin]').textContent()).trim(), 'jobs:work');
+    assert.equal((await cellI.locator('[data-field=reason]').textContent()).trim(), 'max attempts');
+    assert.equal(num(await cellI.locator('[data-field=origin_attempts]').textContent()), 1);
+    shown.push((await cellI.locator('[data-field=origin_id]').textContent()).trim());
+  }
+  assert.deepEqual(shown.sort(), origins);
+  await shot(p, 'channel-peek-dead-letters-1280');
+
+  // Redrive: confirm, then the outcome and the page's new numbers.
+  assert.equal(num(await p.locator('#channel-nodes tr.total [data-field=depth]').textContent()), 2);
+  await p.click('#redrive-btn');
+  await p.waitForSelector('dialog#confirm[open]');
+  assert.match(await p.textContent('#confirm-text'), /Are you sure you want to redrive held\?/);
+  // Cancel moves nothing.
+  await p.click('dialog#confirm button[value=cancel]');
+  assert.equal(channelOf(await stats(), 'jobs_dlq', 'held').depth, 2);
+  await p.click('#redrive-btn');
+  await p.waitForSelector('dialog#confirm[open]');
+  await p.click('#confirm-ok');
+  await p.waitForSelector('#redrive-summary');
+  assert.match(await p.textContent('#redrive-summary'), /moved 2, skipped 0, failed 0/);
+  assert.equal(num(await p.locator('#channel-nodes tr.total [data-field=depth]').textContent()), 0);
+  const s = await stats();
+  assert.equal(channelOf(s, 'jobs_dlq', 'held').depth, 0);
+  assert.equal(channelOf(s, 'jobs', 'work').depth, 2);
+  await shot(p, 'channel-redrive-1280');
+
+  // With a topic: published there (a message without a known origin too).
+  await nsqd('POST', '/topic/create?topic=jobs_retry');
+  await nsqd('POST', '/channel/create?topic=jobs_retry&channel=r');
+  await nsqd('POST', '/pub?topic=jobs_dlq', 'by hand');
+  await p.reload();
+  await p.waitForSelector('#redrive-form');
+  await p.fill('#redrive-to', 'jobs_retry');
+  await p.click('#redrive-btn');
+  await p.waitForSelector('dialog#confirm[open]');
+  assert.match(await p.textContent('#confirm-text'), /redrive held into topic jobs_retry/);
+  await p.click('#confirm-ok');
+  await p.waitForSelector('#redrive-summary');
+  assert.match(await p.textContent('#redrive-summary'), /to topic jobs_retry: moved 1, skipped 0, failed 0/);
+  assert.equal(channelOf(await stats(), 'jobs_retry', 'r').depth, 1);
+  assert.equal(channelOf(await stats(), 'jobs_dlq', 'held').depth, 0);
+  await p.close();
+});

@@ -29,6 +29,11 @@ impl HttpClient {
         counted(url, self.inner.request("POST", url, &json, body)).await
     }
 
+    /// A `POST` without a body (any status is an answer).
+    pub async fn post(&self, url: &str) -> Result<Response, HttpError> {
+        counted(url, self.inner.request("POST", url, &[], b"")).await
+    }
+
     /// `GETV1`: the body of a 200 answer.
     pub async fn get_v1(&self, url: &str) -> Result<Vec<u8>, HttpError> {
         counted(url, self.inner.get_v1(url)).await

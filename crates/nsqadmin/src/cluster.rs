@@ -17,6 +17,9 @@ use nsq_go::url::query_escape;
 use nsq_http::client::HttpError;
 
 mod mutations;
+mod settings;
+
+pub use settings::{NodeAnswer, NodeRef};
 
 /// Which kind of upstream a fan-out talked to (for `failed to query any <kind>`).
 #[derive(Debug, Clone, Copy)]

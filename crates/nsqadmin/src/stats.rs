@@ -91,6 +91,9 @@ pub struct RawTopic {
     pub depth: i64,
     pub backend_depth: i64,
     pub message_count: i64,
+    /// Ours: messages of the topic's own queue dropped by `overflow=drop_oldest` (nsqd writes
+    /// it only when not 0).
+    pub dropped_count: i64,
     pub paused: bool,
     pub e2e_processing_latency: RawE2e,
 }
@@ -106,6 +109,10 @@ pub struct RawChannel {
     pub message_count: i64,
     pub requeue_count: i64,
     pub timeout_count: i64,
+    /// Ours (queue settings; nsqd writes them only when not 0).
+    pub expired_count: i64,
+    pub dead_lettered_count: i64,
+    pub dropped_count: i64,
     pub client_count: i64,
     pub clients: Option<Vec<RawClient>>,
     pub paused: bool,
@@ -251,6 +258,34 @@ pub struct ClientStats {
     pub tls_negotiated_protocol_is_mutual: bool,
 }
 
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+/// The queue-settings counters of a channel (ours; nsqd's `/stats` has them per channel, only
+/// when not 0): summed over nodes, and over a topic's channels for the topic. Written only
+/// when not 0, so without queue settings the JSON is NSQ's.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct QueueCounters {
+    /// Messages dropped or dead-lettered as older than their TTL.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub expired_count: i64,
+    /// Messages dead-lettered (or dropped) at their channel's max attempts.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dead_lettered_count: i64,
+    /// Queued messages dropped by `overflow=drop_oldest`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dropped_count: i64,
+}
+
+impl QueueCounters {
+    fn add(&mut self, o: &QueueCounters) {
+        self.expired_count += o.expired_count;
+        self.dead_lettered_count += o.dead_lettered_count;
+        self.dropped_count += o.dropped_count;
+    }
+}
+
 /// A channel on one node, or aggregated over nodes (`node:"*"`).
 #[derive(Debug, Clone, Serialize)]
 pub struct ChannelStats {
@@ -265,6 +300,8 @@ pub struct ChannelStats {
     pub deferred_count: i64,
     pub requeue_count: i64,
     pub timeout_count: i64,
+    #[serde(flatten)]
+    pub queue_counters: QueueCounters,
     pub message_count: i64,
     pub client_count: i64,
     pub nodes: Option<Vec<ChannelStats>>,
@@ -283,6 +320,13 @@ pub struct TopicStats {
     pub memory_depth: i64,
     pub backend_depth: i64,
     pub message_count: i64,
+    /// Its channels' queue-settings counters summed (ours; absent when 0).
+    #[serde(flatten)]
+    pub queue_counters: QueueCounters,
+    /// The topic's own `dropped_count` (its queue, not its channels'), summed over nodes. Not
+    /// in the JSON (whose `dropped_count` is the channels' sum); the history charts add it.
+    #[serde(skip)]
+    pub own_dropped_count: i64,
     pub nodes: Option<Vec<TopicStats>>,
     pub channels: Option<Vec<ChannelStats>>,
     pub paused: bool,
@@ -303,6 +347,11 @@ impl ChannelStats {
             deferred_count: r.deferred_count,
             requeue_count: r.requeue_count,
             timeout_count: r.timeout_count,
+            queue_counters: QueueCounters {
+                expired_count: r.expired_count,
+                dead_lettered_count: r.dead_lettered_count,
+                dropped_count: r.dropped_count,
+            },
             message_count: r.message_count,
             client_count: r.client_count,
             nodes: None,
@@ -330,6 +379,7 @@ impl ChannelStats {
             deferred_count: 0,
             requeue_count: 0,
             timeout_count: 0,
+            queue_counters: QueueCounters::default(),
             message_count: 0,
             client_count: 0,
             nodes: None,
@@ -349,6 +399,7 @@ impl ChannelStats {
         self.deferred_count += a.deferred_count;
         self.requeue_count += a.requeue_count;
         self.timeout_count += a.timeout_count;
+        self.queue_counters.add(&a.queue_counters);
         self.message_count += a.message_count;
         self.client_count += a.client_count;
         self.paused |= a.paused;
@@ -402,6 +453,15 @@ impl ClientStats {
 impl TopicStats {
     fn from_raw(r: RawTopic, node: &str, hostname: &str, now: i64) -> Self {
         let topic = r.topic_name;
+        let channels: Option<Vec<ChannelStats>> = r.channels.map(|cs| {
+            cs.into_iter()
+                .map(|c| ChannelStats::from_raw(c, &topic, node, hostname, now))
+                .collect()
+        });
+        let mut queue_counters = QueueCounters::default();
+        for c in channels.iter().flatten() {
+            queue_counters.add(&c.queue_counters);
+        }
         TopicStats {
             node: node.to_string(),
             hostname: hostname.to_string(),
@@ -409,12 +469,10 @@ impl TopicStats {
             memory_depth: r.depth - r.backend_depth,
             backend_depth: r.backend_depth,
             message_count: r.message_count,
+            queue_counters,
+            own_dropped_count: r.dropped_count,
             nodes: None,
-            channels: r.channels.map(|cs| {
-                cs.into_iter()
-                    .map(|c| ChannelStats::from_raw(c, &topic, node, hostname, now))
-                    .collect()
-            }),
+            channels,
             paused: r.paused,
             e2e_processing_latency: E2e::from_raw(r.e2e_processing_latency),
             topic_name: topic,
@@ -431,6 +489,8 @@ impl TopicStats {
             memory_depth: 0,
             backend_depth: 0,
             message_count: 0,
+            queue_counters: QueueCounters::default(),
+            own_dropped_count: 0,
             nodes: None,
             channels: None,
             paused: false,
@@ -443,6 +503,8 @@ impl TopicStats {
             t.memory_depth += a.memory_depth;
             t.backend_depth += a.backend_depth;
             t.message_count += a.message_count;
+            t.queue_counters.add(&a.queue_counters);
+            t.own_dropped_count += a.own_dropped_count;
             t.paused |= a.paused;
             t.e2e_processing_latency.add(&a.e2e_processing_latency);
             t.e2e_processing_latency.topic = topic.to_string();
@@ -646,6 +708,52 @@ mod tests {
         let back: serde_json::Value = serde_json::from_str(&json).unwrap();
         let sent: serde_json::Value = serde_json::from_str(with).unwrap();
         assert_eq!(back, sent["replication"]);
+    }
+
+    /// The queue-settings counters (ours) are summed over nodes and, for a topic, over its
+    /// channels; written only when not 0, so without them the JSON is NSQ's.
+    #[test]
+    fn queue_counters_summed_and_absent_when_zero() {
+        let a = r#"{"topics":[{"topic_name":"t","channels":[
+            {"channel_name":"c","expired_count":2,"dead_lettered_count":1},
+            {"channel_name":"d","dropped_count":4}]}]}"#;
+        let b = r#"{"topics":[{"topic_name":"t","channels":[
+            {"channel_name":"c","expired_count":3},{"channel_name":"e"}]}]}"#;
+        let mut cs = ClusterStats::default();
+        cs.add_node(raw(a), "a:1", "ha", Some("t"), 101);
+        cs.add_node(raw(b), "b:1", "hb", Some("t"), 101);
+        let c = cs.channel("c").unwrap();
+        let want = QueueCounters {
+            expired_count: 5,
+            dead_lettered_count: 1,
+            dropped_count: 0,
+        };
+        assert_eq!(c.queue_counters, want);
+        let json = String::from_utf8(crate::json::to_vec(c)).unwrap();
+        assert!(
+            json.contains(
+                r#""timeout_count":0,"expired_count":5,"dead_lettered_count":1,"message_count":0"#
+            ),
+            "{json}"
+        );
+        let t = TopicStats::aggregate("t", &cs.topics);
+        assert_eq!(
+            (
+                t.queue_counters.expired_count,
+                t.queue_counters.dropped_count
+            ),
+            (5, 4)
+        );
+        let e = cs.channel("e").unwrap();
+        let json = String::from_utf8(crate::json::to_vec(e)).unwrap();
+        assert!(
+            json.contains(r#""timeout_count":0,"message_count":0"#),
+            "{json}"
+        );
+        assert!(
+            !json.contains("expired") && !json.contains("dropped"),
+            "{json}"
+        );
     }
 
     #[test]

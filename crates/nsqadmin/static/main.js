@@ -1,7 +1,8 @@
 // nsqadmin web UI: a dependency-free single-page app over nsqadmin's JSON API.
-// Views: topics (root), topic, channel, nodes, node, counter, lookup, replication (ours). Charts are inline SVG fed
-// by /api/history (nsqadmin's own /stats polling); Graphite sparklines appear when
-// --graphite-url is set and a graph interval is chosen.
+// Views: topics (root), topic, channel, nodes, node, counter, lookup, replication (ours); the
+// topic and channel pages also show the queue settings (ours), the channel page peek and redrive (ours).
+// Charts are inline SVG fed by /api/history (nsqadmin's own /stats polling); Graphite
+// sparklines appear when --graphite-url is set and a graph interval is chosen.
 (function () {
   'use strict';
 
@@ -325,6 +326,20 @@
     return samples.map(function (s) { return [s.t, s[key]]; });
   }
 
+  // The queue-settings counters (messages given up on), present in a history series only
+  // when one of them is non-zero somewhere in it.
+  var GIVEN_UP = [['expired', 'expired'], ['dead_lettered', 'dead-lettered'], ['dropped', 'dropped']];
+
+  function givenUpChart(samples) {
+    var any = samples.some(function (s) {
+      return GIVEN_UP.some(function (f) { return (s[f[0]] || 0) > 0 || (s[f[0] + '_rate'] || 0) > 0; });
+    });
+    if (!any) { return ''; }
+    return chartSVG('given_up', 'Given up (msgs/s)', GIVEN_UP.map(function (f) {
+      return { name: f[1], values: pick(samples, f[0] + '_rate') };
+    }), '/s');
+  }
+
   function historyCharts(target, path, kind) {
     if (!HISTORY_INTERVAL_MS) { return; }
     var token = viewToken;
@@ -342,11 +357,13 @@
           html += chartSVG('in_flight', 'In-Flight', chans.length ? chans.map(function (c) {
             return { name: c.channel, values: pick(c.samples, 'in_flight') };
           }) : [{ name: 'in-flight', values: pick(h.samples, 'in_flight') }]);
+          html += givenUpChart(h.samples);
         } else if (kind === 'channel') {
           html += chartSVG('rate', 'Message rate (msgs/s)', [{ name: h.channel, values: pick(h.samples, 'rate') }], '/s');
           html += chartSVG('depth', 'Depth', [{ name: 'depth', values: pick(h.samples, 'depth') }]);
           html += chartSVG('in_flight', 'In-Flight', [{ name: 'in-flight', values: pick(h.samples, 'in_flight') },
             { name: 'deferred', values: pick(h.samples, 'deferred') }]);
+          html += givenUpChart(h.samples);
         } else {
           html += chartSVG('rate', 'Cluster message rate (msgs/s)', [{ name: 'processed', values: pick(h.samples, 'rate') }], '/s');
           html += chartSVG('depth', 'Cluster depth', [{ name: 'depth', values: pick(h.samples, 'depth') },
@@ -435,6 +452,255 @@
     });
   }
 
+  // ---- queue settings, counters and peek (ours; nsqd's /topic/config, /channel/config and
+  // /channel/peek through nsqadmin's /api/settings/:topic[/:channel] and /api/peek/:topic/:channel)
+
+  var SETTING_KEYS = {
+    topic: ['max_depth', 'max_bytes', 'overflow', 'ttl', 'mem_queue_size'],
+    channel: ['max_attempts', 'dead_letter_topic', 'ttl', 'max_depth', 'max_bytes', 'overflow', 'mem_queue_size']
+  };
+  var SETTING_HELP = {
+    max_depth: 'messages; a publish past it is refused (or, overflow drop_oldest, the oldest dropped)',
+    max_bytes: 'bytes (4 + 26 + body per message); a publish past it is refused (or, overflow drop_oldest, the oldest dropped)',
+    overflow: 'refuse or drop_oldest',
+    mem_queue_size: 'messages kept in memory before the disk (0: all on disk)',
+    ttl: 'a Go duration (10m, 1h30m); older messages are not delivered',
+    max_attempts: 'deliveries before a message is dead-lettered (or dropped)',
+    dead_letter_topic: 'where messages past max_attempts or their ttl go'
+  };
+  var SOURCES = {
+    set: ['label-primary', 'set here'],
+    'default': ['label-default', 'node default'],
+    topic: ['label-success', 'from topic'],
+    off: ['label-default', 'off'],
+    differs: ['label-warning', 'differs']
+  };
+
+  function settingValue(s) {
+    if (!s || s.value === null || s.value === undefined) { return '–'; }
+    return esc(s.value);
+  }
+
+  function sourceLabel(src) {
+    var l = SOURCES[src] || ['label-default', src];
+    return '<span class="label ' + l[0] + '">' + esc(l[1]) + '</span>';
+  }
+
+  // The queue-settings counters of a channel or topic object (absent when 0): [[field, title, n]].
+  var QUEUE_COUNTERS = [['expired_count', 'Expired'], ['dead_lettered_count', 'Dead-Lettered'], ['dropped_count', 'Dropped']];
+
+  function counterFields(objs) {
+    return QUEUE_COUNTERS.filter(function (f) {
+      return objs.some(function (o) { return (o[f[0]] || 0) > 0; });
+    });
+  }
+
+  function settingsSection() {
+    return '<section id="queue-settings"><h3>Settings</h3><div id="settings-body">' + spinner() + '</div></section>';
+  }
+
+  function loadSettings(topic, channel) {
+    var token = viewToken;
+    var path = '/settings/' + enc(topic) + (channel ? '/' + enc(channel) : '');
+    api('GET', path).then(function (d) {
+      if (token !== viewToken) { return; }
+      renderSettings(d, path, channel ? 'channel' : 'topic');
+      if (d.message) { showWarning(d.message); }
+    }, function (e) {
+      if (token !== viewToken) { return; }
+      var b = document.getElementById('settings-body');
+      if (b) { b.innerHTML = '<div class="alert alert-danger" role="alert">' + esc(e.message) + '</div>'; }
+    });
+  }
+
+  function renderSettings(d, path, kind) {
+    var b = document.getElementById('settings-body');
+    if (!b) { return; }
+    var merged = d.settings || {};
+    var nodes = d.nodes || [];
+    var keys = SETTING_KEYS[kind].filter(function (k) { return merged[k]; });
+    Object.keys(merged).forEach(function (k) { if (keys.indexOf(k) < 0) { keys.push(k); } });
+    var html = '';
+    if (!keys.length) {
+      html += notice('No node answered with settings.');
+    } else {
+      html += '<div class="table-wrap"><table class="table" id="settings-table"><thead><tr><th>Setting</th><th>Value</th><th>Source</th></tr></thead><tbody>';
+      keys.forEach(function (k) {
+        var s = merged[k];
+        var value = settingValue(s);
+        if (s.source === 'differs') {
+          value = nodes.filter(function (n) { return n.settings && n.settings[k]; }).map(function (n) {
+            var ns = n.settings[k];
+            return '<div data-node="' + esc(n.node) + '">' + esc(n.node) + ': ' + settingValue(ns) + ' ' + sourceLabel(ns.source) + '</div>';
+          }).join('');
+        }
+        html += '<tr data-key="' + esc(k) + '"><td><code>' + esc(k) + '</code></td><td data-field="value">' + value +
+          '</td><td data-field="source">' + sourceLabel(s.source) + '</td></tr>';
+      });
+      html += '</tbody></table></div>';
+    }
+    nodes.filter(function (n) { return n.error; }).forEach(function (n) {
+      html += '<div class="notice" data-node-error="' + esc(n.node) + '">' + esc(n.node) + ': ' + esc(n.error) + '</div>';
+    });
+    if (IS_ADMIN && keys.length) {
+      // A field holds the value set here (the same on every node); empty means not set
+      // here, and saving an emptied field clears the key.
+      var initial = {};
+      html += '<form id="settings-form" class="create-form settings-form">';
+      SETTING_KEYS[kind].forEach(function (k) {
+        var s = merged[k] || {};
+        var v = s.source === 'set' && s.value !== null ? String(s.value) : '';
+        initial[k] = v;
+        var ph = s.source && s.source !== 'set' && s.source !== 'off' && s.value !== null ? String(s.value) + ' (' + s.source + ')' : 'not set';
+        if (k === 'overflow') {
+          var opts = kind === 'channel' ? ['', 'refuse', 'drop_oldest'] : ['', 'refuse'];
+          html += '<label>' + esc(k) + ' <select name="' + k + '" id="setting-' + k + '">' + opts.map(function (o) {
+            return '<option value="' + o + '"' + (o === v ? ' selected' : '') + '>' + (o || 'not set') + '</option>';
+          }).join('') + '</select></label>';
+        } else {
+          html += '<label title="' + esc(SETTING_HELP[k] || '') + '">' + esc(k) + ' <input name="' + k + '" id="setting-' + k +
+            '" value="' + esc(v) + '" placeholder="' + esc(ph) + '"></label>';
+        }
+      });
+      html += '<button class="btn btn-primary" type="submit">Save</button></form>' +
+        '<p class="help">Saving sets the changed fields on every nsqd producing the topic; an emptied field clears the key ' +
+        '(the node default or the topic\'s value applies again).</p>';
+      b.innerHTML = html;
+      var f = document.getElementById('settings-form');
+      f.addEventListener('submit', function (ev) {
+        ev.preventDefault();
+        var changed = {};
+        var any = false;
+        SETTING_KEYS[kind].forEach(function (k) {
+          var v = f.elements[k].value.trim();
+          if (v !== initial[k]) { changed[k] = v; any = true; }
+        });
+        if (!any) { showWarning('Nothing changed.'); return; }
+        api('POST', path, { settings: changed }).then(function (nd) {
+          clearAlerts();
+          renderSettings(nd, path, kind);
+          if (nd.message) { showWarning(nd.message); }
+        }, function (e) { showError(e.message); });
+      });
+      return;
+    }
+    b.innerHTML = html;
+  }
+
+  function peekSection() {
+    if (!IS_ADMIN) { return ''; }
+    return '<section id="peek"><h3>Peek</h3><p class="help">The next messages each nsqd would deliver on this channel, ' +
+      'without taking them (nsqd\'s <code>--http-peek</code>).</p><div class="btn-row"><button class="btn" id="peek-btn">Peek</button></div>' +
+      '<div id="peek-result"></div></section>';
+  }
+
+  function fmtNs(ns) {
+    if (ns === null || ns === undefined) { return ''; }
+    return new Date(ns / 1e6).toISOString().replace('T', ' ').replace('Z', '');
+  }
+
+  var DEAD_LETTER_REASONS = { max_attempts: 'max attempts', expired: 'expired (ttl)' };
+
+  // Where a dead letter came from: its original topic:channel, attempts there, why, and its
+  // original ID; empty for a message without a known origin.
+  function deadLetterCell(o) {
+    if (!o) { return '<td data-field="dead_letter"></td>'; }
+    var where = o.topic + ':' + o.channel;
+    return '<td data-field="dead_letter" data-origin="' + esc(where) + '"><a href="' + url('/topics/' + enc(o.topic) + '/' + enc(o.channel)) +
+      '" data-link data-field="origin">' + esc(where) + '</a> <span class="label label-warning" data-field="reason">' +
+      esc(DEAD_LETTER_REASONS[o.reason] || o.reason) + '</span> after <span data-field="origin_attempts">' + esc(String(o.attempts)) +
+      '</span> attempts<br><span class="help">original ID <code data-field="origin_id">' + esc(o.id) + '</code></span></td>';
+  }
+
+  // ---- redrive (ours; nsqd's /channel/redrive through nsqadmin's /api/redrive/:topic/:channel)
+
+  // The last redrive's outcome, shown once the page is drawn again with its new numbers.
+  var redriveDone = null;
+
+  function redriveSection() {
+    if (!IS_ADMIN) { return ''; }
+    return '<section id="redrive"><h3>Redrive</h3><p class="help">Moves this channel\'s queued messages (dead letters) back into ' +
+      'the channel each was dead-lettered from, as new messages; or, with a topic, publishes them there. A message whose origin its ' +
+      'nsqd does not know is left here (skipped).</p><form id="redrive-form" class="create-form">' +
+      '<label>To topic (optional) <input id="redrive-to" name="to" placeholder="where each came from" autocomplete="off"></label>' +
+      '<button class="btn btn-warning" type="submit" id="redrive-btn">Redrive</button></form><div id="redrive-result"></div></section>';
+  }
+
+  function redriveSummary(d) {
+    return 'moved ' + commafy(d.moved) + ', skipped ' + commafy(d.skipped) + ', failed ' + commafy(d.failed);
+  }
+
+  function wireRedrive(topic, channel) {
+    var f = document.getElementById('redrive-form');
+    if (!f) { return; }
+    var key = topic + '/' + channel;
+    if (redriveDone && redriveDone.key === key) {
+      document.getElementById('redrive-result').innerHTML = '<div class="notice" id="redrive-summary">Redrive' +
+        (redriveDone.to ? ' to topic ' + esc(redriveDone.to) : '') + ': ' + esc(redriveDone.text) + '</div>';
+      if (redriveDone.warning) { showWarning(redriveDone.warning); }
+    }
+    redriveDone = null;
+    f.addEventListener('submit', function (ev) {
+      ev.preventDefault();
+      var to = document.getElementById('redrive-to').value.trim();
+      confirmAction('redrive', to ? channel + ' into topic ' + to : channel).then(function (ok) {
+        if (!ok) { return; }
+        var body = to ? { to: to } : {};
+        api('POST', '/redrive/' + enc(topic) + '/' + enc(channel), body).then(function (d) {
+          redriveDone = { key: key, to: to, text: redriveSummary(d), warning: d.message };
+          render();
+        }, function (e) { showError(e.message); });
+      });
+    });
+  }
+
+  function wirePeek(topic, channel) {
+    var btn = document.getElementById('peek-btn');
+    if (!btn) { return; }
+    var token = viewToken;
+    btn.addEventListener('click', function () {
+      var out = document.getElementById('peek-result');
+      out.innerHTML = spinner();
+      api('GET', '/peek/' + enc(topic) + '/' + enc(channel) + '?n=20').then(function (d) {
+        if (token !== viewToken) { return; }
+        var html = '';
+        (d.nodes || []).forEach(function (n) {
+          if (n.peek === 'off') {
+            html += '<div class="notice" data-peek-node="' + esc(n.node) + '">' + esc(n.node) + ': peek is off on this node ' +
+              '(nsqd runs without <code>--http-peek</code>)</div>';
+          } else if (n.peek === 'error') {
+            html += '<div class="alert alert-danger" data-peek-node="' + esc(n.node) + '">' + esc(n.node) + ': ' + esc(n.error) + '</div>';
+          }
+        });
+        var ms = d.messages || [];
+        var onNodes = (d.nodes || []).filter(function (n) { return n.peek === 'on'; }).length;
+        if (!ms.length) {
+          if (onNodes) { html += notice('No messages.'); }
+        } else {
+          var many = (d.nodes || []).length > 1;
+          // A column for dead letters' origins once a message has one (nsqd's `dead_letter`).
+          var dl = ms.some(function (m) { return m.dead_letter; });
+          html += '<div class="table-wrap"><table class="table" id="peek-table"><thead><tr>' + (many ? '<th>NSQd Host</th>' : '') +
+            '<th>ID</th><th>State</th><th class="num">Attempts</th><th>Timestamp (UTC)</th><th>Due (UTC)</th>' +
+            (dl ? '<th>Dead-Lettered From</th>' : '') + '<th>Preview</th></tr></thead><tbody>' +
+            ms.map(function (m) {
+              return '<tr data-id="' + esc(m.id) + '">' + (many ? '<td>' + esc(m.node) + '</td>' : '') + '<td><code>' + esc(m.id) + '</code></td>' +
+                '<td data-field="state"><span class="label ' + (m.state === 'queued' ? 'label-default' : m.state === 'in_flight' ? 'label-primary' : 'label-warning') +
+                '">' + esc(m.state) + '</span></td>' + num('attempts', m.attempts) + '<td data-field="timestamp">' + esc(fmtNs(m.timestamp)) +
+                '</td><td data-field="due">' + esc(fmtNs(m.due)) + '</td>' + (dl ? deadLetterCell(m.dead_letter) : '') +
+                '<td data-field="preview" class="preview">' + esc(m.preview) + '</td></tr>';
+            }).join('') + '</tbody></table></div>';
+        }
+        out.innerHTML = html;
+        if (d.message) { showWarning(d.message); }
+      }, function (e) {
+        if (token !== viewToken) { return; }
+        out.innerHTML = '';
+        showError(e.message);
+      });
+    });
+  }
+
   function topicView(topic) {
     load(api('GET', '/topics/' + enc(topic)), function (t) {
       var g = graphsOn();
@@ -476,9 +742,11 @@
       } else {
         var cp = 0;
         chans.forEach(function (c) { cp = Math.max(cp, (c.e2e_processing_latency.percentiles || []).length); });
+        var qc = counterFields(chans);
         html += '<div class="table-wrap"><table class="table" id="topic-channels"><thead><tr><th>Channel</th>' +
           '<th class="num">Depth</th><th class="num">Memory + Disk</th><th class="num">In-Flight</th>' +
           '<th class="num">Deferred</th><th class="num">Requeued</th><th class="num">Timed Out</th>' +
+          qc.map(function (f) { return '<th class="num">' + f[1] + '</th>'; }).join('') +
           '<th class="num">Messages</th>' + (g ? '<th>Rate</th>' : '') + '<th class="num">Connections</th>' +
           e2eHeaders(chans[0].e2e_processing_latency) + '</tr></thead><tbody>';
         chans.forEach(function (c) {
@@ -488,6 +756,7 @@
             num('depth', c.depth) + '<td class="num">' + commafy(c.memory_depth) + ' + ' + commafy(c.backend_depth) + '</td>' +
             num('in_flight_count', c.in_flight_count) + num('deferred_count', c.deferred_count) +
             num('requeue_count', c.requeue_count) + num('timeout_count', c.timeout_count) +
+            qc.map(function (f) { return num(f[0], c[f[0]] || 0); }).join('') +
             num('message_count', c.message_count) +
             (g ? rateCell(graphTarget('*', topic, c.channel_name, 'message_count')) : '') +
             num('client_count', c.client_count) + e2eCells(c.e2e_processing_latency, cp) + '</tr>';
@@ -502,7 +771,8 @@
         });
         html += '</tbody></table></div>';
       }
-      main().innerHTML = html;
+      main().innerHTML = html + settingsSection();
+      loadSettings(topic);
       wireActions('Topic', topic, '/topics/' + enc(topic), function () { navigate(url('/')); });
       main().querySelectorAll('[data-tombstone]').forEach(function (b) {
         b.addEventListener('click', function () {
@@ -553,16 +823,19 @@
       }
       html += adminButtons('Channel', c.paused) + chartsBox('channel-charts');
       var np = (c.e2e_processing_latency.percentiles || []).length;
+      var qc = counterFields([c]);
       html += '<h3>Channel</h3><div class="table-wrap"><table class="table" id="channel-nodes"><thead>' +
-        '<tr><th></th><th colspan="4" class="group">Message Queues</th><th colspan="' + (g ? 5 : 4) + '" class="group">Statistics</th>' +
+        '<tr><th></th><th colspan="4" class="group">Message Queues</th><th colspan="' + ((g ? 5 : 4) + qc.length) + '" class="group">Statistics</th>' +
         (np ? '<th colspan="' + np + '" class="group">E2E Processing Latency</th>' : '') + '</tr>' +
         '<tr><th>NSQd Host</th><th class="num">Depth</th><th class="num">Memory + Disk</th><th class="num">In-Flight</th>' +
-        '<th class="num">Deferred</th><th class="num">Requeued</th><th class="num">Timed Out</th><th class="num">Messages</th>' +
+        '<th class="num">Deferred</th><th class="num">Requeued</th><th class="num">Timed Out</th>' +
+        qc.map(function (f) { return '<th class="num">' + f[1] + '</th>'; }).join('') + '<th class="num">Messages</th>' +
         (g ? '<th>Rate</th>' : '') + '<th class="num">Connections</th>' + e2eHeaders(c.e2e_processing_latency) + '</tr></thead><tbody>';
       function row(n, label) {
         return '<td class="num" data-field="depth">' + commafy(n.depth) + '</td><td class="num">' + commafy(n.memory_depth) + ' + ' +
           commafy(n.backend_depth) + '</td>' + num('in_flight_count', n.in_flight_count) + num('deferred_count', n.deferred_count) +
-          num('requeue_count', n.requeue_count) + num('timeout_count', n.timeout_count) + num('message_count', n.message_count) +
+          num('requeue_count', n.requeue_count) + num('timeout_count', n.timeout_count) +
+          qc.map(function (f) { return num(f[0], n[f[0]] || 0); }).join('') + num('message_count', n.message_count) +
           (g ? rateCell(graphTarget(label, topic, channel, 'message_count')) : '') + num('client_count', n.client_count) +
           e2eCells(n.e2e_processing_latency, np);
       }
@@ -570,6 +843,11 @@
         html += '<tr data-node="' + esc(n.node) + '"><td>' + hostCell(n.node, n.hostname, n.paused) + '</td>' + row(n, n.node) + '</tr>';
       });
       html += '<tr class="total" data-node="*"><td>Total:</td>' + row(c, '*') + '</tr></tbody></table></div>';
+      if (qc.length) {
+        html += '<p class="summary" id="queue-counters">' + qc.map(function (f) {
+          return '<span data-field="' + f[0] + '">' + commafy(c[f[0]]) + ' ' + f[1] + '</span>';
+        }).join(', ') + '</p>';
+      }
       var clients = c.clients || [];
       html += '<h3>Client Connections</h3>';
       if (!clients.length) {
@@ -586,7 +864,10 @@
               num('message_count', cl.message_count) + '<td>' + esc(nanotohuman(cl.connected)) + '</td></tr>';
           }).join('') + '</tbody></table></div>';
       }
-      main().innerHTML = html;
+      main().innerHTML = html + settingsSection() + peekSection() + redriveSection();
+      loadSettings(topic, channel);
+      wirePeek(topic, channel);
+      wireRedrive(topic, channel);
       wireActions('Channel', channel, '/topics/' + enc(topic) + '/' + enc(channel),
         function () { navigate(url('/topics/' + enc(topic))); });
       historyCharts('channel-charts', '/topics/' + enc(topic) + '/' + enc(channel), 'channel');

@@ -20,6 +20,7 @@ pub mod options;
 mod park;
 pub mod protocol_v2;
 pub mod queue_settings;
+pub mod redrive;
 pub mod replication;
 pub mod server;
 pub mod stats;

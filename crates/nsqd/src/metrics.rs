@@ -115,7 +115,7 @@ pub fn render(nsqd: &Nsqd, per_client: bool) -> String {
 fn topic_families(e: &mut Exposition, s: &Snapshot) {
     let topics = &s.topics;
     type Get = fn(&TopicSnapshot) -> f64;
-    let gauges: [(&str, Kind, &str, Get); 5] = [
+    let gauges: [(&str, Kind, &str, Get); 6] = [
         (
             "nsq_topic_depth",
             Kind::Gauge,
@@ -145,6 +145,12 @@ fn topic_families(e: &mut Exposition, s: &Snapshot) {
             Kind::Gauge,
             "1 when the topic is paused.",
             |t| b(t.paused),
+        ),
+        (
+            "nsq_topic_dropped_total",
+            Kind::Counter,
+            "Messages of the topic's own queue dropped at its max_depth or max_bytes with overflow=drop_oldest (queue settings; /stats dropped_count).",
+            |t| t.dropped_count as f64,
         ),
     ];
     for (name, kind, help, get) in gauges {
@@ -228,7 +234,7 @@ fn channel_families(e: &mut Exposition, s: &Snapshot) {
         (
             "nsq_channel_dropped_total",
             Kind::Counter,
-            "Queued messages dropped at the channel's max_depth with overflow=drop_oldest (queue settings; /stats dropped_count).",
+            "Queued messages dropped at the channel's max_depth or max_bytes with overflow=drop_oldest (queue settings; /stats dropped_count).",
             |c| c.dropped_count as f64,
         ),
         (

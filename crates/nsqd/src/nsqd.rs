@@ -68,6 +68,9 @@ impl Hooks for DaemonHooks {
             self.metadata_dirty.notify_one();
         }
     }
+    fn metadata_changed(&self) {
+        self.metadata_dirty.notify_one();
+    }
 }
 
 /// Shared daemon state, handed to every connection and HTTP handler.

@@ -63,6 +63,8 @@ pub enum OptionsError {
     MaxBacklogBytes,
     #[error("--max-queue-depth must be >= 0")]
     MaxQueueDepth,
+    #[error("--max-queue-bytes must be >= 0")]
+    MaxQueueBytes,
     #[error("--max-attempts must be in [0, 65535]")]
     MaxAttempts,
     #[error("--dead-letter-topic must be a valid topic name (got {})", go_quote(.0.as_bytes()))]
@@ -193,6 +195,8 @@ pub struct NsqdOptions {
     // --- queue settings' node defaults (ours, nsq_core::queue_settings) ---
     /// `--max-queue-depth`: a topic's or channel's `max_depth` when it has none (0: none).
     pub max_queue_depth: i64,
+    /// `--max-queue-bytes`: a topic's or channel's `max_bytes` when it has none (0: none).
+    pub max_queue_bytes: i64,
     /// `--max-attempts`: a channel's `max_attempts` when it has none (0: none).
     pub max_attempts: i64,
     /// `--message-ttl`: a topic's or channel's `ttl` when neither has one (0: none).
@@ -284,6 +288,7 @@ impl NsqdOptions {
             replication_ack_timeout: Duration::from_secs(10),
             replication_max_backlog_bytes: 10 << 30,
             max_queue_depth: 0,
+            max_queue_bytes: 0,
             max_attempts: 0,
             message_ttl: Duration::ZERO,
             http_peek: false,
@@ -366,6 +371,9 @@ impl NsqdOptions {
         }
         if self.max_queue_depth < 0 {
             return Err(OptionsError::MaxQueueDepth);
+        }
+        if self.max_queue_bytes < 0 {
+            return Err(OptionsError::MaxQueueBytes);
         }
         if !(0..=i64::from(u16::MAX)).contains(&self.max_attempts) {
             return Err(OptionsError::MaxAttempts);
@@ -458,6 +466,7 @@ impl NsqdOptions {
             reserve: true,
             queue_defaults: nsq_core::queue_settings::QueueSettings {
                 max_depth: u64::try_from(self.max_queue_depth).ok().filter(|&d| d > 0),
+                max_bytes: u64::try_from(self.max_queue_bytes).ok().filter(|&b| b > 0),
                 max_attempts: u16::try_from(self.max_attempts).ok().filter(|&n| n > 0),
                 ttl: Some(self.message_ttl).filter(|d| !d.is_zero()),
                 dead_letter_topic: Some(self.dead_letter_topic.clone()).filter(|t| !t.is_empty()),
@@ -559,6 +568,8 @@ pub static FLAGS: FlagSet<NsqdOptions> = FlagSet {
         "age past which a message is not delivered but dropped (0: none; a topic's or channel's own ttl, POST /topic/config or /channel/config, overrides it)";
     "http-peek" => http_peek: Bool, Some("http_peek"),
         "answer GET /channel/peek?topic=T&channel=C&n=20: a channel's next, in-flight and deferred messages with their bodies, without changing delivery (off: 404; it shows message bodies to whoever reaches the HTTP port)";
+    "max-queue-bytes" => max_queue_bytes: Int, Some("max_queue_bytes"),
+        "the most bytes a topic or a channel holds (each queued message's size on disk, 4 + 26 + body bytes, in memory and on disk) before a publish to it fails with 'E_PUB_FAILED ... is full' (0: no bound; a topic's or channel's own max_bytes, POST /topic/config or /channel/config, overrides it)";
     "max-queue-depth" => max_queue_depth: Int, Some("max_queue_depth"),
         "the most messages a topic or a channel holds, in memory and on disk, before a publish to it fails with 'E_PUB_FAILED ... is full' (0: no bound; a topic's or channel's own max_depth, POST /topic/config or /channel/config, overrides it)";
     "max-channel-consumers" => max_channel_consumers: Int, Some("max_channel_consumers"),

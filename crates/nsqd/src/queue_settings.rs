@@ -12,21 +12,9 @@ use serde_json::{json, Map};
 /// Query parameters that name the queue, not a setting.
 const NAMING: [&str; 2] = ["topic", "channel"];
 
-/// The keys whose behaviour is built so far: the API takes and lists only these, and
-/// `nsqd.dat` keeps only these (a key arrives here with its behaviour, never before it).
-pub const BUILT: [Key; 5] = [
-    Key::MaxAttempts,
-    Key::DeadLetterTopic,
-    Key::Ttl,
-    Key::MaxDepth,
-    Key::Overflow,
-];
-
-/// Values of a built key that are not built yet for a scope: `overflow=drop_oldest` on a
-/// topic (a topic's bound refuses; a channel's may drop its oldest).
-fn built_value(scope: Scope, v: &Value) -> bool {
-    !(scope == Scope::Topic && matches!(v, Value::Overflow(Overflow::DropOldest)))
-}
+/// The keys whose behaviour is built: the API takes and lists only these, and `nsqd.dat`
+/// keeps only these (a key arrives here with its behaviour, never before it). All of them now.
+pub const BUILT: [Key; 7] = Key::ALL;
 
 /// The API's message for an unknown key: `INVALID_KEY_<KEY>` when the key is a plain word,
 /// else `INVALID_KEY`.
@@ -62,13 +50,7 @@ pub fn parse_changes(
     scope: Scope,
     params: &[(String, String)],
 ) -> Result<Vec<(Key, Option<Value>)>, String> {
-    let changes = parse_any(scope, params, &BUILT)?;
-    for (key, value) in &changes {
-        if value.as_ref().is_some_and(|v| !built_value(scope, v)) {
-            return Err(key.invalid().to_string());
-        }
-    }
-    Ok(changes)
+    parse_any(scope, params, &BUILT)
 }
 
 /// [`parse_changes`] over the keys in `keys`.
@@ -282,25 +264,26 @@ mod tests {
     }
 
     #[test]
-    fn only_built_keys_are_taken() {
+    fn every_key_is_built_and_unknown_ones_are_named() {
         assert_eq!(
             parse_changes(
-                Scope::Channel,
-                &q(&[("max_depth", "5"), ("overflow", "refuse")])
+                Scope::Topic,
+                &q(&[
+                    ("max_bytes", "100"),
+                    ("overflow", "drop_oldest"),
+                    ("mem_queue_size", "0")
+                ])
             )
             .unwrap(),
             [
-                (Key::MaxDepth, Some(Value::MaxDepth(5))),
-                (Key::Overflow, Some(Value::Overflow(Overflow::Refuse)))
+                (Key::MaxBytes, Some(Value::MaxBytes(100))),
+                (Key::Overflow, Some(Value::Overflow(Overflow::DropOldest))),
+                (Key::MemQueueSize, Some(Value::MemQueueSize(0))),
             ]
         );
         assert_eq!(
-            parse_changes(Scope::Channel, &q(&[("max_bytes", "100")])).unwrap_err(),
-            "INVALID_KEY_MAX_BYTES"
-        );
-        assert_eq!(
-            parse_changes(Scope::Topic, &q(&[("overflow", "drop_oldest")])).unwrap_err(),
-            "INVALID_OVERFLOW"
+            parse_changes(Scope::Channel, &q(&[("max_size", "100")])).unwrap_err(),
+            "INVALID_KEY_MAX_SIZE"
         );
         let json = effective_json(
             "t",
@@ -310,14 +293,14 @@ mod tests {
         );
         assert_eq!(
             json.to_string(),
-            r#"{"max_depth":{"source":"off","value":null},"overflow":{"source":"off","value":null},"ttl":{"source":"off","value":null}}"#
+            r#"{"max_bytes":{"source":"off","value":null},"max_depth":{"source":"off","value":null},"mem_queue_size":{"source":"off","value":null},"overflow":{"source":"off","value":null},"ttl":{"source":"off","value":null}}"#
         );
         let meta: SettingsMeta =
-            serde_json::from_str(r#"{"max_bytes":100,"max_depth":3}"#).unwrap();
-        let (s, bad) = meta.to_settings(Scope::Channel);
+            serde_json::from_str(r#"{"max_bytes":100,"max_depth":3,"mem_queue_size":0}"#).unwrap();
+        let (s, bad) = meta.to_settings(Scope::Topic);
         assert_eq!(
-            (s.max_depth, s.max_bytes, bad),
-            (Some(3), None, vec![Key::MaxBytes])
+            (s.max_depth, s.max_bytes, s.mem_queue_size, bad),
+            (Some(3), Some(100), Some(0), vec![])
         );
     }
 

@@ -383,12 +383,10 @@ const DRAIN_LOG_EVERY: Duration = Duration::from_secs(5);
 /// Runs the daemon until it should exit, then shuts it down cleanly: on SIGINT, on SIGTERM
 /// (which starts a drain instead under `--sigterm=drain`), on `PUT /config/shutdown`, at the
 /// end of a drain, or on a second signal during a drain.
-pub async fn run_until_exit(handle: NsqdHandle) {
-    use tokio::signal::unix::{signal, SignalKind};
+pub async fn run_until_exit(handle: NsqdHandle, signals: nsq_http::daemon::Signals) {
     let nsqd = handle.nsqd.clone();
     let mode = nsqd.opts.sigterm;
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    let nsq_http::daemon::Signals { mut term, mut int } = signals;
     let mut tick = tokio::time::interval(DRAIN_CHECK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut was_draining = false;

@@ -58,6 +58,8 @@ pub struct TopicSnapshot {
     pub depth: i64,
     pub backend_depth: i64,
     pub paused: bool,
+    /// Ours: messages of the topic's own queue dropped by `overflow=drop_oldest`.
+    pub dropped_count: u64,
     /// Latency values (ns) in the order of the configured percentiles, merged over all
     /// channels (whatever the channel filter); empty when the topic has no channels or no
     /// percentiles are configured.
@@ -189,6 +191,7 @@ impl Snapshot {
                 depth: ts.depth,
                 backend_depth: ts.backend_depth,
                 paused: ts.paused,
+                dropped_count: ts.dropped_count,
                 e2e,
                 e2e_count,
                 channels: selected

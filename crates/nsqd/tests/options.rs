@@ -470,10 +470,11 @@ fn usage_text() {
     assert!(u.ends_with("  -worker-id\n    \t[deprecated] use --node-id\n"));
     // Every flag appears in the help text exactly once.
     let n = u.lines().filter(|l| l.starts_with("  -")).count();
-    assert_eq!(n, 67);
+    assert_eq!(n, 68);
     assert!(
         u.contains("  -max-queue-depth int\n    \tthe most messages a topic or a channel holds")
     );
+    assert!(u.contains("  -max-queue-bytes int\n    \tthe most bytes a topic or a channel holds"));
     assert!(u.contains("  -replication-peer value\n    \t<addr>:<port> (TCP) of a peer nsqd"));
     assert!(u.contains("  -replication-secret-file string\n    \tpath to a file holding the replication group's shared secret"));
     assert!(u.contains("  -replication-takeover-timeout duration\n"));

@@ -83,6 +83,9 @@ nsq_topic_message_bytes_total{topic="t"} 4
 # HELP nsq_topic_paused 1 when the topic is paused.
 # TYPE nsq_topic_paused gauge
 nsq_topic_paused{topic="t"} 0
+# HELP nsq_topic_dropped_total Messages of the topic's own queue dropped at its max_depth or max_bytes with overflow=drop_oldest (queue settings; /stats dropped_count).
+# TYPE nsq_topic_dropped_total counter
+nsq_topic_dropped_total{topic="t"} 0
 # HELP nsq_topic_e2e_processing_latency_seconds Publish-to-FIN latency quantiles over all of the topic's channels, within --e2e-processing-latency-window-time (only with --e2e-processing-latency-percentile).
 # TYPE nsq_topic_e2e_processing_latency_seconds summary
 # HELP nsq_channel_depth Messages queued in the channel, in memory and on disk (/stats depth).
@@ -112,7 +115,7 @@ nsq_channel_expired_total{topic="t",channel="c"} 0
 # HELP nsq_channel_dead_lettered_total Messages not delivered again at the channel's max attempts (queue settings; /stats dead_lettered_count).
 # TYPE nsq_channel_dead_lettered_total counter
 nsq_channel_dead_lettered_total{topic="t",channel="c"} 0
-# HELP nsq_channel_dropped_total Queued messages dropped at the channel's max_depth with overflow=drop_oldest (queue settings; /stats dropped_count).
+# HELP nsq_channel_dropped_total Queued messages dropped at the channel's max_depth or max_bytes with overflow=drop_oldest (queue settings; /stats dropped_count).
 # TYPE nsq_channel_dropped_total counter
 nsq_channel_dropped_total{topic="t",channel="c"} 0
 # HELP nsq_channel_clients Consumers subscribed to the channel (/stats client_count).

@@ -5,6 +5,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod cluster;
+
 use std::time::Duration;
 
 use nsq_http::client::{HttpClient, Response};

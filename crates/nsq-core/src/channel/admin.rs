@@ -183,9 +183,14 @@ impl Channel {
         self.settings.read().clone()
     }
 
-    /// Replaces this channel's own settings; its topic's `refresh_settings` must follow.
+    /// Replaces this channel's own settings; its topic's `refresh_settings` must follow. A
+    /// change is replicated (ADMIN op 6) as the channel's pause is.
     pub fn set_settings(&self, s: crate::queue_settings::QueueSettings) {
-        *self.settings.write() = s;
+        let pairs = s.to_pairs();
+        let changed = std::mem::replace(&mut *self.settings.write(), s).to_pairs() != pairs;
+        if let (Some(r), true) = (&self.repl, changed) {
+            r.settings(&self.topic_name, &self.name, pairs);
+        }
     }
 
     /// The effective TTL (see `Topic::refresh_settings`).

@@ -13,6 +13,7 @@ use super::skips::{Returning, TakeSkips};
 use super::state::{Requeued, Verdict};
 use super::{now, Channel, FinishError, RequeueError};
 use crate::message::{now_nanos, Message};
+use crate::topic::dead_letters::DeadLetterOrigin;
 
 /// How many backend reads one take makes while every record it reads is dropped (taken
 /// over by a peer, or sampled out) — each read asks for what is still free of the window.
@@ -196,8 +197,20 @@ impl Channel {
             return;
         };
         let ids: Vec<(MessageId, Option<u16>)> = held.iter().map(|(m, a)| (m.id, *a)).collect();
-        let bodies = held.into_iter().map(|(m, _)| m.body).collect();
-        let receipt = match (self.parent.publish)(&topic, bodies) {
+        let items = held
+            .into_iter()
+            .map(|(m, a)| {
+                let origin = DeadLetterOrigin {
+                    id: m.id,
+                    topic: self.topic_name.clone(),
+                    channel: self.name.clone(),
+                    attempts: a.unwrap_or(m.attempts),
+                    expired: a.is_none(),
+                };
+                (m.body, origin)
+            })
+            .collect();
+        let receipt = match (self.parent.publish)(&topic, items) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(

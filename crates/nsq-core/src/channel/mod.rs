@@ -27,6 +27,7 @@ mod reads;
 mod skips;
 mod state;
 
+pub use bound::Bound;
 pub use peek::{PeekState, Peeked};
 pub use skips::Returning;
 
@@ -57,6 +58,10 @@ use state::{ChannelState, Config, Now};
 /// The consumer ID a message at its max attempts is in flight for while its copy goes to the
 /// dead-letter topic (no client gets this ID: nsqd numbers them from 1).
 pub const DEAD_LETTER_CLIENT: u64 = u64::MAX;
+
+/// The consumer ID a message is in flight for while a redrive (nsqd's `POST
+/// /channel/redrive`) moves it to another queue: FINed once it is stored there.
+pub const REDRIVE_CLIENT: u64 = u64::MAX - 1;
 
 /// What a channel needs from a subscribed connection. Implemented by nsqd's client type.
 ///
@@ -200,13 +205,17 @@ pub(crate) struct Parent {
     pub(crate) pump_lock: Arc<RwLock<()>>,
     /// The engine's delivery hold and skip set (replication's Return, `returning.rs`).
     pub(crate) returning: Option<Arc<Returning>>,
-    /// Publishes bodies to a topic by name (created if need be): a dead-letter topic.
+    /// Publishes bodies to a topic by name (created if need be): a dead-letter topic, which
+    /// keeps where each came from (`topic/dead_letters.rs`).
     pub(crate) publish: DeadLetterPublish,
 }
 
 /// How a channel publishes to its dead-letter topic (`Parent::publish`).
 pub(crate) type DeadLetterPublish = Box<
-    dyn Fn(&str, Vec<bytes::Bytes>) -> Result<crate::receipt::PutReceipt, crate::BackendError>
+    dyn Fn(
+            &str,
+            Vec<(bytes::Bytes, crate::topic::dead_letters::DeadLetterOrigin)>,
+        ) -> Result<crate::receipt::PutReceipt, crate::BackendError>
         + Send
         + Sync,
 >;
@@ -264,10 +273,16 @@ pub struct Channel {
     dead_letter_topic: RwLock<Option<String>>,
     /// Itself, for the task that finishes a dead-letter hand-off.
     me: std::sync::Weak<Channel>,
-    /// The effective `max_depth` with `overflow=refuse` (0: none), set by the topic.
-    refuse_at: AtomicU64,
-    /// The effective `max_depth` with `overflow=drop_oldest` (0: none), set by the topic.
-    drop_at: AtomicU64,
+    /// The effective `max_depth` and `max_bytes` with `overflow=refuse` (0: none), set by
+    /// the topic.
+    refuse_depth: AtomicU64,
+    refuse_bytes: AtomicU64,
+    /// The effective `max_depth` and `max_bytes` with `overflow=drop_oldest` (0: none), set
+    /// by the topic.
+    drop_depth: AtomicU64,
+    drop_bytes: AtomicU64,
+    /// One of the two is set: the one load a put pays without a bound.
+    drops: AtomicBool,
 }
 
 impl std::fmt::Debug for Channel {
@@ -357,8 +372,11 @@ impl Channel {
             max_attempts: std::sync::atomic::AtomicU32::new(0),
             dead_letter_topic: RwLock::new(None),
             me: me.clone(),
-            refuse_at: AtomicU64::new(0),
-            drop_at: AtomicU64::new(0),
+            refuse_depth: AtomicU64::new(0),
+            refuse_bytes: AtomicU64::new(0),
+            drop_depth: AtomicU64::new(0),
+            drop_bytes: AtomicU64::new(0),
+            drops: AtomicBool::new(false),
         })
     }
 

@@ -551,6 +551,11 @@ impl DiskQueue {
             st.depth = st.depth.saturating_sub(step.records as i64);
             st.watermark.taken(&step.positions);
             let mut force = false;
+            // A file skipped (missing, corrupt): the unread bytes are counted again.
+            let recount = matches!(
+                step.outcome,
+                ReadOutcome::Missing(_) | ReadOutcome::Error(_)
+            );
             match step.outcome {
                 ReadOutcome::Stopped => {}
                 ReadOutcome::FileDone => {
@@ -563,6 +568,8 @@ impl DiskQueue {
                     }
                     st.read_file_num += 1;
                     st.read_pos = 0;
+                    // The file read to its end: `end_pos` is its length.
+                    st.sealed = (st.sealed - step.end_pos).max(0);
                     force = true;
                 }
                 ReadOutcome::Missing(err) => {
@@ -613,6 +620,10 @@ impl DiskQueue {
                     st.read_pos = 0;
                     force = true;
                 }
+            }
+            if recount {
+                st.sealed =
+                    super::sealed_len(&self.opts, &self.name, st.read_file_num, st.write_file_num);
             }
             force |= self.check_tail(&mut st, rs, &mut delete);
             for num in st.watermark.released() {
@@ -679,6 +690,7 @@ impl DiskQueue {
             st.write_pos = 0;
             st.read_file_num = st.write_file_num;
             st.read_pos = 0;
+            st.sealed = 0;
             st.depth = 0;
             changed = true;
         }

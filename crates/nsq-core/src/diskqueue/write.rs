@@ -98,6 +98,7 @@ impl DiskQueue {
         let mut retired: Vec<(i64, Arc<File>)> = Vec::new();
         let mut off = 0usize;
         let mut rotated = false;
+        let mut sealed = 0i64; // sizes of the files this batch finishes
         let mut result = Ok(());
         for &end in &eb.ends {
             let len = (end - off) as i64;
@@ -111,6 +112,7 @@ impl DiskQueue {
                 if let Some(f) = file.take() {
                     retired.push((file_num, f));
                 }
+                sealed += cur;
                 file_num += 1;
                 chunk_pos = 0;
                 chunk_start = off;
@@ -128,6 +130,7 @@ impl DiskQueue {
 
         st.write_file_num = file_num;
         st.write_pos = chunk_pos + (off - chunk_start) as i64;
+        st.sealed += sealed;
         st.write_file = file;
         st.depth = st.depth.saturating_add(eb.ends.len() as i64);
         st.ticket += 1;

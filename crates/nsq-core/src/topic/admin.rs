@@ -4,8 +4,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use nsq_protocol::replication::AdminOp;
 
 use super::{Topic, TopicStats};
@@ -44,10 +42,10 @@ impl Topic {
             returning: Some(engine.returning().clone()),
             publish: {
                 let engine = self.engine.clone();
-                Box::new(move |topic: &str, bodies: Vec<Bytes>| {
+                Box::new(move |topic: &str, items| {
                     let engine = engine.upgrade().ok_or(BackendError::Exiting)?;
                     let (t, _) = engine.get_or_create_topic(topic)?;
-                    t.put_many(bodies, std::time::Duration::ZERO)
+                    t.put_dead_letters(items)
                 })
             },
         };
@@ -256,6 +254,7 @@ impl Topic {
             message_count: self.message_count.load(Ordering::Relaxed),
             message_bytes: self.message_bytes.load(Ordering::Relaxed),
             paused: self.is_paused(),
+            dropped_count: self.dropped_count(),
             channels,
         }
     }

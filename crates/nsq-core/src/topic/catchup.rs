@@ -34,6 +34,7 @@ impl Topic {
         out.push(Item::Topic(TopicItem {
             topic: self.name.clone(),
             paused: self.is_paused(),
+            settings: self.settings.read().to_pairs(),
             channels: st
                 .channels
                 .values()
@@ -41,6 +42,7 @@ impl Topic {
                 .map(|c| ChannelItem {
                     name: c.name().to_string(),
                     paused: c.is_paused(),
+                    settings: c.settings().to_pairs(),
                 })
                 .collect(),
         }));

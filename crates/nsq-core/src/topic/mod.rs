@@ -15,6 +15,7 @@
 mod admin;
 mod adopt;
 mod catchup;
+pub mod dead_letters;
 mod pump;
 mod state;
 
@@ -29,7 +30,7 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
 use crate::backend::{BackendError, BackendQueue};
-use crate::channel::Channel;
+use crate::channel::{Bound, Channel};
 use crate::engine::Engine;
 use crate::message::{now_nanos, GuidFactory, Message};
 use crate::options::{Health, Options};
@@ -60,6 +61,9 @@ pub struct TopicStats {
     pub message_count: u64,
     pub message_bytes: u64,
     pub paused: bool,
+    /// Ours: messages of the topic's own queue dropped by `overflow=drop_oldest`
+    /// (crate::queue_settings).
+    pub dropped_count: u64,
     pub channels: Vec<Arc<Channel>>,
 }
 
@@ -90,9 +94,22 @@ pub struct Topic {
     repl: Option<Arc<dyn Replicator>>,
     /// This topic's own queue settings (crate::queue_settings).
     settings: RwLock<QueueSettings>,
-    /// A `max_depth` applies to this topic or one of its channels (its own or the node's
-    /// default): publishes check the bounds (`Topic::refresh_settings`). False costs nothing.
+    /// A `max_depth` or `max_bytes` with `overflow=refuse` applies to this topic or one of
+    /// its channels (its own or the node's default): publishes check the bounds
+    /// (`Topic::refresh_settings`). False costs nothing.
     bounded: AtomicBool,
+    /// Where this topic's dead letters came from (`dead_letters.rs`).
+    dead_letter_origins: Mutex<dead_letters::Origins>,
+    /// This topic's own effective `max_depth` and `max_bytes` (0: none) with
+    /// `overflow=refuse`, and with `overflow=drop_oldest`.
+    refuse_depth: AtomicU64,
+    refuse_bytes: AtomicU64,
+    drop_depth: AtomicU64,
+    drop_bytes: AtomicU64,
+    /// One of the two is set: the one load a publish that queues pays without a bound.
+    drops: AtomicBool,
+    /// Messages of the topic's own queue dropped by `overflow=drop_oldest`.
+    dropped_count: AtomicU64,
 }
 
 impl std::fmt::Debug for Topic {
@@ -117,8 +134,9 @@ impl Topic {
         // A backlog left on disk by a previous run must be pumped before new messages.
         let ephemeral = nsq_protocol::names::is_ephemeral(name);
         let queue = TopicState::new(opts.mem_queue_size, !ephemeral, backend.depth());
-        let bounded_default = opts.queue_defaults.max_depth.is_some();
-        Arc::new(Topic {
+        let defaults = &opts.queue_defaults;
+        let bounded_default = defaults.max_depth.is_some() || defaults.max_bytes.is_some();
+        let topic = Arc::new(Topic {
             name: name.to_string(),
             ephemeral,
             engine,
@@ -141,7 +159,16 @@ impl Topic {
             repl,
             settings: RwLock::new(QueueSettings::default()),
             bounded: AtomicBool::new(bounded_default),
-        })
+            dead_letter_origins: Mutex::default(),
+            refuse_depth: AtomicU64::new(0),
+            refuse_bytes: AtomicU64::new(0),
+            drop_depth: AtomicU64::new(0),
+            drop_bytes: AtomicU64::new(0),
+            drops: AtomicBool::new(false),
+            dropped_count: AtomicU64::new(0),
+        });
+        topic.apply_own_settings();
+        topic
     }
 
     /// The IDs pending on the topic itself (its memory queue, a stalled batch, the unread
@@ -207,31 +234,41 @@ impl Topic {
         bodies: impl IntoIterator<Item = Bytes>,
         defer: Duration,
     ) -> Result<PutReceipt, PutError> {
+        let defer_ms = u32::try_from(defer.as_millis()).unwrap_or(u32::MAX);
+        let msgs = self.mint(bodies, defer_ms);
+        self.put_minted(msgs)
+    }
+
+    /// New messages of this topic: a new ID each, one timestamp (now), attempts 0.
+    pub fn mint(&self, bodies: impl IntoIterator<Item = Bytes>, defer_ms: u32) -> Vec<Message> {
+        let mut g = self.guid.lock();
+        let ts = now_nanos();
+        bodies
+            .into_iter()
+            .map(|body| Message {
+                id: g.new_id_at(ts),
+                timestamp: ts,
+                attempts: 0,
+                body,
+                defer_ms,
+            })
+            .collect()
+    }
+
+    /// Publishes messages made by [`Topic::mint`] (one deferral), as [`Topic::put_many`].
+    fn put_minted(self: &Arc<Self>, msgs: Vec<Message>) -> Result<PutReceipt, PutError> {
         if self.is_exiting() {
             return Err(BackendError::Exiting);
         }
-        let defer_ms = u32::try_from(defer.as_millis()).unwrap_or(u32::MAX);
-        let msgs: Vec<Message> = {
-            let mut g = self.guid.lock();
-            let ts = now_nanos();
-            bodies
-                .into_iter()
-                .map(|body| Message {
-                    id: g.new_id_at(ts),
-                    timestamp: ts,
-                    attempts: 0,
-                    body,
-                    defer_ms,
-                })
-                .collect()
-        };
         if msgs.is_empty() {
             return Ok(PutReceipt::default());
         }
+        let defer_ms = msgs[0].defer_ms;
         // A client's publish only: messages adopted in a takeover (`adopt.rs`) were
         // acknowledged elsewhere and are never refused.
         if self.bounded.load(Ordering::Acquire) {
-            self.check_bounds(msgs.len())?;
+            let bytes = msgs.iter().map(Message::record_len).sum();
+            self.check_bounds(msgs.len(), bytes)?;
         }
         let ts = msgs[0].timestamp;
         let due = if defer_ms == 0 {
@@ -307,6 +344,7 @@ impl Topic {
         }
         drop(_fanout_guard);
         self.count(total, bytes);
+        self.trim_to_bound();
         self.ensure_pump();
         Ok(receipt)
     }
@@ -341,24 +379,48 @@ impl Topic {
         self.settings.read().clone()
     }
 
-    /// Replaces this topic's own settings.
+    /// Replaces this topic's own settings; a change is replicated (ADMIN op 6), so that a
+    /// takeover of this topic's messages carries them.
     pub fn set_settings(&self, s: QueueSettings) {
-        *self.settings.write() = s;
+        let pairs = s.to_pairs();
+        let changed = std::mem::replace(&mut *self.settings.write(), s).to_pairs() != pairs;
+        if let (Some(r), true) = (&self.repl, changed) {
+            r.settings(&self.name, "", pairs);
+        }
         self.refresh_settings();
     }
 
     /// Recomputes what follows from the settings of this topic, its channels and the node:
-    /// whether publishes check bounds, and each channel's effective TTL. Call after a
-    /// channel's settings change.
+    /// this topic's bounds and memory queue size, whether publishes check bounds, and each
+    /// channel's effective TTL, bounds and memory queue size. Call after a channel's settings
+    /// change.
     pub fn refresh_settings(&self) {
         let channels: Vec<Arc<Channel>> = self.state.lock().channels.values().cloned().collect();
         for c in &channels {
             self.apply_channel_settings(c);
         }
-        let bounded = self.opts.queue_defaults.max_depth.is_some()
-            || self.settings.read().max_depth.is_some()
-            || channels.iter().any(|c| c.refuse_at().is_some());
+        let own = self.apply_own_settings();
+        let bounded = own || channels.iter().any(|c| c.refuse_bound().is_some());
         self.bounded.store(bounded, Ordering::Release);
+    }
+
+    /// Gives this topic its effective bounds and memory queue size; returns whether it has a
+    /// bound that refuses.
+    fn apply_own_settings(&self) -> bool {
+        let own = self.settings.read().clone();
+        let get = |key| {
+            crate::queue_settings::effective(key, &self.name, &own, None, &self.opts.queue_defaults)
+                .0
+        };
+        let (refuse, drop) = bounds(get);
+        self.refuse_depth.store(refuse.depth, Ordering::Release);
+        self.refuse_bytes.store(refuse.bytes, Ordering::Release);
+        self.drop_depth.store(drop.depth, Ordering::Release);
+        self.drop_bytes.store(drop.bytes, Ordering::Release);
+        self.drops.store(!drop.is_none(), Ordering::Release);
+        let mem = mem_queue_size(&self.opts, own.mem_queue_size);
+        self.state.lock().queue.set_mem_queue_size(mem);
+        !refuse.is_none()
     }
 
     /// Gives channel `c` of this topic its effective TTL, max attempts and dead-letter topic
@@ -389,45 +451,144 @@ impl Topic {
             Some(Value::DeadLetterTopic(t)) => Some(t),
             _ => None,
         });
-        let max = match get(Key::MaxDepth) {
-            Some(Value::MaxDepth(n)) => n,
-            _ => 0,
-        };
-        match get(Key::Overflow) {
-            Some(Value::Overflow(crate::queue_settings::Overflow::DropOldest)) => {
-                c.set_bound(0, max)
-            }
-            _ => c.set_bound(max, 0),
-        }
+        let (refuse, drop) = bounds(get);
+        c.set_bound(refuse, drop);
+        c.set_mem_queue_size(mem_queue_size(&self.opts, own.mem_queue_size));
     }
 
-    /// Refuses a publish of `n` messages that would pass the `max_depth` of this topic or of
-    /// one of its channels (a channel's depth counts what waits in the topic too: the pump
+    /// Refuses a publish of `n` messages of `bytes` record bytes that would pass the
+    /// `max_depth` or `max_bytes` (with `overflow=refuse`) of this topic or of one of its
+    /// channels (a channel's depth and bytes count what waits in the topic too: the pump
     /// hands it to every channel). Checked before the publish takes the topic's lock, so
-    /// publishes running at once can each pass it: a queue exceeds its bound by at most
-    /// what was being published concurrently. Only `overflow=refuse` exists so far.
-    fn check_bounds(&self, n: usize) -> Result<(), BackendError> {
-        let default = self.opts.queue_defaults.max_depth;
+    /// publishes running at once can each pass it: a queue exceeds its bound by at most what
+    /// was being published concurrently.
+    fn check_bounds(&self, n: usize, bytes: u64) -> Result<(), BackendError> {
         let n = n as u64;
         // One lock for the topic's memory queue and its channels.
-        let (mem, chans) = {
+        let (mem, mem_bytes, chans) = {
             let st = self.state.lock();
-            (st.queue.mem_len(), st.fanout.clone())
+            (st.queue.mem_len(), st.queue.mem_bytes(), st.fanout.clone())
         };
-        let topic_depth = u64::try_from(mem as i64 + self.backend.depth()).unwrap_or(0);
-        let over = |depth: u64, max: Option<u64>| max.is_some_and(|m| depth.saturating_add(n) > m);
-        if over(topic_depth, self.settings.read().max_depth.or(default)) {
-            return Err(BackendError::Full(self.name.clone()));
+        let topic_depth = mem as u64 + u64::try_from(self.backend.depth()).unwrap_or(0);
+        let topic_bytes = mem_bytes + self.backend.unread_bytes();
+        let own = Bound {
+            depth: self.refuse_depth.load(Ordering::Acquire),
+            bytes: self.refuse_bytes.load(Ordering::Acquire),
+        };
+        let full = || Err(BackendError::Full(self.name.clone()));
+        if own.passed(topic_depth + n, topic_bytes + bytes) {
+            return full();
         }
         for c in chans.iter() {
-            let max = c.refuse_at();
-            if max.is_some() {
-                let depth = u64::try_from(c.depth()).unwrap_or(0) + topic_depth;
-                if over(depth, max) {
-                    return Err(BackendError::Full(self.name.clone()));
+            if let Some(b) = c.refuse_bound() {
+                let (depth, queued) = c.queued();
+                if b.passed(depth + topic_depth + n, queued + topic_bytes + bytes) {
+                    return full();
                 }
             }
         }
         Ok(())
     }
+
+    /// Messages dropped from this topic's own queue by `overflow=drop_oldest`.
+    pub fn dropped_count(&self) -> u64 {
+        self.dropped_count.load(Ordering::Relaxed)
+    }
+
+    /// After a publish that queued in the topic: with `overflow=drop_oldest`, drops what the
+    /// topic's own queue holds past its `max_depth` or `max_bytes`, oldest first (memory,
+    /// then the unread disk records; a batch already on its way to the channels is not
+    /// touched), until both hold, counted and logged. A topic queues only while it has no
+    /// channel, is paused, or has a backlog its pump is moving. Returns how many.
+    fn trim_to_bound(&self) -> usize {
+        if !self.drops.load(Ordering::Acquire) {
+            return 0;
+        }
+        let bound = Bound {
+            depth: self.drop_depth.load(Ordering::Acquire),
+            bytes: self.drop_bytes.load(Ordering::Acquire),
+        };
+        if bound.is_none() {
+            return 0;
+        }
+        // No pump step meanwhile: it reads the backend and hands batches over under this.
+        let _pump = self.pump_lock.write();
+        let mut st = self.state.lock();
+        let depth = st.queue.mem_len() as u64 + u64::try_from(self.backend.depth()).unwrap_or(0);
+        let bytes = st.queue.mem_bytes() + self.backend.unread_bytes();
+        if !bound.passed(depth, bytes) {
+            return 0;
+        }
+        let excess = |v: u64, max: u64| if max > 0 { v.saturating_sub(max) } else { 0 };
+        let want_n = usize::try_from(excess(depth, bound.depth)).unwrap_or(usize::MAX);
+        let want_b = excess(bytes, bound.bytes);
+        let (mut dropped, mut dropped_b, mut more) = st.queue.discard_front(want_n, want_b);
+        let mut count = dropped.len();
+        // The rest from the backend: by count in one read, by bytes one record at a time.
+        while more && (count < want_n || dropped_b < want_b) {
+            let asked = if dropped_b < want_b {
+                1
+            } else {
+                want_n - count
+            };
+            let mut raw = Vec::with_capacity(asked);
+            let got = self.backend.read_batch(asked, &mut raw);
+            count += got;
+            for payload in raw {
+                dropped_b += 4 + payload.len() as u64;
+                if let Ok(m) = Message::decode(payload) {
+                    dropped.push(m);
+                }
+            }
+            more = got == asked;
+        }
+        if let (Some(r), false) = (&self.repl, dropped.is_empty()) {
+            // They leave the topic for no channel: the replicas drop their copies.
+            r.fanout(&self.name, &[], &dropped);
+        }
+        drop(st);
+        if count > 0 {
+            self.dropped_count
+                .fetch_add(count as u64, Ordering::Relaxed);
+            tracing::info!(
+                "TOPIC({}): dropped the {count} oldest messages ({}, overflow drop_oldest)",
+                self.name,
+                bound.describe()
+            );
+        }
+        count
+    }
+}
+
+/// The bounds that refuse and the bounds that drop, from a queue's effective settings.
+fn bounds(
+    get: impl Fn(crate::queue_settings::Key) -> Option<crate::queue_settings::Value>,
+) -> (Bound, Bound) {
+    use crate::queue_settings::{Key, Overflow, Value};
+    let b = Bound {
+        depth: match get(Key::MaxDepth) {
+            Some(Value::MaxDepth(n)) => n,
+            _ => 0,
+        },
+        bytes: match get(Key::MaxBytes) {
+            Some(Value::MaxBytes(n)) => n,
+            _ => 0,
+        },
+    };
+    match get(Key::Overflow) {
+        Some(Value::Overflow(Overflow::DropOldest)) => (Bound::default(), b),
+        _ => (b, Bound::default()),
+    }
+}
+
+/// A queue's memory queue size: its own `mem_queue_size`, else the node's
+/// `--mem-queue-size`. A node whose is 0 (`--mem-queue-size=0`, `--durable`) keeps every
+/// queue at 0: it promises that everything it holds is on disk.
+fn mem_queue_size(opts: &Options, own: Option<u64>) -> usize {
+    if opts.mem_queue_size == 0 {
+        return 0;
+    }
+    own.map_or(opts.mem_queue_size, |n| {
+        usize::try_from(n).unwrap_or(usize::MAX)
+    })
 }

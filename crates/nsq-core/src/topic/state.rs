@@ -236,6 +236,35 @@ impl<C: Clone> TopicState<C> {
         self.mem.len()
     }
 
+    /// The memory queue's messages' record sizes (a topic's `max_bytes`).
+    pub(super) fn mem_bytes(&self) -> u64 {
+        self.mem.queued_bytes()
+    }
+
+    /// The memory queue's size from now on (`mem_queue_size`, crate::queue_settings): later
+    /// publishes use it; what memory holds stays.
+    pub(super) fn set_mem_queue_size(&mut self, n: usize) {
+        self.mem_queue_size = n;
+    }
+
+    /// Drops the oldest messages of the memory queue until at least `k` of them and `bytes`
+    /// of them ([`Message::record_len`]) are dropped (a topic's `overflow=drop_oldest`). A
+    /// stalled batch is on its way to the channels and is not touched. Returns them, their
+    /// bytes, and whether the backend may hold more when memory ran out first (the driver
+    /// reads and drops the rest there).
+    pub(super) fn discard_front(&mut self, k: usize, bytes: u64) -> (Vec<Message>, u64, bool) {
+        let mut out = Vec::new();
+        let mut dropped = 0u64;
+        while out.len() < k || dropped < bytes {
+            let Some(m) = self.mem.pop_front() else {
+                return (out, dropped, self.spill);
+            };
+            dropped += m.record_len();
+            out.push(m);
+        }
+        (out, dropped, false)
+    }
+
     /// What memory holds that is on disk nowhere else (see [`crate::reserve`]).
     pub(super) fn held_bytes(&self) -> u64 {
         if self.durable {
@@ -322,6 +351,36 @@ mod tests {
             t.publish(msgs(9..10), OPEN, &mut |_| true),
             Publish::Direct(_)
         ));
+    }
+
+    #[test]
+    fn discard_front_drops_the_oldest_by_count_and_bytes_and_a_new_size_applies_later() {
+        let mut t: TopicState<u8> = TopicState::new(4, true, 0);
+        let closed = Gate {
+            has_channels: false,
+            ..OPEN
+        };
+        assert!(matches!(
+            t.publish(msgs(0..4), closed, &mut |_| true),
+            Publish::Memory
+        ));
+        // Each message is 4 + 26 + 1 bytes.
+        assert_eq!(t.mem_bytes(), 4 * 31);
+        let (gone, bytes, more) = t.discard_front(1, 40);
+        assert_eq!((gone.len(), bytes, more), (2, 62, false));
+        assert_eq!(gone[0].body[0], 0);
+        assert_eq!((t.mem_len(), t.mem_bytes()), (2, 62));
+        // A memory queue of 0 from now on: the next publish goes to disk, memory stays.
+        t.set_mem_queue_size(0);
+        let Publish::Write { mem, disk } = t.publish(msgs(4..5), closed, &mut |_| true) else {
+            panic!("expected a write");
+        };
+        assert_eq!((mem.len(), disk.len()), (0, 1));
+        t.write_done(mem, true, false);
+        assert_eq!(t.mem_len(), 2);
+        // Memory runs out first: the backend may hold more.
+        let (gone, _, more) = t.discard_front(5, 0);
+        assert_eq!((gone.len(), more), (2, true));
     }
 
     #[test]

@@ -4,12 +4,14 @@ use bytes::{Buf, Bytes, BytesMut};
 
 use super::frame_type as ft;
 use super::frames::{
-    HELLO_PREVIOUS_UNCLEAN, HELLO_RESUME, HELLO_SYNC, ITEM_MESSAGE, ITEM_TOPIC, STATUS_COMPLETE,
+    HELLO_PREVIOUS_UNCLEAN, HELLO_RESUME, HELLO_SYNC, ITEM_MESSAGE, ITEM_SETTINGS, ITEM_TOPIC,
+    STATUS_COMPLETE,
 };
 use super::{
     Admin, AdminOp, BacklogState, Challenge, ChannelItem, Fanout, Fin, Frame, FrameError, Hello,
     Item, LinkErrorCode, Manifest, MessageItem, PendingChannel, Pub, PubMessage, Req, ReqEntry,
-    StatusEntry, TopicItem, Welcome, WelcomeAnswer, LINK_VERSION, MAX_PROOF_LEN, NONCE_LEN,
+    Settings, StatusEntry, TopicItem, Welcome, WelcomeAnswer, LINK_VERSION, MAX_PROOF_LEN,
+    NONCE_LEN,
 };
 use crate::message::MessageId;
 
@@ -149,13 +151,22 @@ pub fn decode_payload(frame_type: u8, payload: Bytes) -> Result<Frame, FrameErro
                 3 => AdminOp::Empty,
                 4 => AdminOp::Pause,
                 5 => AdminOp::Unpause,
+                6 => AdminOp::Settings,
                 v => return Err(r.bad("ADMIN op", v.into())),
+            };
+            let topic = r.str8()?;
+            let channel = r.str8()?;
+            let settings = if op == AdminOp::Settings {
+                r.settings()?
+            } else {
+                Vec::new()
             };
             Frame::Admin(Admin {
                 seq,
                 op,
-                topic: r.str8()?,
-                channel: r.str8()?,
+                topic,
+                channel,
+                settings,
             })
         }
         ft::CATCHUP_BEGIN => Frame::CatchupBegin { seq: r.u64()? },
@@ -306,6 +317,26 @@ impl Reader {
         Ok(self.buf.get_u8())
     }
 
+    /// A TOPIC item's or channel's flags (`1` paused, `2` settings follow) and settings.
+    fn queue_flags(&mut self, what: &'static str) -> Result<(bool, Settings), FrameError> {
+        let flags = self.u8()?;
+        if flags & !(1 | ITEM_SETTINGS) != 0 {
+            return Err(self.bad(what, flags.into()));
+        }
+        let settings = if flags & ITEM_SETTINGS != 0 {
+            self.settings()?
+        } else {
+            Vec::new()
+        };
+        Ok((flags & 1 != 0, settings))
+    }
+
+    /// `u8 count, (str8 key, str8 value)…`.
+    fn settings(&mut self) -> Result<Settings, FrameError> {
+        let n = self.u8()? as usize;
+        (0..n).map(|_| Ok((self.str8()?, self.str8()?))).collect()
+    }
+
     fn flag(&mut self, what: &'static str) -> Result<bool, FrameError> {
         match self.u8()? {
             0 => Ok(false),
@@ -412,18 +443,22 @@ impl Reader {
         match self.u8()? {
             ITEM_TOPIC => {
                 let topic = self.str8()?;
-                let paused = self.flag("TOPIC flags")?;
+                let (paused, settings) = self.queue_flags("TOPIC flags")?;
                 let n = self.count16(2)?;
                 let mut channels = Vec::with_capacity(n);
                 for _ in 0..n {
+                    let name = self.str8()?;
+                    let (paused, settings) = self.queue_flags("channel flags")?;
                     channels.push(ChannelItem {
-                        name: self.str8()?,
-                        paused: self.flag("channel flags")?,
+                        name,
+                        paused,
+                        settings,
                     });
                 }
                 Ok(Item::Topic(TopicItem {
                     topic,
                     paused,
+                    settings,
                     channels,
                 }))
             }

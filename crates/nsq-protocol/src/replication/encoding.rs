@@ -3,9 +3,10 @@
 use bytes::BufMut;
 
 use super::frames::{
-    HELLO_PREVIOUS_UNCLEAN, HELLO_RESUME, HELLO_SYNC, ITEM_MESSAGE, ITEM_TOPIC, STATUS_COMPLETE,
+    Settings, HELLO_PREVIOUS_UNCLEAN, HELLO_RESUME, HELLO_SYNC, ITEM_MESSAGE, ITEM_SETTINGS,
+    ITEM_TOPIC, STATUS_COMPLETE,
 };
-use super::{Frame, FrameError, Item, MAX_PROOF_LEN};
+use super::{AdminOp, Frame, FrameError, Item, MAX_PROOF_LEN};
 use crate::message::MessageId;
 
 /// Appends one whole frame (`[u32 size][u8 type][payload]`).
@@ -98,6 +99,9 @@ pub fn encode_payload(frame: &Frame, out: &mut impl BufMut) -> Result<(), FrameE
             out.put_u8(a.op as u8);
             put_str8(out, &a.topic)?;
             put_str8(out, &a.channel)?;
+            if a.op == AdminOp::Settings {
+                put_settings(out, &a.settings)?;
+            }
         }
         Frame::CatchupBegin { seq }
         | Frame::CatchupEnd { seq }
@@ -216,6 +220,31 @@ fn put_str8(out: &mut impl BufMut, s: &str) -> Result<(), FrameError> {
     Ok(())
 }
 
+/// A TOPIC item's or channel's flags (`1` paused, `2` settings follow), then the settings
+/// when there are any: a queue without settings has the layout of link version 4.
+fn put_flags(out: &mut impl BufMut, paused: bool, settings: &Settings) -> Result<(), FrameError> {
+    let mut flags = u8::from(paused);
+    if !settings.is_empty() {
+        flags |= ITEM_SETTINGS;
+    }
+    out.put_u8(flags);
+    if !settings.is_empty() {
+        put_settings(out, settings)?;
+    }
+    Ok(())
+}
+
+/// `u8 count, (str8 key, str8 value)…`.
+fn put_settings(out: &mut impl BufMut, settings: &Settings) -> Result<(), FrameError> {
+    let n = u8::try_from(settings.len()).map_err(|_| FrameError::ListTooLong(settings.len()))?;
+    out.put_u8(n);
+    for (k, v) in settings {
+        put_str8(out, k)?;
+        put_str8(out, v)?;
+    }
+    Ok(())
+}
+
 fn put_names(out: &mut impl BufMut, names: &[String]) -> Result<(), FrameError> {
     put_count16(out, names.len())?;
     names.iter().try_for_each(|n| put_str8(out, n))
@@ -238,11 +267,11 @@ fn put_item(out: &mut impl BufMut, item: &Item) -> Result<(), FrameError> {
         Item::Topic(t) => {
             out.put_u8(ITEM_TOPIC);
             put_str8(out, &t.topic)?;
-            out.put_u8(u8::from(t.paused));
+            put_flags(out, t.paused, &t.settings)?;
             put_count16(out, t.channels.len())?;
             for c in &t.channels {
                 put_str8(out, &c.name)?;
-                out.put_u8(u8::from(c.paused));
+                put_flags(out, c.paused, &c.settings)?;
             }
         }
         Item::Message(m) => {

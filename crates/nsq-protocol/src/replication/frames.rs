@@ -135,12 +135,15 @@ pub enum Item {
 
 pub(super) const ITEM_TOPIC: u8 = 1;
 pub(super) const ITEM_MESSAGE: u8 = 2;
+/// A TOPIC item's or channel's flag: settings follow the flags byte.
+pub(super) const ITEM_SETTINGS: u8 = 2;
 
-/// A topic, its pause flag and its channels.
+/// A topic, its pause flag, its queue settings and its channels.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicItem {
     pub topic: String,
     pub paused: bool,
+    pub settings: Settings,
     pub channels: Vec<ChannelItem>,
 }
 
@@ -149,7 +152,13 @@ pub struct TopicItem {
 pub struct ChannelItem {
     pub name: String,
     pub paused: bool,
+    pub settings: Settings,
 }
+
+/// A topic's or channel's queue settings as `(key, value)` text pairs (nsq-core's
+/// `QueueSettings::to_pairs`); empty: none set. The link carries them as they are, so a key
+/// added later needs no new frame layout.
+pub type Settings = Vec<(String, String)>;
 
 /// An unsettled message with where it is pending.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,6 +228,9 @@ pub struct Admin {
     pub topic: String,
     /// Empty: the operation is on the topic.
     pub channel: String,
+    /// [`AdminOp::Settings`]: the queue's whole settings after the change (empty: all
+    /// cleared). Empty for every other op.
+    pub settings: Settings,
 }
 
 /// What an [`Admin`] does.
@@ -229,6 +241,8 @@ pub enum AdminOp {
     Empty = 3,
     Pause = 4,
     Unpause = 5,
+    /// The queue's settings changed (`POST /topic/config`, `/channel/config`).
+    Settings = 6,
 }
 
 /// What was taken over of one channel (or, with an empty channel, of the topic).

@@ -21,10 +21,11 @@ pub const MAGIC_R1: &[u8; 4] = b"  R1";
 /// The link protocol version carried in HELLO and WELCOME. Version 2 added the membership
 /// proof (HELLO's nonce, CHALLENGE, AUTH); version 3 the replication core's facts (PING and
 /// PONG carrying the origin's clock, STATUS entries' `complete` flag, `echo` and state `gone`,
-/// TAKEN_OVER's `last_seq`, DROP's taker). A HELLO of another version is decoded only as far
+/// TAKEN_OVER's `last_seq`, DROP's taker); version 5 the queue settings (ADMIN op 6, a TOPIC
+/// item's settings, flag `2`). A HELLO of another version is decoded only as far
 /// as its version and node ID (the first two fields of every version), so that it can be
 /// refused as unsupported or as not in the group.
-pub const LINK_VERSION: u16 = 4;
+pub const LINK_VERSION: u16 = 5;
 /// The bytes of a handshake nonce (HELLO, CHALLENGE).
 pub const NONCE_LEN: usize = 16;
 /// The most bytes of a membership proof (CHALLENGE, AUTH).
@@ -75,8 +76,8 @@ pub use encoding::{encode, encode_payload, try_encode};
 pub use error::{FrameError, LinkErrorCode};
 pub use frames::{
     Admin, AdminOp, BacklogState, Challenge, ChannelItem, Direction, Fanout, Fin, Frame, Hello,
-    Item, Manifest, MessageItem, PendingChannel, Pub, PubMessage, Req, ReqEntry, StatusEntry,
-    TopicItem, Welcome, WelcomeAnswer,
+    Item, Manifest, MessageItem, PendingChannel, Pub, PubMessage, Req, ReqEntry, Settings,
+    StatusEntry, TopicItem, Welcome, WelcomeAnswer,
 };
 
 #[cfg(test)]

@@ -53,15 +53,15 @@ fn hello_bytes() {
             http_port: 4151,
             nonce: *b"0123456789abcdef",
         }),
-        "00000043 01 0004 0102030405060708 0000000000000003 03 0000000000000009 \
+        "00000043 01 0005 0102030405060708 0000000000000003 03 0000000000000009 \
          0000000000000002 0002 01000000 0269 02 6831 1036 1037 {id}",
     );
 }
 
 #[test]
 fn a_hello_of_another_version_is_read_only_as_far_as_its_version_and_node_id() {
-    // Version 1, 2 and 3 HELLOs (version 1 had no nonce; version 3 had no STANDBY) and
-    // future ones: they decode to their version and node ID alone, so the replica can answer
+    // Version 1 to 4 HELLOs (version 1 had no nonce; version 3 had no STANDBY; version 4 no
+    // queue settings) and future ones: they decode to their version and node ID alone, so the replica can answer
     // "unsupported version" (or "not in group").
     for (version, rest, node_id) in [
         (
@@ -71,8 +71,9 @@ fn a_hello_of_another_version_is_read_only_as_far_as_its_version_and_node_id() {
         ),
         (2, "0000000000000009", 9),
         (3, "0000000000000009", 9),
-        (5, "0000000000000009", 9),
-        (5, "ffff", 0),
+        (4, "0000000000000009", 9),
+        (6, "0000000000000009", 9),
+        (6, "ffff", 0),
     ] {
         let payload = hex(&format!("{version:04x} {rest}"));
         let mut bytes = hex(&format!("{:08x} 01", payload.len() + 1));
@@ -202,12 +203,29 @@ fn state_bytes() {
         Frame::State(Item::Topic(TopicItem {
             topic: "t".into(),
             paused: true,
+            settings: vec![],
             channels: vec![ChannelItem {
                 name: "a".into(),
                 paused: false,
+                settings: vec![],
             }],
         })),
         "0000000a 03 01 0174 01 0001 0161 00",
+    );
+    // Settings follow a flags byte with bit 2; none: the layout of link version 4.
+    check(
+        Frame::State(Item::Topic(TopicItem {
+            topic: "t".into(),
+            paused: true,
+            settings: vec![("ttl".into(), "60000000000".into())],
+            channels: vec![ChannelItem {
+                name: "a".into(),
+                paused: false,
+                settings: vec![("max_attempts".into(), "3".into())],
+            }],
+        })),
+        "0000002b 03 01 0174 03 01 0374746c 0b3630303030303030303030 0001 0161 02 01 \
+         0c6d61785f617474656d707473 0133",
     );
     check(
         Frame::State(Item::Message(MessageItem {
@@ -268,8 +286,29 @@ fn settlement_bytes() {
             op: AdminOp::Delete,
             topic: "t".into(),
             channel: "a".into(),
+            settings: vec![],
         }),
         "0000000e 07 000000000000000b 02 0174 0161",
+    );
+    check(
+        Frame::Admin(Admin {
+            seq: 12,
+            op: AdminOp::Settings,
+            topic: "t".into(),
+            channel: "a".into(),
+            settings: vec![("ttl".into(), "1".into())],
+        }),
+        "00000015 07 000000000000000c 06 0174 0161 01 0374746c 0131",
+    );
+    check(
+        Frame::Admin(Admin {
+            seq: 12,
+            op: AdminOp::Settings,
+            topic: "t".into(),
+            channel: String::new(),
+            settings: vec![],
+        }),
+        "0000000e 07 000000000000000c 06 0174 00 00",
     );
 }
 
@@ -305,6 +344,7 @@ fn handoff_bytes() {
             item: Item::Topic(TopicItem {
                 topic: "t".into(),
                 paused: false,
+                settings: vec![],
                 channels: vec![],
             }),
         },
@@ -618,6 +658,10 @@ fn name() -> impl Strategy<Value = String> {
     "[a-z0-9_.#-]{0,12}"
 }
 
+fn settings() -> impl Strategy<Value = Vec<(String, String)>> {
+    proptest::collection::vec((name(), "[ -~]{0,20}"), 0..3)
+}
+
 fn id() -> impl Strategy<Value = MessageId> {
     any::<[u8; 16]>().prop_map(MessageId)
 }
@@ -631,14 +675,20 @@ fn item() -> impl Strategy<Value = Item> {
         (
             name(),
             any::<bool>(),
-            proptest::collection::vec((name(), any::<bool>()), 0..4)
+            settings(),
+            proptest::collection::vec((name(), any::<bool>(), settings()), 0..4)
         )
-            .prop_map(|(topic, paused, chans)| Item::Topic(TopicItem {
+            .prop_map(|(topic, paused, settings, chans)| Item::Topic(TopicItem {
                 topic,
                 paused,
+                settings,
                 channels: chans
                     .into_iter()
-                    .map(|(name, paused)| ChannelItem { name, paused })
+                    .map(|(name, paused, settings)| ChannelItem {
+                        name,
+                        paused,
+                        settings,
+                    })
                     .collect(),
             })),
         (
@@ -768,21 +818,31 @@ fn frame() -> impl Strategy<Value = Frame> {
                 ids,
             })
         ),
-        (any::<u64>(), 1u8..=5, name(), name()).prop_map(|(seq, op, topic, channel)| {
-            let op = [
-                AdminOp::Create,
-                AdminOp::Delete,
-                AdminOp::Empty,
-                AdminOp::Pause,
-                AdminOp::Unpause,
-            ][op as usize - 1];
-            Frame::Admin(Admin {
-                seq,
-                op,
-                topic,
-                channel,
-            })
-        }),
+        (any::<u64>(), 1u8..=6, name(), name(), settings()).prop_map(
+            |(seq, op, topic, channel, settings)| {
+                let op = [
+                    AdminOp::Create,
+                    AdminOp::Delete,
+                    AdminOp::Empty,
+                    AdminOp::Pause,
+                    AdminOp::Unpause,
+                    AdminOp::Settings,
+                ][op as usize - 1];
+                // Only a settings change carries settings.
+                let settings = if op == AdminOp::Settings {
+                    settings
+                } else {
+                    Vec::new()
+                };
+                Frame::Admin(Admin {
+                    seq,
+                    op,
+                    topic,
+                    channel,
+                    settings,
+                })
+            }
+        ),
         any::<u64>().prop_map(|seq| Frame::CatchupBegin { seq }),
         any::<u64>().prop_map(|seq| Frame::CatchupEnd { seq }),
         any::<u64>().prop_map(|seq| Frame::Goodbye { seq }),

@@ -45,6 +45,10 @@ pub(super) async fn handle(
         Endpoint::DeleteChannel => delete(admin, &ctx, p(0), Some(p(1))).await,
         Endpoint::TombstoneTopicProducer => tombstone(admin, &ctx, p(0)).await,
         Endpoint::Config => config(admin, &ctx, p(0)).await,
+        Endpoint::TopicConfig => settings::config(admin, &ctx, p(0), None).await,
+        Endpoint::ChannelConfig => settings::config(admin, &ctx, p(0), Some(p(1))).await,
+        Endpoint::ChannelPeek => settings::peek(admin, &ctx, p(0), p(1)).await,
+        Endpoint::ChannelRedrive => redrive::redrive(admin, &ctx, p(0), p(1)).await,
         Endpoint::HistoryTotal => history(admin, None, None),
         Endpoint::HistoryTopic => history(admin, Some(p(0)), None),
         Endpoint::HistoryChannel => history(admin, Some(p(0)), Some(p(1))),
@@ -612,6 +616,9 @@ fn history(admin: &Arc<Admin>, topic: Option<&str>, channel: Option<&str>) -> Ap
         _ => Reply::json(&h.total()),
     })
 }
+
+mod redrive;
+mod settings;
 
 #[cfg(test)]
 mod tests;

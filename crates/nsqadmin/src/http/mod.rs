@@ -62,6 +62,14 @@ pub(crate) enum Endpoint {
     Metrics,
     /// `/api/replication` (ours: every node's replication state; http/replication.rs).
     Replication,
+    /// `/api/settings/:topic` (ours: queue settings, GET and POST; http/api/settings.rs).
+    TopicConfig,
+    /// `/api/settings/:topic/:channel` (ours, likewise).
+    ChannelConfig,
+    /// `/api/peek/:topic/:channel` (ours).
+    ChannelPeek,
+    /// `/api/redrive/:topic/:channel` (ours: POST; http/api/redrive.rs).
+    ChannelRedrive,
 }
 
 const ROUTES: &[(Method, &str, Endpoint)] = &[
@@ -108,6 +116,30 @@ const ROUTES: &[(Method, &str, Endpoint)] = &[
     ),
     (Method::GET, "/api/counter", Endpoint::Counter),
     (Method::GET, "/api/replication", Endpoint::Replication),
+    // Ours (queue settings and peek): under their own prefixes, so that every NSQ path,
+    // `/api/topics/:topic/:channel` for any channel name included, keeps its NSQ meaning.
+    (Method::GET, "/api/settings/:topic", Endpoint::TopicConfig),
+    (Method::POST, "/api/settings/:topic", Endpoint::TopicConfig),
+    (
+        Method::GET,
+        "/api/settings/:topic/:channel",
+        Endpoint::ChannelConfig,
+    ),
+    (
+        Method::POST,
+        "/api/settings/:topic/:channel",
+        Endpoint::ChannelConfig,
+    ),
+    (
+        Method::GET,
+        "/api/peek/:topic/:channel",
+        Endpoint::ChannelPeek,
+    ),
+    (
+        Method::POST,
+        "/api/redrive/:topic/:channel",
+        Endpoint::ChannelRedrive,
+    ),
     (Method::GET, "/api/graphite", Endpoint::Graphite),
     (Method::GET, "/api/history", Endpoint::HistoryTotal),
     (
@@ -306,6 +338,62 @@ mod tests {
             Some((Endpoint::Channel, vec!["t".into(), "c".into()]))
         );
         assert_eq!(r.lookup(&Method::GET, "/render"), None);
+        // A channel named `config` is an ordinary channel, as in NSQ.
+        assert_eq!(
+            r.lookup(&Method::GET, "/api/topics/t/config"),
+            Some((Endpoint::Channel, vec!["t".into(), "config".into()]))
+        );
+        assert_eq!(
+            r.lookup(&Method::POST, "/api/topics/t/config"),
+            Some((Endpoint::ChannelAction, vec!["t".into(), "config".into()]))
+        );
+        assert_eq!(
+            r.lookup(&Method::DELETE, "/api/topics/t/config"),
+            Some((Endpoint::DeleteChannel, vec!["t".into(), "config".into()]))
+        );
+        assert_eq!(r.lookup(&Method::GET, "/api/topics/t/c/config"), None);
+        assert_eq!(r.lookup(&Method::GET, "/api/topics/t/c/peek"), None);
+        assert_eq!(
+            r.lookup(&Method::GET, "/api/settings/t"),
+            Some((Endpoint::TopicConfig, vec!["t".into()]))
+        );
+        assert_eq!(
+            r.lookup(&Method::POST, "/api/settings/t"),
+            Some((Endpoint::TopicConfig, vec!["t".into()]))
+        );
+        assert_eq!(
+            r.lookup(&Method::GET, "/api/settings/t/c"),
+            Some((Endpoint::ChannelConfig, vec!["t".into(), "c".into()]))
+        );
+        assert_eq!(
+            r.lookup(&Method::POST, "/api/settings/t/c"),
+            Some((Endpoint::ChannelConfig, vec!["t".into(), "c".into()]))
+        );
+        assert_eq!(
+            r.lookup(&Method::GET, "/api/peek/t/c"),
+            Some((Endpoint::ChannelPeek, vec!["t".into(), "c".into()]))
+        );
+        assert_eq!(r.lookup(&Method::POST, "/api/peek/t/c"), None);
+        assert_eq!(
+            r.lookup(&Method::POST, "/api/redrive/t/c"),
+            Some((Endpoint::ChannelRedrive, vec!["t".into(), "c".into()]))
+        );
+        // A channel named `redrive` stays an ordinary channel, as in NSQ.
+        assert_eq!(
+            r.lookup(&Method::POST, "/api/topics/t/redrive"),
+            Some((Endpoint::ChannelAction, vec!["t".into(), "redrive".into()]))
+        );
+        assert_eq!(r.lookup(&Method::POST, "/api/topics/t/c/redrive"), None);
+        assert_eq!(r.lookup(&Method::GET, "/api/redrive/t/c"), None);
+        assert_eq!(
+            r.allowed("/api/redrive/t/c", Some(&Method::GET)).as_deref(),
+            Some("OPTIONS, POST")
+        );
+        assert_eq!(
+            r.allowed("/api/settings/t", Some(&Method::DELETE))
+                .as_deref(),
+            Some("GET, OPTIONS, POST")
+        );
         assert_eq!(
             r.lookup(&Method::GET, "/replication"),
             Some((Endpoint::Index, vec![]))

@@ -73,6 +73,7 @@ pub(super) async fn handle(
             super::queue::config(nsqd, ep == Endpoint::TopicConfig, req).await
         }
         Endpoint::ChannelPeek => v1(super::queue::peek(nsqd, req).await),
+        Endpoint::ChannelRedrive => v1(super::queue::redrive(nsqd, req).await),
         Endpoint::Config => v1(config(st, param.as_deref().unwrap_or(""), req).await),
         Endpoint::PprofIndex
         | Endpoint::PprofCmdline

@@ -96,6 +96,8 @@ enum Endpoint {
     ChannelConfig,
     /// Ours, with `--http-peek`.
     ChannelPeek,
+    /// Ours (crate::redrive).
+    ChannelRedrive,
     Config,
     PprofIndex,
     PprofCmdline,
@@ -127,6 +129,7 @@ const ROUTES: &[(Method, &str, Endpoint)] = &[
     (Method::GET, "/channel/config", Endpoint::ChannelConfig),
     (Method::POST, "/channel/config", Endpoint::ChannelConfig),
     (Method::GET, "/channel/peek", Endpoint::ChannelPeek),
+    (Method::POST, "/channel/redrive", Endpoint::ChannelRedrive),
     (Method::GET, "/config/:opt", Endpoint::Config),
     (Method::PUT, "/config/:opt", Endpoint::Config),
     (Method::GET, "/debug/pprof/", Endpoint::PprofIndex),

@@ -129,7 +129,7 @@ pub(super) async fn peek(nsqd: &Arc<Nsqd>, req: Request) -> ApiResult {
                 ApiError::INTERNAL_ERROR
             })?
     };
-    let messages: Vec<Value> = peeked.iter().map(peeked_json).collect();
+    let messages: Vec<Value> = peeked.iter().map(|p| peeked_json(&topic, p)).collect();
     v1_json(&serde_json::json!({
         "topic": topic_name,
         "channel": name,
@@ -137,7 +137,7 @@ pub(super) async fn peek(nsqd: &Arc<Nsqd>, req: Request) -> ApiResult {
     }))
 }
 
-fn peeked_json(p: &nsq_core::Peeked) -> Value {
+fn peeked_json(topic: &nsq_core::Topic, p: &nsq_core::Peeked) -> Value {
     use base64::Engine as _;
     let (state, client_id) = match p.state {
         nsq_core::PeekState::Queued => ("queued", None),
@@ -149,7 +149,7 @@ fn peeked_json(p: &nsq_core::Peeked) -> Value {
         .chars()
         .map(|c| if c.is_control() { '.' } else { c })
         .collect();
-    serde_json::json!({
+    let mut v = serde_json::json!({
         "id": String::from_utf8_lossy(p.msg.id.as_bytes()),
         "timestamp": p.msg.timestamp,
         "attempts": p.msg.attempts,
@@ -158,5 +158,56 @@ fn peeked_json(p: &nsq_core::Peeked) -> Value {
         "due": p.due,
         "body": base64::engine::general_purpose::STANDARD.encode(body),
         "preview": preview,
-    })
+    });
+    // A dead letter this node made: where it came from (nsq_core::topic::dead_letters).
+    if let Some(o) = topic.dead_letter_origin(&p.msg.id) {
+        v["dead_letter"] = serde_json::json!({
+            "id": String::from_utf8_lossy(o.id.as_bytes()),
+            "topic": o.topic,
+            "channel": o.channel,
+            "attempts": o.attempts,
+            "reason": if o.expired { "expired" } else { "max_attempts" },
+        });
+    }
+    v
+}
+
+/// `POST /channel/redrive?topic=T&channel=C[&n=N][&to=TOPIC]` (ours, crate::redrive): moves
+/// up to `n` (default: the channel's depth) of the channel's queued messages back to the
+/// channel each was dead-lettered from, or with `to` publishes them to that topic; answers
+/// what it did: `{"topic","channel","moved","skipped","failed"}`.
+pub(super) async fn redrive(nsqd: &Arc<Nsqd>, req: Request) -> ApiResult {
+    let q = req_params(req).await?;
+    let (topic_name, name) = topic_channel_args(&q)?;
+    let n = match q.get("n") {
+        None => None,
+        Some(v) => Some(
+            v.parse::<usize>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or(ApiError::INVALID_N)?,
+        ),
+    };
+    let to = match q.get("to") {
+        None => None,
+        Some(t) if nsq_protocol::names::is_valid_topic_name(t) => Some(t.to_string()),
+        Some(_) => return Err(ApiError::INVALID_TO),
+    };
+    let topic = nsqd
+        .engine
+        .get_topic(topic_name)
+        .ok_or(ApiError::TOPIC_NOT_FOUND)?;
+    let ch = topic.get_channel(name).ok_or(ApiError::CHANNEL_NOT_FOUND)?;
+    if ch.is_paused() {
+        return Err(ApiError::CHANNEL_PAUSED);
+    }
+    let n = n.unwrap_or_else(|| usize::try_from(ch.depth().max(0)).unwrap_or(usize::MAX));
+    let report = crate::redrive::redrive(&nsqd.engine, &topic, &ch, n, to.as_deref()).await;
+    v1_json(&serde_json::json!({
+        "topic": topic_name,
+        "channel": name,
+        "moved": report.moved,
+        "skipped": report.skipped,
+        "failed": report.failed,
+    }))
 }

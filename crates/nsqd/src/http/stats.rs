@@ -131,6 +131,9 @@ struct TopicJson {
     message_count: u64,
     message_bytes: u64,
     paused: bool,
+    /// Ours (queue settings' `overflow=drop_oldest` on a topic): absent while 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    dropped_count: u64,
     e2e_processing_latency: E2eJson,
 }
 
@@ -289,6 +292,7 @@ fn to_json(s: Snapshot, q: &StatsQuery<'_>) -> StatsJson {
                 message_count: t.message_count,
                 message_bytes: t.message_bytes,
                 paused: t.paused,
+                dropped_count: t.dropped_count,
                 e2e_processing_latency: e2e(t.e2e, t.e2e_count),
             })
             .collect()
@@ -425,6 +429,11 @@ pub(crate) fn render_text(s: &StatsJson) -> String {
             t.message_count,
             e2e_text(&t.e2e_processing_latency)
         );
+        if t.dropped_count > 0 {
+            // Ours: on the topic's line, only once its drop_oldest dropped something.
+            w.pop();
+            let _ = writeln!(w, " dropped: {}", t.dropped_count);
+        }
         for c in &t.channels {
             let prefix = if c.paused { "   *P " } else { "      " };
             let _ = writeln!(

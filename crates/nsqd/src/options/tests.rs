@@ -102,6 +102,8 @@ const USAGE_TEMPLATE: &str = r#"Usage of nsqd:
     	maximum client configurable size (in bytes) for a client output buffer (default 65536)
   -max-output-buffer-timeout duration
     	maximum client configurable duration of time between flushing to a client (default 30s)
+  -max-queue-bytes int
+    	the most bytes a topic or a channel holds (each queued message's size on disk, 4 + 26 + body bytes, in memory and on disk) before a publish to it fails with 'E_PUB_FAILED ... is full' (0: no bound; a topic's or channel's own max_bytes, POST /topic/config or /channel/config, overrides it)
   -max-queue-depth int
     	the most messages a topic or a channel holds, in memory and on disk, before a publish to it fails with 'E_PUB_FAILED ... is full' (0: no bound; a topic's or channel's own max_depth, POST /topic/config or /channel/config, overrides it)
   -max-rdy-count int

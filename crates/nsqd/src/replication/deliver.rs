@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use nsq_core::message::{now_nanos, Message};
+use nsq_core::queue_settings::{QueueSettings, Scope};
 use nsq_core::receipt::PutReceipt;
 use nsq_core::replica::adopt::{self, Put};
 use nsq_core::replica::manifest;
@@ -79,17 +80,30 @@ impl Taken {
 /// Messages for one queue: `(topic, channel)` (no channel: the topic) and the messages.
 type Batch = ((String, Option<String>), Vec<Message>);
 
-/// Creates every topic and channel of `topics` here (pause flags kept).
+/// Creates every topic and channel of `topics` here (pause flags kept), with the copy's
+/// queue settings where the queue here has none of its own.
 pub(super) fn create_topics(
     engine: &Arc<Engine>,
     topics: &[nsq_protocol::replication::TopicItem],
 ) -> Result<(), String> {
+    let mut settings_changed = false;
     for t in topics {
         let (topic, _) = engine
             .get_or_create_topic(&t.topic)
             .map_err(|e| format!("failed to create topic {} - {e}", t.topic))?;
         if t.paused {
             topic.pause();
+        }
+        let what = format!("topic {}", t.topic);
+        if let Some(s) = copy_settings(
+            &what,
+            Scope::Topic,
+            &t.topic,
+            &topic.settings(),
+            &t.settings,
+        ) {
+            topic.set_settings(s);
+            settings_changed = true;
         }
         for c in &t.channels {
             let (ch, _) = topic
@@ -98,9 +112,45 @@ pub(super) fn create_topics(
             if c.paused {
                 ch.pause();
             }
+            let what = format!("channel {}:{}", t.topic, c.name);
+            let scope = Scope::Channel;
+            if let Some(s) = copy_settings(&what, scope, &t.topic, &ch.settings(), &c.settings) {
+                ch.set_settings(s);
+                topic.refresh_settings();
+                settings_changed = true;
+            }
         }
     }
+    if settings_changed {
+        engine.metadata_changed();
+    }
     Ok(())
+}
+
+/// The settings a taken-over copy gives a queue here (`what`), if any: only to a queue with
+/// none of its own — one set here (an admin sets each node through its own API) stays. Pairs
+/// that do not hold are left out and logged.
+fn copy_settings(
+    what: &str,
+    scope: Scope,
+    topic: &str,
+    here: &QueueSettings,
+    pairs: &nsq_protocol::replication::Settings,
+) -> Option<QueueSettings> {
+    if pairs.is_empty() {
+        return None;
+    }
+    let (copy, bad) = QueueSettings::from_pairs(scope, topic, pairs);
+    if !bad.is_empty() {
+        tracing::warn!("REPLICATION: {what}: left out the copy's settings {bad:?}");
+    }
+    if !here.is_empty() {
+        if *here != copy {
+            tracing::info!("REPLICATION: {what} keeps its own settings, not the copy's");
+        }
+        return None;
+    }
+    Some(copy).filter(|c| !c.is_empty())
 }
 
 /// Puts adopted messages into their queues in batches of [`ADOPT_BATCH`] (`Topic::adopt`),

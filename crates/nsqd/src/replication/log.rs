@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use nsq_core::{Channel, Message, Replicator};
 use nsq_protocol::replication::{
-    self, frame_type as ft, Admin, AdminOp, Fanout, Fin, Frame, Req, ReqEntry,
+    self, frame_type as ft, Admin, AdminOp, Fanout, Fin, Frame, Req, ReqEntry, Settings,
 };
 use nsq_protocol::MessageId;
 use parking_lot::Mutex;
@@ -264,6 +264,19 @@ impl Replicator for OriginLog {
                 op,
                 topic: topic.to_string(),
                 channel: channel.to_string(),
+                settings: Vec::new(),
+            })
+        });
+    }
+
+    fn settings(&self, topic: &str, channel: &str, settings: Settings) {
+        self.push_frame(|seq| {
+            Frame::Admin(Admin {
+                seq,
+                op: AdminOp::Settings,
+                topic: topic.to_string(),
+                channel: channel.to_string(),
+                settings,
             })
         });
     }

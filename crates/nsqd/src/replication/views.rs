@@ -47,6 +47,31 @@ impl PeerInfo {
 }
 
 impl Replication {
+    /// The topics and channels (pause flags, queue settings) this node's backlogs of
+    /// `origin` hold, epoch by epoch: what a takeover of them would create.
+    pub fn backlog_topics(
+        &self,
+        origin: u64,
+    ) -> Vec<(u64, Vec<nsq_protocol::replication::TopicItem>)> {
+        let list: Vec<Arc<Backlog>> = self
+            .backlogs
+            .lock()
+            .values()
+            .filter(|b| b.origin == origin)
+            .cloned()
+            .collect();
+        let mut v: Vec<_> = list
+            .iter()
+            .map(|b| {
+                let mut topics = b.store.lock().topics();
+                topics.sort_by(|x, y| x.topic.cmp(&y.topic));
+                (b.epoch, topics)
+            })
+            .collect();
+        v.sort_by_key(|(epoch, _)| *epoch);
+        v
+    }
+
     // ---- views -------------------------------------------------------------------------
 
     /// The backlogs held, by origin and epoch.

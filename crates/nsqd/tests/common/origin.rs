@@ -131,6 +131,7 @@ pub fn admin(seq: u64, op: AdminOp, topic: &str, channel: &str) -> Frame {
         op,
         topic: topic.into(),
         channel: channel.into(),
+        settings: Vec::new(),
     })
 }
 

@@ -213,7 +213,12 @@ impl World {
                 };
                 self.take(client, rdy, rule)?
             }
-            Op::DropOldest(k) => self.drop_oldest(k)?,
+            Op::DropOldest { k, bytes } => self.drop_oldest(k, bytes)?,
+            Op::MemQueueSize(n) => {
+                if !self.cfg.journaled {
+                    self.state.set_mem_queue_size(n);
+                }
+            }
             Op::DeadLettered(k) => {
                 let held = self.state.in_flight_of(DEAD_LETTER_CLIENT);
                 if let Some(id) = held.get(k % held.len().max(1)).copied() {

@@ -31,8 +31,15 @@ pub(super) enum Op {
     },
     /// The k-th held message's copy in the dead-letter topic is stored: it is FINed.
     DeadLettered(usize),
-    /// `overflow=drop_oldest`: the k oldest queued messages are dropped (memory, then disk).
-    DropOldest(usize),
+    /// `overflow=drop_oldest`: the oldest queued messages are dropped (memory, then disk)
+    /// until at least `k` of them and `bytes` of them are (`max_depth`, `max_bytes`).
+    DropOldest {
+        k: usize,
+        bytes: u64,
+    },
+    /// The channel's `mem_queue_size` changes: later puts and restores use it (a journaled
+    /// channel keeps 0, as the driver does).
+    MemQueueSize(usize),
     /// A take on a channel with a `ttl`: a message published more than `ttl_ms` ago is
     /// consumed and dropped instead.
     Expiring {
@@ -75,7 +82,8 @@ pub(super) fn op(crashes: bool) -> impl Strategy<Value = Op> {
         1 => (0..CLIENTS, 1usize..5).prop_map(|(client, rdy)| Op::Sample { client, rdy }),
         1 => (0..CLIENTS, 1usize..5, 1u16..4, proptest::bool::ANY).prop_map(|(client, rdy, max_attempts, dead_letter)| Op::Limited { client, rdy, max_attempts, dead_letter }),
         1 => (0usize..4).prop_map(Op::DeadLettered),
-        1 => (1usize..4).prop_map(Op::DropOldest),
+        1 => (0usize..4, prop_oneof![Just(0u64), 1u64..120]).prop_map(|(k, bytes)| Op::DropOldest { k: if bytes == 0 { k.max(1) } else { k }, bytes }),
+        1 => (0usize..4).prop_map(Op::MemQueueSize),
         1 => (0..CLIENTS, 1usize..5, 0u64..3000).prop_map(|(client, rdy, ttl_ms)| Op::Expiring { client, rdy, ttl_ms }),
         8 => (0usize..8).prop_map(Op::Advance),
         6 => (0..CLIENTS, 0usize..8).prop_map(|(client, k)| Op::Fin { client, k }),

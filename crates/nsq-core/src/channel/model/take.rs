@@ -172,26 +172,36 @@ impl World {
         Ok(())
     }
 
-    /// `overflow=drop_oldest`: the `k` oldest queued messages are dropped, as the channel's
-    /// `trim_to_bound` does (memory first, then a read of the disk that drops all it reads):
-    /// a counted decision of the setting, no longer owed.
-    pub(super) fn drop_oldest(&mut self, k: usize) -> Result<(), TestCaseError> {
-        let (ids, read) = self.state.discard_front(k);
-        prop_assert!(ids.len() <= k);
+    /// `overflow=drop_oldest`: the oldest queued messages are dropped until at least `k` of
+    /// them and `bytes` of them are, as the channel's `trim_to_bound` does (memory first,
+    /// then reads of the disk that drop all they read: by count in one read, by bytes one
+    /// record at a time): a counted decision of the setting, no longer owed.
+    pub(super) fn drop_oldest(&mut self, k: usize, bytes: u64) -> Result<(), TestCaseError> {
+        let mem_before = self.state.mem_len();
+        let (ids, mut dropped_b, mut more) = self.state.discard_front(k, bytes);
+        let enough = |n: usize, b: u64| n >= k && b >= bytes;
+        // Memory gave what it had, or enough.
+        prop_assert!(enough(ids.len(), dropped_b) || ids.len() == mem_before);
+        prop_assert!(!more || ids.len() == mem_before);
         for id in &ids {
             self.dequeued(*id)?;
             self.must.remove(id);
         }
-        if let Some(asked) = read {
-            prop_assert_eq!(asked, k - ids.len());
+        let mut count = ids.len();
+        while more && !enough(count, dropped_b) {
+            let asked = if dropped_b < bytes { 1 } else { k - count };
             let dropped = std::cell::RefCell::new(Vec::new());
             let mut keep = |m: &Message| {
-                dropped.borrow_mut().push(m.id);
+                dropped.borrow_mut().push((m.id, m.record_len()));
                 Verdict::Drop
             };
             self.read(0, asked, &mut keep)?;
-            for id in dropped.take() {
+            let dropped = dropped.take();
+            more = dropped.len() == asked;
+            for (id, len) in dropped {
                 self.must.remove(&id);
+                dropped_b += len;
+                count += 1;
             }
         }
         Ok(())

@@ -295,24 +295,32 @@ impl ChannelState {
         Taken { n, read }
     }
 
-    /// Drops up to `k` of the oldest queued messages from memory (`overflow=drop_oldest`,
-    /// crate::queue_settings), their records settled as a sampled-out message's are: their
-    /// IDs, and how many more to read from the backend and drop there (reported with
-    /// [`ChannelState::take_backend`] and a keep that drops everything), when memory ran out
-    /// first and the backend holds more.
-    pub(super) fn discard_front(&mut self, k: usize) -> (Vec<MessageId>, Option<usize>) {
+    /// Drops the oldest queued messages from memory until at least `k` of them and `bytes`
+    /// of them ([`Message::record_len`]) are dropped (`overflow=drop_oldest`,
+    /// crate::queue_settings), their records settled as a sampled-out message's are. Returns
+    /// their IDs, the bytes dropped, and whether the backend may hold more when memory ran
+    /// out first: the driver then reads the rest there and drops it (reported with
+    /// [`ChannelState::take_backend`] and a keep that drops everything).
+    pub(super) fn discard_front(&mut self, k: usize, bytes: u64) -> (Vec<MessageId>, u64, bool) {
         let mut ids = Vec::new();
-        while ids.len() < k {
+        let mut dropped = 0u64;
+        while ids.len() < k || dropped < bytes {
             let Some(Queued { msg, pos }) = self.mem.pop_front() else {
-                break;
+                return (ids, dropped, self.spill);
             };
             if let Some(p) = pos {
                 self.reads.settle(p);
             }
+            dropped += msg.record_len();
             ids.push(msg.id);
         }
-        let read = (ids.len() < k && self.spill).then_some(k - ids.len());
-        (ids, read)
+        (ids, dropped, false)
+    }
+
+    /// The size of the memory queue from now on (a queue's `mem_queue_size`,
+    /// crate::queue_settings): later puts and restores use it; what memory holds stays.
+    pub(super) fn set_mem_queue_size(&mut self, n: usize) {
+        self.cfg.mem_queue_size = n;
     }
 
     /// The backend read asked for by [`Taken::read`] returned `raw` (`asked` were asked for):

@@ -136,6 +136,11 @@ impl ChannelState {
         self.mem.len()
     }
 
+    /// The memory queue's messages' record sizes (a queue's `max_bytes`).
+    pub(in crate::channel) fn mem_bytes(&self) -> u64 {
+        self.mem.queued_bytes()
+    }
+
     pub(in crate::channel) fn in_flight_len(&self) -> usize {
         self.in_flight.len()
     }

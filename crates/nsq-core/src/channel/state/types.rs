@@ -30,6 +30,12 @@ impl Weigh for Queued {
             0
         }
     }
+
+    /// Counted for `max_bytes` whether its record is on disk or not: a record read from the
+    /// backend is no longer among the backend's unread bytes.
+    fn queued_bytes(&self) -> u64 {
+        self.msg.record_len()
+    }
 }
 
 /// What does not change over a channel's life.

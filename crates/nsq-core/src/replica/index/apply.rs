@@ -143,13 +143,16 @@ impl Index {
             .collect();
         let t = self.topic_mut(&item.topic);
         t.paused = item.paused;
+        t.settings.clone_from(&item.settings);
         let mut listed = 0;
         for (c, deleted) in item.channels.iter().zip(deleted) {
             if deleted {
                 continue;
             }
             let slot = t.channel(&c.name, catching_up);
-            t.chan_mut(slot).paused = c.paused;
+            let ch = t.chan_mut(slot);
+            ch.paused = c.paused;
+            ch.settings.clone_from(&c.settings);
             listed += 1;
         }
         // An item that describes the whole metadata is where replaying it can start.
@@ -280,6 +283,22 @@ impl Index {
                 } else {
                     let slot = t.channel(&a.channel, catching_up);
                     t.chan_mut(slot).paused = paused;
+                }
+            }
+            // Only a topic or listed channel this index knows: a change made after a
+            // catch-up's STATE TOPIC was read follows it on the wire, one made before is in
+            // it; and a change that raced a deletion does not bring the queue back.
+            AdminOp::Settings => {
+                let Some(t) = self.topics.get_mut(&a.topic) else {
+                    return;
+                };
+                if on_topic {
+                    t.settings.clone_from(&a.settings);
+                } else if let Some(slot) = t.slot(&a.channel) {
+                    let c = t.chan_mut(slot);
+                    if c.listed {
+                        c.settings.clone_from(&a.settings);
+                    }
                 }
             }
             AdminOp::Delete if on_topic => {

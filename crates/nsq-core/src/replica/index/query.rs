@@ -58,12 +58,14 @@ impl Index {
             .map(|(name, t)| TopicItem {
                 topic: name.clone(),
                 paused: t.paused,
+                settings: t.settings.clone(),
                 channels: t
                     .listed()
                     .into_iter()
                     .map(|c| ChannelItem {
                         name: c.name.to_string(),
                         paused: c.paused,
+                        settings: c.settings.clone(),
                     })
                     .collect(),
             })

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
+use nsq_protocol::replication::Settings;
 use nsq_protocol::MessageId;
 
 use super::ids::IdMap;
@@ -19,12 +20,15 @@ pub(super) struct Chan {
     pub(super) name: Box<str>,
     pub(super) listed: bool,
     pub(super) paused: bool,
+    /// Its queue settings (ADMIN op 6, STATE TOPIC), carried to a takeover.
+    pub(super) settings: Settings,
     pub(super) confirmed: bool,
 }
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct TopicEntry {
     pub(super) paused: bool,
+    pub(super) settings: Settings,
     pub(super) confirmed: bool,
     /// Slots; `None` is free (no channel, no message pending on it).
     chans: Vec<Option<Chan>>,
@@ -50,6 +54,7 @@ impl TopicEntry {
             } else {
                 c.listed = true;
                 c.paused = false;
+                c.settings = Settings::new();
                 c.confirmed = true;
             }
             return slot;
@@ -58,6 +63,7 @@ impl TopicEntry {
             name: name.into(),
             listed: true,
             paused: false,
+            settings: Settings::new(),
             confirmed: true,
         });
         match self.chans.iter().position(Option::is_none) {

@@ -127,3 +127,34 @@ fn warnings() {
     assert_eq!(warn_msg(&[]), "");
     assert_eq!(warn_msg(&["a\nb".into(), "c".into()]), "WARNING: a\nb; c");
 }
+
+/// A settings body is judged before any nsqd is asked: an object with a `settings` object of
+/// strings, numbers or nulls.
+#[tokio::test]
+async fn bad_settings_bodies_are_refused() {
+    let h = admin().await;
+    for body in [
+        &b""[..],
+        b"notjson",
+        b"[]",
+        br#"{"ttl":"1m"}"#,
+        br#"{"settings":[]}"#,
+        br#"{"settings":{"ttl":true}}"#,
+        br#"{"settings":{"ttl":["1m"]}}"#,
+    ] {
+        for path in ["/api/settings/t", "/api/settings/t/c"] {
+            assert_eq!(
+                post(&h, path, body).await,
+                (400, "INVALID_BODY".into()),
+                "{path} {}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+    let r = nsq_testkit::http::request(h.http_addr(), "GET", "/api/peek/t/c?n=0", &[], b"").await;
+    assert_eq!(
+        (r.status, r.text()),
+        (400, r#"{"message":"INVALID_N"}"#.to_string())
+    );
+    h.shutdown().await;
+}

@@ -51,6 +51,15 @@ enum Op {
     Reset,
 }
 
+/// Queue settings that vary with `n`: none for a third of the values (cleared).
+fn settings_for(n: u64) -> Vec<(String, String)> {
+    if n.is_multiple_of(3) {
+        Vec::new()
+    } else {
+        vec![("ttl".into(), n.to_string())]
+    }
+}
+
 fn op() -> impl Strategy<Value = Op> {
     let chan = || prop_oneof![0..3u8, 0..20u8];
     let chans = move || proptest::collection::vec(chan(), 0..4);
@@ -64,7 +73,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(t, c, i, d, a)| Op::Req(t, c, i, d, a)),
         3 => (0..2usize, chans(), ids(), any::<bool>())
             .prop_map(|(t, c, i, m)| Op::Fanout(t, c, i, m)),
-        1 => (1..=5u8, 0..2usize, prop::option::of(chan())).prop_map(|(o, t, c)| Op::Admin(o, t, c)),
+        1 => (1..=6u8, 0..2usize, prop::option::of(chan())).prop_map(|(o, t, c)| Op::Admin(o, t, c)),
         // Up to 20 channels at once: more than a narrow state has bits for.
         1 => (0..2usize, any::<bool>(), proptest::collection::vec((0..20u8, any::<bool>()), 0..20))
             .prop_map(|(t, p, c)| Op::StateTopic(t, p, c)),
@@ -158,26 +167,38 @@ impl Log {
                 channels: chans.iter().map(|c| channel(*c)).collect(),
                 ids: self.ids(ids),
             }),
-            Op::Admin(o, t, c) => Frame::Admin(Admin {
-                seq: self.next_seq(),
-                op: [
+            Op::Admin(o, t, c) => {
+                let seq = self.next_seq();
+                let op = [
                     AdminOp::Create,
                     AdminOp::Delete,
                     AdminOp::Empty,
                     AdminOp::Pause,
                     AdminOp::Unpause,
-                ][usize::from(*o) - 1],
-                topic: TOPICS[*t].into(),
-                channel: c.map_or(String::new(), channel),
-            }),
+                    AdminOp::Settings,
+                ][usize::from(*o) - 1];
+                Frame::Admin(Admin {
+                    seq,
+                    op,
+                    topic: TOPICS[*t].into(),
+                    channel: c.map_or(String::new(), channel),
+                    settings: if op == AdminOp::Settings {
+                        settings_for(seq)
+                    } else {
+                        Vec::new()
+                    },
+                })
+            }
             Op::StateTopic(t, paused, chans) => Frame::State(Item::Topic(TopicItem {
                 topic: TOPICS[*t].into(),
                 paused: *paused,
+                settings: settings_for(u64::from(*paused) + *t as u64),
                 channels: chans
                     .iter()
                     .map(|(c, p)| ChannelItem {
                         name: channel(*c),
                         paused: *p,
+                        settings: settings_for(u64::from(*c) + u64::from(*p)),
                     })
                     .collect(),
             })),

@@ -62,6 +62,7 @@ fn admin(seq: u64, op: AdminOp, topic: &str, channel: &str) -> Record {
         op,
         topic: topic.into(),
         channel: channel.into(),
+        settings: Vec::new(),
     }))
 }
 
@@ -225,9 +226,11 @@ fn administration() {
         vec![TopicItem {
             topic: "v".into(),
             paused: false,
+            settings: vec![],
             channels: vec![ChannelItem {
                 name: "c".into(),
-                paused: false
+                paused: false,
+                settings: vec![],
             }],
         }]
     );
@@ -287,18 +290,22 @@ fn catchup_trims_stale_entries_and_tombstones_early_settlements() {
         Record::Frame(Frame::State(Item::Topic(TopicItem {
             topic: "t".into(),
             paused: true,
+            settings: vec![],
             channels: vec![
                 ChannelItem {
                     name: "a".into(),
                     paused: false,
+                    settings: vec![],
                 },
                 ChannelItem {
                     name: "b".into(),
                     paused: false,
+                    settings: vec![],
                 },
                 ChannelItem {
                     name: "c".into(),
                     paused: false,
+                    settings: vec![],
                 },
             ],
         }))),
@@ -445,6 +452,8 @@ impl Model {
                             }
                         }
                     }
+                    // Settings are compared by the differential test (diff.rs).
+                    AdminOp::Settings => {}
                     AdminOp::Delete if on_topic => {
                         self.topics.remove(&a.topic);
                     }
@@ -478,12 +487,14 @@ impl Model {
             .map(|(name, t)| TopicItem {
                 topic: name.clone(),
                 paused: t.paused,
+                settings: vec![],
                 channels: t
                     .channels
                     .iter()
                     .map(|(c, p)| ChannelItem {
                         name: c.clone(),
                         paused: *p,
+                        settings: vec![],
                     })
                     .collect(),
             })

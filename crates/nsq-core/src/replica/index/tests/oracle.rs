@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use nsq_protocol::replication::{
     Admin, AdminOp, ChannelItem, Fanout, Fin, Frame, Item, MessageItem, PendingChannel, Pub, Req,
-    TopicItem,
+    Settings, TopicItem,
 };
 use nsq_protocol::MessageId;
 
@@ -42,12 +42,14 @@ impl MsgEntry {
 #[derive(Debug, Clone)]
 struct ChannelMeta {
     paused: bool,
+    settings: Settings,
     confirmed: bool,
 }
 
 #[derive(Debug, Clone, Default)]
 struct TopicEntry {
     paused: bool,
+    settings: Settings,
     confirmed: bool,
     channels: BTreeMap<Arc<str>, ChannelMeta>,
     messages: HashMap<MessageId, MsgEntry>,
@@ -64,6 +66,7 @@ impl TopicEntry {
             k.clone(),
             ChannelMeta {
                 paused: false,
+                settings: Settings::new(),
                 confirmed: true,
             },
         );
@@ -303,6 +306,7 @@ impl Oracle {
             .collect();
         let t = self.topic_mut(&item.topic);
         t.paused = item.paused;
+        t.settings.clone_from(&item.settings);
         let mut listed = 0;
         for (c, deleted) in item.channels.iter().zip(deleted) {
             if deleted {
@@ -311,6 +315,7 @@ impl Oracle {
             let name = t.channel(&c.name, catching_up);
             if let Some(meta) = t.channels.get_mut(&name) {
                 meta.paused = c.paused;
+                meta.settings.clone_from(&c.settings);
             }
             listed += 1;
         }
@@ -476,6 +481,16 @@ impl Oracle {
                     }
                 }
             }
+            // Settings change only a known topic or channel.
+            AdminOp::Settings => {
+                if let Some(t) = self.topics.get_mut(&a.topic) {
+                    if on_topic {
+                        t.settings.clone_from(&a.settings);
+                    } else if let Some(meta) = t.channels.get_mut(&*a.channel) {
+                        meta.settings.clone_from(&a.settings);
+                    }
+                }
+            }
             AdminOp::Delete if on_topic => {
                 if let Some(t) = self.topics.remove(&a.topic) {
                     for e in t.messages.values() {
@@ -605,12 +620,14 @@ impl Oracle {
             .map(|(name, t)| TopicItem {
                 topic: name.clone(),
                 paused: t.paused,
+                settings: t.settings.clone(),
                 channels: t
                     .channels
                     .iter()
                     .map(|(c, meta)| ChannelItem {
                         name: c.to_string(),
                         paused: meta.paused,
+                        settings: meta.settings.clone(),
                     })
                     .collect(),
             })
