@@ -23,6 +23,7 @@ mod meta;
 mod read;
 mod recovery;
 mod syncer;
+mod watermark;
 mod write;
 
 use std::fs::{self, File};
@@ -37,8 +38,9 @@ use parking_lot::Mutex;
 
 use crate::backend::{BackendError, BackendQueue, DurableWait, RecordPos, ScanStep, WriteTicket};
 use meta::Meta;
-use read::{ReadSide, Watermark};
+use read::ReadSide;
 use syncer::{SyncDone, SyncJob};
+use watermark::Watermark;
 
 /// Parameters of one queue (nsqd's `--max-bytes-per-file`, `--max-msg-size`,
 /// `--sync-every`, `--sync-timeout`; go-diskqueue's `New` arguments).
