@@ -3,7 +3,7 @@
 //! one of them (`refuse` is the topic's check before the put: `Topic::check_bounds`), and the
 //! channel's own memory queue size (`mem_queue_size`).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use nsq_protocol::MessageId;
 
@@ -28,6 +28,17 @@ impl Bound {
         (self.depth > 0 && depth > self.depth) || (self.bytes > 0 && bytes > self.bytes)
     }
 
+    /// What a queue of `depth` messages and `bytes` bytes must drop to hold both bounds:
+    /// (messages, bytes), `None` when it holds them.
+    pub(crate) fn excess(&self, depth: u64, bytes: u64) -> Option<(usize, u64)> {
+        if !self.passed(depth, bytes) {
+            return None;
+        }
+        let over = |v: u64, max: u64| if max > 0 { v.saturating_sub(max) } else { 0 };
+        let n = usize::try_from(over(depth, self.depth)).unwrap_or(usize::MAX);
+        Some((n, over(bytes, self.bytes)))
+    }
+
     /// How it reads in a log line: `max_depth 3, max_bytes 100`.
     pub(crate) fn describe(&self) -> String {
         match (self.depth, self.bytes) {
@@ -38,10 +49,21 @@ impl Bound {
     }
 }
 
-impl Channel {
-    /// The effective bounds: `refuse` the ones a publish may not pass, `drop` the ones past
-    /// which the oldest are dropped (each 0 for none).
-    pub(crate) fn set_bound(&self, refuse: Bound, drop: Bound) {
+/// A topic's or channel's effective bounds, set when settings change and read on the put
+/// path without a lock: `refuse` the ones a publish may not pass, `drop` the ones past which
+/// the oldest are dropped (0: none).
+#[derive(Debug, Default)]
+pub(crate) struct Bounds {
+    refuse_depth: AtomicU64,
+    refuse_bytes: AtomicU64,
+    drop_depth: AtomicU64,
+    drop_bytes: AtomicU64,
+    /// A drop bound is set: the one load a put pays without one.
+    drops: AtomicBool,
+}
+
+impl Bounds {
+    pub(crate) fn set(&self, refuse: Bound, drop: Bound) {
         self.refuse_depth.store(refuse.depth, Ordering::Release);
         self.refuse_bytes.store(refuse.bytes, Ordering::Release);
         self.drop_depth.store(drop.depth, Ordering::Release);
@@ -49,13 +71,37 @@ impl Channel {
         self.drops.store(!drop.is_none(), Ordering::Release);
     }
 
-    /// The bounds a publish to this channel's topic may not take it past, if any.
-    pub(crate) fn refuse_bound(&self) -> Option<Bound> {
+    /// The bounds a publish may not pass, if any.
+    pub(crate) fn refuse(&self) -> Option<Bound> {
         let b = Bound {
             depth: self.refuse_depth.load(Ordering::Acquire),
             bytes: self.refuse_bytes.load(Ordering::Acquire),
         };
         (!b.is_none()).then_some(b)
+    }
+
+    /// The bounds past which the oldest are dropped, if any.
+    pub(crate) fn drop_bound(&self) -> Option<Bound> {
+        if !self.drops.load(Ordering::Acquire) {
+            return None;
+        }
+        let b = Bound {
+            depth: self.drop_depth.load(Ordering::Acquire),
+            bytes: self.drop_bytes.load(Ordering::Acquire),
+        };
+        (!b.is_none()).then_some(b)
+    }
+}
+
+impl Channel {
+    /// The effective bounds (see [`Bounds::set`]), set by the topic.
+    pub(crate) fn set_bound(&self, refuse: Bound, drop: Bound) {
+        self.bounds.set(refuse, drop);
+    }
+
+    /// The bounds a publish to this channel's topic may not take it past, if any.
+    pub(crate) fn refuse_bound(&self) -> Option<Bound> {
+        self.bounds.refuse()
     }
 
     /// The messages and bytes queued: the memory queue and the unread part of the backend
@@ -79,28 +125,18 @@ impl Channel {
     /// `max_bytes`, oldest first (memory, then the unread disk records), until both hold,
     /// counted and logged. Returns how many.
     pub(super) fn trim_to_bound(&self) -> usize {
-        if !self.drops.load(Ordering::Acquire) {
+        let Some(bound) = self.bounds.drop_bound() else {
             return 0;
-        }
-        let bound = Bound {
-            depth: self.drop_depth.load(Ordering::Acquire),
-            bytes: self.drop_bytes.load(Ordering::Acquire),
         };
-        if bound.is_none() {
-            return 0;
-        }
         let now = std::time::Instant::now();
         let mut dropped: Vec<MessageId>;
         {
             let mut g = self.lock();
             let depth = g.state.mem_len() as u64 + u64::try_from(self.backend.depth()).unwrap_or(0);
             let bytes = g.state.mem_bytes() + self.backend.unread_bytes();
-            if !bound.passed(depth, bytes) {
+            let Some((want_n, want_b)) = bound.excess(depth, bytes) else {
                 return 0;
-            }
-            let excess = |v: u64, max: u64| if max > 0 { v.saturating_sub(max) } else { 0 };
-            let want_n = usize::try_from(excess(depth, bound.depth)).unwrap_or(usize::MAX);
-            let want_b = excess(bytes, bound.bytes);
+            };
             let (ids, mut dropped_b, more) = g.state.discard_front(want_n, want_b);
             dropped = ids;
             let mut more = more;

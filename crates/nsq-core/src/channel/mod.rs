@@ -28,6 +28,7 @@ mod skips;
 mod state;
 
 pub use bound::Bound;
+pub(crate) use bound::Bounds;
 pub use peek::{PeekState, Peeked};
 pub use skips::Returning;
 
@@ -273,16 +274,8 @@ pub struct Channel {
     dead_letter_topic: RwLock<Option<String>>,
     /// Itself, for the task that finishes a dead-letter hand-off.
     me: std::sync::Weak<Channel>,
-    /// The effective `max_depth` and `max_bytes` with `overflow=refuse` (0: none), set by
-    /// the topic.
-    refuse_depth: AtomicU64,
-    refuse_bytes: AtomicU64,
-    /// The effective `max_depth` and `max_bytes` with `overflow=drop_oldest` (0: none), set
-    /// by the topic.
-    drop_depth: AtomicU64,
-    drop_bytes: AtomicU64,
-    /// One of the two is set: the one load a put pays without a bound.
-    drops: AtomicBool,
+    /// The effective `max_depth` and `max_bytes` (`bound.rs`), set by the topic.
+    bounds: bound::Bounds,
 }
 
 impl std::fmt::Debug for Channel {
@@ -372,11 +365,7 @@ impl Channel {
             max_attempts: std::sync::atomic::AtomicU32::new(0),
             dead_letter_topic: RwLock::new(None),
             me: me.clone(),
-            refuse_depth: AtomicU64::new(0),
-            refuse_bytes: AtomicU64::new(0),
-            drop_depth: AtomicU64::new(0),
-            drop_bytes: AtomicU64::new(0),
-            drops: AtomicBool::new(false),
+            bounds: bound::Bounds::default(),
         })
     }
 

@@ -30,7 +30,7 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
 use crate::backend::{BackendError, BackendQueue};
-use crate::channel::{Bound, Channel};
+use crate::channel::{Bound, Bounds, Channel};
 use crate::engine::Engine;
 use crate::message::{now_nanos, GuidFactory, Message};
 use crate::options::{Health, Options};
@@ -100,14 +100,8 @@ pub struct Topic {
     bounded: AtomicBool,
     /// Where this topic's dead letters came from (`dead_letters.rs`).
     dead_letter_origins: Mutex<dead_letters::Origins>,
-    /// This topic's own effective `max_depth` and `max_bytes` (0: none) with
-    /// `overflow=refuse`, and with `overflow=drop_oldest`.
-    refuse_depth: AtomicU64,
-    refuse_bytes: AtomicU64,
-    drop_depth: AtomicU64,
-    drop_bytes: AtomicU64,
-    /// One of the two is set: the one load a publish that queues pays without a bound.
-    drops: AtomicBool,
+    /// This topic's own effective `max_depth` and `max_bytes` (`channel/bound.rs`).
+    bounds: Bounds,
     /// Messages of the topic's own queue dropped by `overflow=drop_oldest`.
     dropped_count: AtomicU64,
 }
@@ -160,11 +154,7 @@ impl Topic {
             settings: RwLock::new(QueueSettings::default()),
             bounded: AtomicBool::new(bounded_default),
             dead_letter_origins: Mutex::default(),
-            refuse_depth: AtomicU64::new(0),
-            refuse_bytes: AtomicU64::new(0),
-            drop_depth: AtomicU64::new(0),
-            drop_bytes: AtomicU64::new(0),
-            drops: AtomicBool::new(false),
+            bounds: Bounds::default(),
             dropped_count: AtomicU64::new(0),
         });
         topic.apply_own_settings();
@@ -413,11 +403,7 @@ impl Topic {
                 .0
         };
         let (refuse, drop) = bounds(get);
-        self.refuse_depth.store(refuse.depth, Ordering::Release);
-        self.refuse_bytes.store(refuse.bytes, Ordering::Release);
-        self.drop_depth.store(drop.depth, Ordering::Release);
-        self.drop_bytes.store(drop.bytes, Ordering::Release);
-        self.drops.store(!drop.is_none(), Ordering::Release);
+        self.bounds.set(refuse, drop);
         let mem = mem_queue_size(&self.opts, own.mem_queue_size);
         self.state.lock().queue.set_mem_queue_size(mem);
         !refuse.is_none()
@@ -471,10 +457,7 @@ impl Topic {
         };
         let topic_depth = mem as u64 + u64::try_from(self.backend.depth()).unwrap_or(0);
         let topic_bytes = mem_bytes + self.backend.unread_bytes();
-        let own = Bound {
-            depth: self.refuse_depth.load(Ordering::Acquire),
-            bytes: self.refuse_bytes.load(Ordering::Acquire),
-        };
+        let own = self.bounds.refuse().unwrap_or_default();
         let full = || Err(BackendError::Full(self.name.clone()));
         if own.passed(topic_depth + n, topic_bytes + bytes) {
             return full();
@@ -501,27 +484,17 @@ impl Topic {
     /// touched), until both hold, counted and logged. A topic queues only while it has no
     /// channel, is paused, or has a backlog its pump is moving. Returns how many.
     fn trim_to_bound(&self) -> usize {
-        if !self.drops.load(Ordering::Acquire) {
+        let Some(bound) = self.bounds.drop_bound() else {
             return 0;
-        }
-        let bound = Bound {
-            depth: self.drop_depth.load(Ordering::Acquire),
-            bytes: self.drop_bytes.load(Ordering::Acquire),
         };
-        if bound.is_none() {
-            return 0;
-        }
         // No pump step meanwhile: it reads the backend and hands batches over under this.
         let _pump = self.pump_lock.write();
         let mut st = self.state.lock();
         let depth = st.queue.mem_len() as u64 + u64::try_from(self.backend.depth()).unwrap_or(0);
         let bytes = st.queue.mem_bytes() + self.backend.unread_bytes();
-        if !bound.passed(depth, bytes) {
+        let Some((want_n, want_b)) = bound.excess(depth, bytes) else {
             return 0;
-        }
-        let excess = |v: u64, max: u64| if max > 0 { v.saturating_sub(max) } else { 0 };
-        let want_n = usize::try_from(excess(depth, bound.depth)).unwrap_or(usize::MAX);
-        let want_b = excess(bytes, bound.bytes);
+        };
         let (mut dropped, mut dropped_b, mut more) = st.queue.discard_front(want_n, want_b);
         let mut count = dropped.len();
         // The rest from the backend: by count in one read, by bytes one record at a time.
