@@ -7,29 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::{notification_sink, wait_for, Cluster};
+use common::cluster::{notification_sink, subscribe, wait_for, Cluster};
 use common::{dead_addr, raw, send, start_admin, start_nsqd};
 use nsq_integration_tests::{find_channel, find_topic};
-use nsqd::NsqdHandle;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-/// A V2 consumer subscribed to `topic`/`channel` with RDY 0 (it shows up as a client).
-async fn subscribe(nsqd: &NsqdHandle, topic: &str, channel: &str) -> TcpStream {
-    let mut s = TcpStream::connect(nsqd.tcp_addr()).await.unwrap();
-    s.write_all(format!("  V2SUB {topic} {channel}\n").as_bytes())
-        .await
-        .unwrap();
-    let mut buf = [0u8; 64];
-    let n = s.read(&mut buf).await.unwrap();
-    assert!(
-        n >= 10 && &buf[8..10] == b"OK",
-        "SUB answered {:?}",
-        &buf[..n]
-    );
-    s
-}
 
 // ---- read API -------------------------------------------------------------------------------
 
@@ -152,7 +133,7 @@ async fn channel_with_clients_and_node_and_counter() {
     c.create_channel(1, "t", "c").await;
     c.publish(0, "t", 2).await;
     c.publish(1, "t", 4).await;
-    let _sub = subscribe(&c.nsqds[1].0, "t", "c").await;
+    let _sub = subscribe(&c.nsqds[1].0, "t", "c", 0).await;
     let (st, v) = c.get("/api/topics/t/c").await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["node"], "*");

@@ -8,13 +8,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::{node_entry, Cluster};
+use common::cluster::{node_entry, subscribe, Cluster};
 use common::send;
 use nsq_integration_tests::find_channel;
-use nsqd::NsqdHandle;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Two nsqd (the first with `--http-peek`) and an nsqadmin over both.
 async fn cluster(extra: &[String]) -> Cluster {
@@ -244,23 +241,6 @@ async fn peek_lists_each_nodes_messages_and_takes_none() {
     c.shutdown().await;
 }
 
-/// A consumer of `topic`/`channel` on `nsqd` ready for one message.
-async fn consume(nsqd: &NsqdHandle, topic: &str, channel: &str) -> TcpStream {
-    let mut s = TcpStream::connect(nsqd.tcp_addr()).await.unwrap();
-    s.write_all(format!("  V2SUB {topic} {channel}\n").as_bytes())
-        .await
-        .unwrap();
-    let mut buf = [0u8; 64];
-    let n = s.read(&mut buf).await.unwrap();
-    assert!(
-        n >= 10 && &buf[8..10] == b"OK",
-        "SUB answered {:?}",
-        &buf[..n]
-    );
-    s.write_all(b"RDY 1\n").await.unwrap();
-    s
-}
-
 #[tokio::test]
 async fn expired_counts_are_summed_over_the_nodes() {
     let c = cluster(&[]).await;
@@ -282,8 +262,8 @@ async fn expired_counts_are_summed_over_the_nodes() {
     // Older than 1 ms by the time a consumer would get them: not delivered, counted.
     tokio::time::sleep(Duration::from_millis(20)).await;
     let _consumers = (
-        consume(&c.nsqds[0].0, "t", "c").await,
-        consume(&c.nsqds[1].0, "t", "c").await,
+        subscribe(&c.nsqds[0].0, "t", "c", 1).await,
+        subscribe(&c.nsqds[1].0, "t", "c", 1).await,
     );
     for i in 0..2 {
         let mut expired = Value::Null;
@@ -341,8 +321,8 @@ async fn history_records_the_expired_counts() {
     c.nsqd_ok(1, "/pub?topic=t", b"b").await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     let _consumers = (
-        consume(&c.nsqds[0].0, "t", "c").await,
-        consume(&c.nsqds[1].0, "t", "c").await,
+        subscribe(&c.nsqds[0].0, "t", "c", 1).await,
+        subscribe(&c.nsqds[1].0, "t", "c", 1).await,
     );
     let mut v = Value::Null;
     for _ in 0..100 {

@@ -10,7 +10,7 @@ use nsqd::NsqdHandle;
 use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 use super::{client, send, start_admin, start_nsqd};
 
@@ -218,4 +218,26 @@ pub async fn wait_for(got: &Arc<Mutex<Vec<Value>>>, n: usize) -> Vec<Value> {
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     got.lock().clone()
+}
+
+/// A V2 consumer subscribed to `topic`/`channel` on `nsqd` (it shows up as a client), with
+/// `RDY rdy` sent when `rdy` is not 0.
+pub async fn subscribe(nsqd: &NsqdHandle, topic: &str, channel: &str, rdy: u32) -> TcpStream {
+    let mut s = TcpStream::connect(nsqd.tcp_addr()).await.unwrap();
+    s.write_all(format!("  V2SUB {topic} {channel}\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(
+        n >= 10 && &buf[8..10] == b"OK",
+        "SUB answered {:?}",
+        &buf[..n]
+    );
+    if rdy > 0 {
+        s.write_all(format!("RDY {rdy}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+    s
 }
