@@ -20,8 +20,9 @@
 //! stay in flight, unFINed, as in the reference (up to a sync interval at a low rate). Under
 //! load the syncer is also fed early — whenever one connection's unsubmitted messages reach
 //! half of its share of `--max-in-flight`, or an eighth of it while the syncer is idle (group
-//! commit) — so receiving and writing the next messages overlaps with syncing the previous
-//! ones (the reference syncs when a connection is "starved", at 85 % of its RDY, and then
+//! commit, looked at again every few milliseconds while the syncer is busy, so the end of a
+//! burst that came during a sync does not wait for the tick) — so receiving and writing the
+//! next messages overlaps with syncing the previous ones (the reference syncs when a connection is "starved", at 85 % of its RDY, and then
 //! stalls until the FINs are out). Finer splits measured no faster here: every sync point
 //! costs thread wake-ups.
 //!
@@ -51,10 +52,16 @@ use nsq_client::Message;
 use nsq_go::os::path_error;
 
 use crate::filename::{base_of, dir_of, join, strftime, with_rev};
+use crate::gzip_member::empty_gzip_member;
+use crate::syncer::{sync_loop, SyncJob};
 use crate::{fatalf, logf};
 
 /// Bytes buffered before they are written to the file (or the gzip encoder).
 const WRITE_BUFFER: usize = 256 * 1024;
+
+/// How soon pending messages are looked at again while the syncer is busy (an `fdatasync`
+/// takes milliseconds): the writer wakes this often only while both hold.
+const SYNCER_RECHECK: Duration = Duration::from_millis(2);
 
 /// What a sync does to an open gzip member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,13 +134,6 @@ struct Out {
     gz: Option<GzEncoder<FileSink>>,
 }
 
-/// A batch for the syncer: sync `file`, then FIN `msgs`.
-struct SyncJob {
-    file: Arc<File>,
-    path: String,
-    msgs: Vec<Message>,
-}
-
 struct Writer {
     /// `[<topic>/<channel>]`, the log lines' prefix.
     label: String,
@@ -152,6 +152,9 @@ struct Writer {
     pending: Vec<Message>,
     /// Per nsqd address: how many of `pending` came from it.
     per_conn: Vec<(String, usize)>,
+    /// One of `pending` arrived while the syncer was busy: part of a burst, synced as soon
+    /// as the syncer is free (`group_commit`) rather than at the tick.
+    burst: bool,
     connections: usize,
     /// The `<DATETIME>` name of the last second it was computed for.
     name_cache: Option<(u64, String)>,
@@ -182,6 +185,7 @@ impl Writer {
             rev: 0,
             pending: Vec::new(),
             per_conn: Vec::new(),
+            burst: false,
             connections: 1,
             name_cache: None,
             syncer: Some((tx, syncer)),
@@ -195,7 +199,16 @@ impl Writer {
         let mut next_tick = Some(Instant::now() + interval);
         let mut closing = false;
         loop {
-            let input = match next_tick {
+            // While the syncer is busy with earlier messages, pending ones are looked at
+            // again shortly (`group_commit`): the last arrivals of a burst must not wait for
+            // the tick only because the syncer was busy when they came.
+            let recheck = (!self.pending.is_empty() && !self.syncer_idle.load(Ordering::Acquire))
+                .then(|| Instant::now() + SYNCER_RECHECK);
+            let wake = match (next_tick, recheck) {
+                (Some(t), Some(r)) => Some(t.min(r)),
+                (t, r) => t.or(r),
+            };
+            let input = match wake {
                 Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
                     Ok(i) => Some(i),
                     Err(RecvTimeoutError::Timeout) => None,
@@ -204,6 +217,9 @@ impl Writer {
                 None => Some(rx.recv().unwrap_or(Input::Stopped)),
             };
             match input {
+                None if next_tick.is_none_or(|t| Instant::now() < t) => {
+                    self.group_commit(closing);
+                }
                 None => {
                     let now = Instant::now();
                     let mut at = next_tick.unwrap_or(now) + interval;
@@ -230,16 +246,10 @@ impl Writer {
                     for m in msgs {
                         self.write(m);
                     }
-                    // Group commit: between arrivals, an idle syncer takes what is pending
-                    // once it is worth a sync (an eighth of a connection's share), so the
-                    // stream need not wait for the half-share threshold.
-                    let share = (self.s.max_in_flight / self.connections).max(1);
-                    if closing
-                        || (self.syncer_idle.load(Ordering::Acquire)
-                            && self.per_conn.iter().any(|(_, n)| *n >= (share / 8).max(1)))
-                    {
-                        self.sync(Member::Flush);
+                    if !self.pending.is_empty() && !self.syncer_idle.load(Ordering::Acquire) {
+                        self.burst = true;
                     }
+                    self.group_commit(closing);
                 }
                 Some(Input::Hup) => {
                     self.sync(Member::End);
@@ -268,6 +278,23 @@ impl Writer {
 
     fn label(&self) -> &str {
         &self.label
+    }
+
+    /// Group commit: between arrivals (and while the syncer works, every
+    /// [`SYNCER_RECHECK`]), an idle syncer takes what is pending once it is worth a sync (an
+    /// eighth of a connection's share) or is the rest of a burst (some of it arrived while
+    /// the syncer was busy), so the stream need not wait for the half-share threshold nor a
+    /// burst's tail for the tick; while the consumer stops, whatever arrives is synced at
+    /// once. Messages arriving one by one at a low rate find the syncer idle and wait for
+    /// the tick, as in the reference.
+    fn group_commit(&mut self, closing: bool) {
+        let share = (self.s.max_in_flight / self.connections).max(1);
+        if closing
+            || (self.syncer_idle.load(Ordering::Acquire)
+                && (self.burst || self.per_conn.iter().any(|(_, n)| *n >= (share / 8).max(1))))
+        {
+            self.sync(Member::Flush);
+        }
     }
 
     /// One message: rotate if needed, append body and `\n`, queue it for FIN.
@@ -404,6 +431,7 @@ impl Writer {
         }
         let msgs = std::mem::take(&mut self.pending);
         self.per_conn.clear();
+        self.burst = false;
         let Some(out) = self.out.as_ref() else {
             // Nothing open: nothing was written for them (cannot happen: writing opens).
             drop(msgs);
@@ -686,24 +714,6 @@ impl Writer {
 }
 
 /// `exclusiveRename`: hard link, then remove the source; fails if `dst` exists.
-/// What Go's `gzip.Writer.Close` writes for a writer that was never written to
-/// (compress/gzip/gzip.go, `Writer.Write` and `Close`; compress/flate/deflate.go,
-/// `compressor.close`): the 10-byte header (no mtime, XFL 2 for level 9 and 4 for level 1,
-/// OS 255), a final empty stored block, and a trailer of CRC-32 0 and size 0. flate2 writes the
-/// same header but ends an empty stream with a fixed-Huffman block, so it is spelled out here.
-pub(crate) fn empty_gzip_member(level: u32) -> [u8; 23] {
-    let xfl = match level {
-        9 => 2,
-        1 => 4,
-        _ => 0,
-    };
-    [
-        0x1f, 0x8b, 8, 0, 0, 0, 0, 0, xfl, 0xff, // header
-        0x01, 0x00, 0x00, 0xff, 0xff, // BFINAL stored block, LEN 0, NLEN 0xffff
-        0, 0, 0, 0, 0, 0, 0, 0, // CRC-32, ISIZE
-    ]
-}
-
 fn exclusive_rename(src: &str, dst: &str) -> std::io::Result<()> {
     std::fs::hard_link(src, dst)?;
     std::fs::remove_file(src)
@@ -715,70 +725,5 @@ fn link_error(src: &str, dst: &str, e: &std::io::Error) -> String {
     match p.split_once(": ") {
         Some((head, tail)) => format!("{head} {dst}: {tail}"),
         None => p,
-    }
-}
-
-/// The syncer: fsync (once for everything queued), then FIN.
-fn sync_loop(rx: Receiver<SyncJob>, label: String, idle: Arc<AtomicBool>) {
-    loop {
-        let first = match rx.try_recv() {
-            Ok(j) => j,
-            Err(_) => {
-                idle.store(true, Ordering::Release);
-                match rx.recv() {
-                    Ok(j) => j,
-                    Err(_) => break,
-                }
-            }
-        };
-        idle.store(false, Ordering::Release);
-        let mut jobs = vec![first];
-        while let Ok(j) = rx.try_recv() {
-            jobs.push(j);
-        }
-        let mut synced: Vec<&Arc<File>> = Vec::new();
-        for j in &jobs {
-            if synced.iter().any(|f| Arc::ptr_eq(f, &j.file)) {
-                continue;
-            }
-            if let Err(e) = j.file.sync_data() {
-                fatalf!(
-                    "{label} failed syncing messages: {}",
-                    path_error("sync", &j.path, &e)
-                );
-            }
-            synced.push(&j.file);
-        }
-        for j in jobs {
-            for m in j.msgs {
-                m.finish();
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::empty_gzip_member;
-    use std::io::Read;
-
-    #[test]
-    fn empty_member_is_a_valid_gzip_stream_with_no_data() {
-        for level in 1..=9 {
-            let bytes = empty_gzip_member(level);
-            let mut out = Vec::new();
-            flate2::read::GzDecoder::new(&bytes[..])
-                .read_to_end(&mut out)
-                .unwrap();
-            assert!(out.is_empty());
-            // The same header flate2 writes for that level (mtime 0, XFL, OS 255).
-            let mut enc =
-                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
-            std::io::Write::write_all(&mut enc, b"x").unwrap();
-            assert_eq!(enc.finish().unwrap()[..10], bytes[..10], "level {level}");
-        }
-        assert_eq!(empty_gzip_member(9)[8], 2);
-        assert_eq!(empty_gzip_member(1)[8], 4);
-        assert_eq!(empty_gzip_member(6)[8], 0);
     }
 }

@@ -11,7 +11,9 @@
 
 mod file_logger;
 mod filename;
+mod gzip_member;
 mod logger;
+mod syncer;
 
 use std::collections::HashMap;
 use std::sync::mpsc::Sender;
