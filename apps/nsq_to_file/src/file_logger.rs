@@ -51,9 +51,11 @@ use flate2::Compression;
 use nsq_client::Message;
 use nsq_go::os::path_error;
 
-use crate::filename::{base_of, dir_of, join, strftime, with_rev};
+use crate::filename::{dir_of, join, strftime, with_rev};
 use crate::gzip_member::empty_gzip_member;
 use crate::syncer::{sync_loop, SyncJob};
+
+mod move_out;
 use crate::{fatalf, logf};
 
 /// Bytes buffered before they are written to the file (or the gzip encoder).
@@ -662,68 +664,5 @@ impl Writer {
         if self.s.work_dir != self.s.output_dir {
             self.move_out(&out.path);
         }
-    }
-
-    /// Moves a finished file from the work dir to the output dir without overwriting: a
-    /// hard link then an unlink, with the next revisions tried while the name is taken.
-    fn move_out(&self, src: &str) {
-        let dst = self.output_name(src);
-        logf!(Info, "{} moving finished file {src} to {dst}", self.label());
-        match exclusive_rename(src, &dst) {
-            Ok(()) => return,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => fatalf!(
-                "{} unable to move file from {src} to {dst}: {}",
-                self.label(),
-                link_error(src, &dst, &e)
-            ),
-        }
-        let dst_tmpl = format!("{}{}", dir_of(&dst), base_of(&self.filename));
-        if !dst_tmpl.contains("<REV>") {
-            fatalf!(
-                "{} unable to move file from {src} to {dst}: destination exists",
-                self.label()
-            );
-        }
-        let mut i = self.rev + 1;
-        loop {
-            logf!(
-                Warn,
-                "{} destination file already exists: {dst}",
-                self.label()
-            );
-            let d = with_rev(&dst_tmpl, i);
-            match exclusive_rename(src, &d) {
-                Ok(()) => {
-                    logf!(
-                        Info,
-                        "{} renamed finished file {src} to {d} to avoid overwrite",
-                        self.label()
-                    );
-                    return;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => i += 1,
-                Err(e) => fatalf!(
-                    "{} unable to rename file from {src} to {d}: {}",
-                    self.label(),
-                    link_error(src, &d, &e)
-                ),
-            }
-        }
-    }
-}
-
-/// `exclusiveRename`: hard link, then remove the source; fails if `dst` exists.
-fn exclusive_rename(src: &str, dst: &str) -> std::io::Result<()> {
-    std::fs::hard_link(src, dst)?;
-    std::fs::remove_file(src)
-}
-
-/// Go's `*LinkError` text: `link <src> <dst>: file exists`.
-fn link_error(src: &str, dst: &str, e: &std::io::Error) -> String {
-    let p = path_error("link", src, e);
-    match p.split_once(": ") {
-        Some((head, tail)) => format!("{head} {dst}: {tail}"),
-        None => p,
     }
 }
