@@ -2,14 +2,25 @@
 //! requeued or timed out (the reference's `inFlightMessages` map plus `inFlightPQ`, see
 //! nsqd/channel.go, `pushInFlightMessage` / `popInFlightMessage` / `processInFlightQueue`).
 //!
-//! A map from message ID to its entry, and the `(deadline, id)` timeout order for the scan:
+//! The entries live in a slab (a `Vec` of slots with a free list, the last freed slot reused
+//! first) and a map from message ID to slot number. Beside it, the timeout order for the scan:
 //! a FIFO for deadlines that arrive in order (the common case — a connection's messages all
 //! get its one msg_timeout, so they time out in delivery order: an O(1) push, no heap) and a
-//! min-heap for the rest (a shorter timeout after a longer one, TOUCH). Both are invalidated
-//! lazily: FIN and TOUCH leave stale entries behind, recognised by a deadline that no longer
-//! matches the map; stale entries at the FIFO's front are dropped as they pile up (FINs
-//! mostly arrive in delivery order), and both are rebuilt only when stale ones dominate. The
+//! min-heap for the rest (a shorter timeout after a longer one, TOUCH). Their items name a
+//! slot and the slot's generation, which moves on whenever the slot's entry leaves or its
+//! deadline changes, so FIN and TOUCH invalidate them lazily: an item whose generation no
+//! longer matches is stale. Stale items at the FIFO's front are dropped as they pile up (FINs
+//! mostly arrive in delivery order) and both are rebuilt only when stale ones dominate. The
 //! type owns no lock; the channel keeps it under its own mutex.
+//!
+//! Why this shape: a message's FIN comes thousands of deliveries after the message went out,
+//! by which time what it touched at delivery has left the CPU cache. An entry-per-bucket map
+//! (~150 bytes a bucket) and a timeout order checked by ID lookups missed the cache several
+//! times per message: a third of the daemon's CPU in a drain by two NSQ bench_readers
+//! (bench/README.md, "Summary against NSQ v1.3"). Here a delivery and its FIN each do one
+//! lookup in a map of 20-byte items and one access to the slot; staleness is a look at a
+//! 4-byte generation (a dense array that stays cached), and [`InFlightQueue::prefetch`] lets
+//! a batch of FINs start all their lookups at once.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -58,15 +69,30 @@ pub struct InFlightEntry {
 /// The in-flight set and its timeout order.
 #[derive(Debug, Default)]
 pub struct InFlightQueue {
-    entries: FxHashMap<MessageId, InFlightEntry>,
-    /// (deadline, id) in non-decreasing deadline order, lazily invalidated (see the module
-    /// comment).
-    fifo: VecDeque<(Instant, MessageId)>,
-    /// Min-heap of the (deadline, id) that arrived out of order, lazily invalidated.
-    by_deadline: BinaryHeap<Reverse<(Instant, MessageId)>>,
+    /// The slot of each ID in flight.
+    index: FxHashMap<MessageId, u32>,
+    /// The entries; `None` for a free slot.
+    slots: Vec<Option<InFlightEntry>>,
+    /// Each slot's generation: moves on when its entry leaves or its deadline changes.
+    gens: Vec<u32>,
+    /// Free slots, the last freed on top.
+    free: Vec<u32>,
+    /// Timeouts in non-decreasing deadline order, lazily invalidated (see the module comment).
+    fifo: VecDeque<Timeout>,
+    /// Min-heap of the timeouts that arrived out of order, lazily invalidated.
+    by_deadline: BinaryHeap<Reverse<Timeout>>,
     /// Record size of the entries that came from memory (`pos` is `None`): what a shutdown
     /// must find room for on disk (see [`crate::reserve`]).
     volatile: u64,
+}
+
+/// One item of the timeout order: the entry in `slot` times out at `deadline`, if the slot is
+/// still at generation `generation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Timeout {
+    deadline: Instant,
+    slot: u32,
+    generation: u32,
 }
 
 /// An entry's weight for [`InFlightQueue::volatile_bytes`].
@@ -79,16 +105,19 @@ fn volatile(f: &InFlightEntry) -> u64 {
 }
 
 impl InFlightQueue {
+    /// Slots an emptied queue keeps allocated (a burst's larger slab is given back).
+    const KEPT_SLOTS: usize = 1024;
+
     pub fn new() -> Self {
         Self::default()
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.index.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.index.is_empty()
     }
 
     /// Record size of the entries held only in memory.
@@ -107,23 +136,50 @@ impl InFlightQueue {
         timeout: Duration,
     ) -> Result<(), Message> {
         let deadline = now + timeout;
-        let id = msg.id;
-        match self.entries.entry(id) {
-            std::collections::hash_map::Entry::Occupied(_) => Err(msg),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                let f = e.insert(InFlightEntry {
-                    msg,
-                    pos,
-                    client_id,
-                    delivered_at: now,
-                    deadline,
-                });
-                self.volatile += volatile(f);
-                self.push_deadline(deadline, id);
-                self.compact();
-                Ok(())
+        let std::collections::hash_map::Entry::Vacant(e) = self.index.entry(msg.id) else {
+            return Err(msg);
+        };
+        let f = InFlightEntry {
+            msg,
+            pos,
+            client_id,
+            delivered_at: now,
+            deadline,
+        };
+        self.volatile += volatile(&f);
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some(f);
+                slot
+            }
+            None => {
+                let slot = u32::try_from(self.slots.len())
+                    .expect("fewer than 2^32 messages in flight on one channel");
+                self.slots.push(Some(f));
+                self.gens.push(0);
+                slot
+            }
+        };
+        e.insert(slot);
+        self.push_timeout(deadline, slot);
+        self.compact();
+        Ok(())
+    }
+
+    /// Starts the lookups of a batch of FINs before they are done one by one: each ID's map
+    /// item and slot is read once, in a loop short enough for the CPU to have several of these
+    /// cache misses outstanding at once, so the FINs that follow find them cached instead of
+    /// waiting for each in turn. Changes nothing.
+    pub fn prefetch(&self, ids: &[MessageId]) {
+        let mut owners = 0u64;
+        for id in ids {
+            if let Some(&slot) = self.index.get(id) {
+                if let Some(f) = &self.slots[slot as usize] {
+                    owners = owners.wrapping_add(f.client_id);
+                }
             }
         }
+        std::hint::black_box(owners);
     }
 
     /// FIN/REQ: removes the entry if `client_id` owns it.
@@ -133,13 +189,18 @@ impl InFlightQueue {
         id: &MessageId,
     ) -> Result<InFlightEntry, FinishError> {
         use std::collections::hash_map::Entry;
-        match self.entries.entry(*id) {
+        match self.index.entry(*id) {
             Entry::Vacant(_) => Err(FinishError::NotInFlight),
-            Entry::Occupied(e) if e.get().client_id != client_id => Err(FinishError::NotOwner),
             Entry::Occupied(e) => {
-                let f = e.remove();
-                self.volatile -= volatile(&f);
-                Ok(f)
+                let slot = *e.get();
+                if self.slots[slot as usize]
+                    .as_ref()
+                    .is_some_and(|f| f.client_id != client_id)
+                {
+                    return Err(FinishError::NotOwner);
+                }
+                e.remove();
+                Ok(self.take_slot(slot))
             }
         }
     }
@@ -153,14 +214,18 @@ impl InFlightQueue {
         timeout: Duration,
         max_timeout: Duration,
     ) -> Result<(), FinishError> {
-        let f = match self.entries.get_mut(id) {
-            None => return Err(FinishError::NotInFlight),
-            Some(f) if f.client_id != client_id => return Err(FinishError::NotOwner),
-            Some(f) => f,
-        };
+        let slot = *self.index.get(id).ok_or(FinishError::NotInFlight)?;
+        let f = self.slots[slot as usize]
+            .as_mut()
+            .expect("an indexed slot holds its entry");
+        if f.client_id != client_id {
+            return Err(FinishError::NotOwner);
+        }
         let deadline = (now + timeout).min(f.delivered_at + max_timeout);
         f.deadline = deadline;
-        self.push_deadline(deadline, *id);
+        let g = &mut self.gens[slot as usize];
+        *g = g.wrapping_add(1);
+        self.push_timeout(deadline, slot);
         self.compact();
         Ok(())
     }
@@ -170,23 +235,23 @@ impl InFlightQueue {
         loop {
             let f = self.fifo.front().copied();
             let h = self.by_deadline.peek().map(|r| r.0);
-            let (deadline, id) = match (f, h) {
+            let t = match (f, h) {
                 (Some(f), Some(h)) if h < f => {
-                    if h.0 > now {
+                    if h.deadline > now {
                         return None;
                     }
                     self.by_deadline.pop();
                     h
                 }
                 (Some(f), _) => {
-                    if f.0 > now {
+                    if f.deadline > now {
                         return None;
                     }
                     self.fifo.pop_front();
                     f
                 }
                 (None, Some(h)) => {
-                    if h.0 > now {
+                    if h.deadline > now {
                         return None;
                     }
                     self.by_deadline.pop();
@@ -194,10 +259,10 @@ impl InFlightQueue {
                 }
                 (None, None) => return None,
             };
-            if matches!(self.entries.get(&id), Some(f) if f.deadline == deadline) {
-                let f = self.entries.remove(&id)?;
-                self.volatile -= volatile(&f);
-                return Some(f);
+            if self.is_live(&t) {
+                let id = self.slots[t.slot as usize].as_ref()?.msg.id;
+                self.index.remove(&id);
+                return Some(self.take_slot(t.slot));
             }
         }
     }
@@ -207,59 +272,91 @@ impl InFlightQueue {
         self.by_deadline.clear();
         self.fifo.clear();
         self.volatile = 0;
-        self.entries.drain().map(|(_, f)| f)
+        self.index.clear();
+        self.free.clear();
+        self.gens.clear();
+        self.slots.drain(..).flatten()
     }
 
     /// The IDs in flight, in no particular order.
     pub fn ids(&self) -> Vec<MessageId> {
-        self.entries.keys().copied().collect()
+        self.index.keys().copied().collect()
     }
 
     /// The entry of `id`, if in flight.
     pub fn get(&self, id: &MessageId) -> Option<&InFlightEntry> {
-        self.entries.get(id)
+        let slot = *self.index.get(id)?;
+        self.slots[slot as usize].as_ref()
     }
 
     /// Iterates over the entries in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &InFlightEntry> + '_ {
-        self.entries.values()
+        self.slots.iter().flatten()
     }
 
-    fn push_deadline(&mut self, deadline: Instant, id: MessageId) {
-        if self.fifo.back().is_none_or(|b| b.0 <= deadline) {
-            self.fifo.push_back((deadline, id));
+    /// Empties `slot` (already removed from the index) and returns its entry. When nothing is
+    /// left in flight every timeout item is stale: the order is cleared and the slab reset,
+    /// its memory given back if a burst had grown it.
+    fn take_slot(&mut self, slot: u32) -> InFlightEntry {
+        let f = self.slots[slot as usize]
+            .take()
+            .expect("an indexed slot holds its entry");
+        self.volatile -= volatile(&f);
+        if self.index.is_empty() {
+            self.slots.clear();
+            self.gens.clear();
+            self.free.clear();
+            self.fifo.clear();
+            self.by_deadline.clear();
+            self.slots.shrink_to(Self::KEPT_SLOTS);
+            self.gens.shrink_to(Self::KEPT_SLOTS);
+            self.free.shrink_to(Self::KEPT_SLOTS);
+            self.fifo.shrink_to(Self::KEPT_SLOTS);
+            self.by_deadline.shrink_to(Self::KEPT_SLOTS);
         } else {
-            self.by_deadline.push(Reverse((deadline, id)));
+            let g = &mut self.gens[slot as usize];
+            *g = g.wrapping_add(1);
+            self.free.push(slot);
+        }
+        f
+    }
+
+    fn push_timeout(&mut self, deadline: Instant, slot: u32) {
+        let t = Timeout {
+            deadline,
+            slot,
+            generation: self.gens[slot as usize],
+        };
+        if self.fifo.back().is_none_or(|b| b.deadline <= deadline) {
+            self.fifo.push_back(t);
+        } else {
+            self.by_deadline.push(Reverse(t));
         }
     }
 
-    fn is_live(&self, deadline: Instant, id: &MessageId) -> bool {
-        matches!(self.entries.get(id), Some(f) if f.deadline == deadline)
+    fn is_live(&self, t: &Timeout) -> bool {
+        self.gens.get(t.slot as usize) == Some(&t.generation)
     }
 
-    /// Called on every insert and TOUCH, so the timeout order holds O(live) entries.
+    /// Called on every insert and TOUCH, so the timeout order holds O(live) items.
     fn compact(&mut self) {
-        let limit = 2 * self.entries.len() + 1024;
+        let limit = 2 * self.index.len() + 1024;
         if self.fifo.len() + self.by_deadline.len() <= limit {
             return;
         }
-        // Cheap first: FINs mostly come in delivery order, so the stale entries are in front.
-        while let Some(&(d, id)) = self.fifo.front() {
-            if self.is_live(d, &id) {
+        // Cheap first: FINs mostly come in delivery order, so the stale items are in front.
+        while let Some(t) = self.fifo.front() {
+            if self.is_live(t) {
                 break;
             }
             self.fifo.pop_front();
         }
         if self.fifo.len() + self.by_deadline.len() > limit {
-            let entries = &self.entries;
-            let live =
-                |d: Instant, id: &MessageId| matches!(entries.get(id), Some(f) if f.deadline == d);
-            self.fifo.retain(|(d, id)| live(*d, id));
+            let gens = &self.gens;
+            let live = |t: &Timeout| gens.get(t.slot as usize) == Some(&t.generation);
+            self.fifo.retain(live);
             let heap = std::mem::take(&mut self.by_deadline).into_vec();
-            self.by_deadline = heap
-                .into_iter()
-                .filter(|Reverse((d, id))| live(*d, id))
-                .collect();
+            self.by_deadline = heap.into_iter().filter(|Reverse(t)| live(t)).collect();
         }
     }
 }
@@ -401,5 +498,154 @@ mod tests {
             .map(|f| f.msg.id)
             .collect();
         assert_eq!(got, (99_900..100_000).map(id).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn slots_are_reused_and_an_emptied_queue_gives_its_memory_back() {
+        let t0 = Instant::now();
+        let mut q = InFlightQueue::new();
+        let id = |i: u32| {
+            let mut b = [b'0'; 16];
+            b[12..].copy_from_slice(&i.to_be_bytes());
+            MessageId(b)
+        };
+        for i in 0..10_000u32 {
+            q.insert(
+                Message::new(id(i), Bytes::from_static(b"x")),
+                None,
+                1,
+                t0,
+                S,
+            )
+            .unwrap();
+        }
+        // FIN one, deliver one: the freed slot is taken again, the slab does not grow.
+        q.remove_owned(1, &id(5)).unwrap();
+        q.insert(
+            Message::new(id(10_000), Bytes::from_static(b"x")),
+            None,
+            1,
+            t0,
+            2 * S,
+        )
+        .unwrap();
+        assert_eq!(q.slots.len(), 10_000);
+        // The reused slot's old timeout item is stale: 5 never comes back, 10000 times out last.
+        let expired: Vec<_> = std::iter::from_fn(|| q.pop_expired(t0 + S))
+            .map(|f| f.msg.id)
+            .collect();
+        assert_eq!(expired.len(), 9_999);
+        assert!(!expired.contains(&id(5)));
+        assert_eq!(q.pop_expired(t0 + 2 * S).unwrap().msg.id, id(10_000));
+        assert!(q.is_empty());
+        assert!(q.slots.capacity() <= InFlightQueue::KEPT_SLOTS);
+        assert!(q.fifo.is_empty() && q.by_deadline.is_empty() && q.gens.is_empty());
+    }
+
+    #[test]
+    fn prefetch_changes_nothing() {
+        let t0 = Instant::now();
+        let mut q = InFlightQueue::new();
+        q.insert(msg(1), None, 1, t0, S).unwrap();
+        q.prefetch(&[msg(1).id, msg(2).id]);
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.remove_owned(1, &msg(1).id).unwrap().client_id, 1);
+    }
+
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+        use std::collections::BTreeMap;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Insert { id: u8, client: u8, timeout_ms: u16 },
+            Finish { id: u8, client: u8 },
+            Touch { id: u8, client: u8, timeout_ms: u16 },
+            Advance { ms: u16 },
+            Expire,
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => (0u8..40, 0u8..3, 1u16..2000)
+                    .prop_map(|(id, client, timeout_ms)| Op::Insert { id, client, timeout_ms }),
+                3 => (0u8..40, 0u8..3).prop_map(|(id, client)| Op::Finish { id, client }),
+                1 => (0u8..40, 0u8..3, 1u16..2000)
+                    .prop_map(|(id, client, timeout_ms)| Op::Touch { id, client, timeout_ms }),
+                1 => (0u16..500).prop_map(|ms| Op::Advance { ms }),
+                1 => Just(Op::Expire),
+            ]
+        }
+
+        proptest! {
+            /// The slab, its generations and the lazily invalidated timeout order behave as a
+            /// plain map from ID to (owner, delivered, deadline) expired by a full scan.
+            #[test]
+            fn behaves_like_a_plain_map(ops in proptest::collection::vec(op(), 1..400)) {
+                let t0 = Instant::now();
+                let max = Duration::from_millis(3000);
+                let mut now = t0;
+                let mut q = InFlightQueue::new();
+                let mut m: BTreeMap<u8, (u64, Instant, Instant)> = BTreeMap::new();
+                for op in ops {
+                    match op {
+                        Op::Insert { id, client, timeout_ms } => {
+                            let t = Duration::from_millis(timeout_ms.into());
+                            let r = q.insert(msg(id), None, client.into(), now, t);
+                            prop_assert_eq!(r.is_ok(), !m.contains_key(&id));
+                            m.entry(id).or_insert((client.into(), now, now + t));
+                        }
+                        Op::Finish { id, client } => {
+                            let want = match m.get(&id) {
+                                None => Err(FinishError::NotInFlight),
+                                Some(e) if e.0 != u64::from(client) => Err(FinishError::NotOwner),
+                                Some(_) => Ok(()),
+                            };
+                            q.prefetch(&[msg(id).id]);
+                            let got = q.remove_owned(client.into(), &msg(id).id).map(|_| ());
+                            prop_assert_eq!(got, want);
+                            if want.is_ok() {
+                                m.remove(&id);
+                            }
+                        }
+                        Op::Touch { id, client, timeout_ms } => {
+                            let t = Duration::from_millis(timeout_ms.into());
+                            let got = q.touch(client.into(), &msg(id).id, now, t, max);
+                            match m.get_mut(&id) {
+                                None => prop_assert_eq!(got, Err(FinishError::NotInFlight)),
+                                Some(e) if e.0 != u64::from(client) => {
+                                    prop_assert_eq!(got, Err(FinishError::NotOwner))
+                                }
+                                Some(e) => {
+                                    prop_assert_eq!(got, Ok(()));
+                                    e.2 = (now + t).min(e.1 + max);
+                                }
+                            }
+                        }
+                        Op::Advance { ms } => now += Duration::from_millis(ms.into()),
+                        Op::Expire => {
+                            let mut got = Vec::new();
+                            while let Some(f) = q.pop_expired(now) {
+                                prop_assert!(f.deadline <= now);
+                                got.push(f.msg.id.0[15]);
+                            }
+                            let mut want: Vec<u8> =
+                                m.iter().filter(|(_, e)| e.2 <= now).map(|(id, _)| *id).collect();
+                            m.retain(|_, e| e.2 > now);
+                            got.sort();
+                            want.sort();
+                            prop_assert_eq!(got, want);
+                        }
+                    }
+                    prop_assert_eq!(q.len(), m.len());
+                    prop_assert_eq!(q.iter().count(), m.len());
+                    for (id, e) in &m {
+                        let f = q.get(&msg(*id).id).expect("in flight");
+                        prop_assert_eq!((f.client_id, f.deadline), (e.0, e.2));
+                    }
+                }
+            }
+        }
     }
 }

@@ -361,6 +361,9 @@ impl Channel {
         let mut ok = 0;
         {
             let mut g = self.lock();
+            if ids.len() > 1 {
+                g.state.prefetch_finishes(ids);
+            }
             for id in ids {
                 match g.state.finish(client_id, id) {
                     Ok(ts) => {

@@ -412,6 +412,11 @@ impl ChannelState {
         true
     }
 
+    /// Starts the in-flight lookups of a batch of FINs (see [`InFlightQueue::prefetch`]).
+    pub(super) fn prefetch_finishes(&self, ids: &[MessageId]) {
+        self.in_flight.prefetch(ids);
+    }
+
     /// FIN: the message leaves flight and its record is settled. Returns its publish time.
     pub(super) fn finish(&mut self, client_id: u64, id: &MessageId) -> Result<i64, FinishError> {
         let f = self.in_flight.remove_owned(client_id, id)?;
