@@ -8,8 +8,8 @@
 //! a send buffer as the connection's writer would (which pushes older entries out of the CPU
 //! cache, as in the daemon), and each consumer FINs its oldest messages in batches of
 //! `--fin-batch` the way a connection's reader does (`Channel::finish_many`: prefetch, then one
-//! by one). Prints ns per message (insert + FIN) for each round and the median; only the
-//! queue's work and the frame copy are timed.
+//! by one; `NO_PREFETCH=1` skips the prefetch). Prints ns per message (insert + FIN) for each
+//! round and the median; only the queue's work and the frame copy are timed.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -68,7 +68,8 @@ fn main() {
                 send.clear();
             }
             windows[c].push_back(msg.id);
-            q.insert(msg, None, c as u64, t0, timeout).expect("unique IDs");
+            q.insert(msg, None, c as u64, t0, timeout)
+                .expect("unique IDs");
             if windows[c].len() >= rdy {
                 ids.clear();
                 ids.extend(windows[c].drain(..batch.min(rdy)));
@@ -82,7 +83,10 @@ fn main() {
         }
         let secs = start.elapsed().as_secs_f64();
         let ns = secs * 1e9 / messages as f64;
-        println!("round {round}: {ns:.1} ns per message ({} left in flight)", q.len());
+        println!(
+            "round {round}: {ns:.1} ns per message ({} left in flight)",
+            q.len()
+        );
         per_msg.push(ns);
     }
     per_msg.sort_by(f64::total_cmp);
