@@ -131,53 +131,48 @@ fill() { # TOPIC MSGS
     "$RB/bench_writer" --nsqd-tcp-address=127.0.0.1:"$TP" --topic="$1" --msgs="$2" >/dev/null 2>&1
 }
 want() { [[ " $ROWS " == *" $1 "* ]]; }
+# LABEL ROW "GONSQ ARGS" FALLBACK...: one go-nsq row, the daemon's CPU over the client's run;
+# the client is $GONSQ with those arguments, or else the fallback command (our bench tool).
+client_row() {
+    local label=$1 row=$2 args=$3 c0 c1 o
+    shift 3
+    c0=$(cpu)
+    if [[ -n $GONSQ ]]; then
+        # shellcheck disable=SC2086
+        o=$("$GONSQ" $args -addr 127.0.0.1:"$TP")
+    else
+        o=$("$@" --nsqd-tcp-address=127.0.0.1:"$TP" 2>/dev/null)
+    fi
+    c1=$(cpu)
+    emit "$label" "$row" "$(rate_of <<<"$o")" "$(msgs_of <<<"$o")" $((c1 - c0))
+}
 
 round() { # LABEL BIN
-    local label=$1 bin=$2 c0 c1 o
+    local label=$1 bin=$2 c0 c1
     want mem && setup "$label" "$bin" mem 100000000
     want default && setup "$label" "$bin" default 10000
     if want gopub; then
         start "$bin" 10000
         channel sub_bench ch
-        c0=$(cpu)
-        if [[ -n $GONSQ ]]; then
-            o=$("$GONSQ" -mode pub -addr 127.0.0.1:"$TP" -runfor "${RUNFOR}s")
-        else
-            o=$("$RB/bench_writer" --nsqd-tcp-address=127.0.0.1:"$TP" --mode=pub --connections=8 \
-                --runfor="${RUNFOR}s" 2>/dev/null)
-        fi
-        c1=$(cpu)
-        emit "$label" gonsq-pub8 "$(rate_of <<<"$o")" "$(msgs_of <<<"$o")" $((c1 - c0))
+        client_row "$label" gonsq-pub8 "-mode pub -runfor ${RUNFOR}s" \
+            "$RB/bench_writer" --mode=pub --connections=8 --runfor="${RUNFOR}s"
         stop
     fi
     if want gocons; then
         start "$bin" 10000
         channel sub_bench ch
         fill sub_bench 1500000
-        c0=$(cpu)
-        if [[ -n $GONSQ ]]; then
-            o=$("$GONSQ" -mode consumer -addr 127.0.0.1:"$TP" -runfor "${RUNFOR}s")
-        else
-            o=$("$RB/bench_reader" --nsqd-tcp-address=127.0.0.1:"$TP" --fin-mode=go \
-                --runfor="${RUNFOR}s" 2>/dev/null)
-        fi
-        c1=$(cpu)
-        emit "$label" gonsq-consumer "$(rate_of <<<"$o")" "$(msgs_of <<<"$o")" $((c1 - c0))
+        client_row "$label" gonsq-consumer "-mode consumer -runfor ${RUNFOR}s" \
+            "$RB/bench_reader" --fin-mode=go --runfor="${RUNFOR}s"
         stop
     fi
     if want fanout; then
         start "$bin" 10000
         for i in $(seq 0 9); do channel fan "ch$i"; done
         fill fan 100000
-        c0=$(cpu)
-        if [[ -n $GONSQ ]]; then
-            o=$("$GONSQ" -mode fanout -topic fan -channel ch -addr 127.0.0.1:"$TP" -runfor 60s)
-        else
-            o=$("$RB/bench_reader" --nsqd-tcp-address=127.0.0.1:"$TP" --topic=fan --fin-mode=go \
-                --channels=10 --connections=10 --drain --runfor=60s 2>/dev/null)
-        fi
-        c1=$(cpu)
-        emit "$label" gonsq-fanout10 "$(rate_of <<<"$o")" "$(msgs_of <<<"$o")" $((c1 - c0))
+        client_row "$label" gonsq-fanout10 "-mode fanout -topic fan -channel ch -runfor 60s" \
+            "$RB/bench_reader" --topic=fan --fin-mode=go --channels=10 --connections=10 --drain \
+            --runfor=60s
         stop
     fi
     if want latency; then

@@ -374,6 +374,13 @@ mod tests {
 
     const S: Duration = Duration::from_secs(1);
 
+    /// The `i`th of a run of distinct IDs.
+    fn seq_id(i: u32) -> MessageId {
+        let mut b = [b'0'; 16];
+        b[12..].copy_from_slice(&i.to_be_bytes());
+        MessageId(b)
+    }
+
     #[test]
     fn finish_requires_the_owner() {
         let t0 = Instant::now();
@@ -478,11 +485,7 @@ mod tests {
     fn finished_in_order_keeps_the_timeout_order_small() {
         let t0 = Instant::now();
         let mut q = InFlightQueue::new();
-        let id = |i: u32| {
-            let mut b = [b'0'; 16];
-            b[12..].copy_from_slice(&i.to_be_bytes());
-            MessageId(b)
-        };
+        let id = seq_id;
         for i in 0..100_000u32 {
             let m = Message::new(id(i), Bytes::from_static(b"x"));
             q.insert(m, None, 1, t0 + Duration::from_micros(i.into()), S)
@@ -504,11 +507,7 @@ mod tests {
     fn slots_are_reused_and_an_emptied_queue_gives_its_memory_back() {
         let t0 = Instant::now();
         let mut q = InFlightQueue::new();
-        let id = |i: u32| {
-            let mut b = [b'0'; 16];
-            b[12..].copy_from_slice(&i.to_be_bytes());
-            MessageId(b)
-        };
+        let id = seq_id;
         for i in 0..10_000u32 {
             q.insert(
                 Message::new(id(i), Bytes::from_static(b"x")),
