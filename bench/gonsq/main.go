@@ -8,6 +8,9 @@
 //	                     draining until nothing came for -idle (at most -runfor)
 //
 // Prints one line: RESULT writer|reader msgs=N secs=S msgs_per_sec=R
+//
+// Build: `go mod tidy && go build` in this directory (fetches go-nsq v1.1.0 and its snappy
+// dependency from the Go module proxy); bench/compare.sh runs it as $GONSQ.
 package main
 
 import (
