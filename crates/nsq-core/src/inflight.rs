@@ -2,8 +2,8 @@
 //! requeued or timed out (the reference's `inFlightMessages` map plus `inFlightPQ`, see
 //! nsqd/channel.go, `pushInFlightMessage` / `popInFlightMessage` / `processInFlightQueue`).
 //!
-//! The entries live in a slab (a `Vec` of slots with a free list, the last freed slot reused
-//! first) and a map from message ID to slot number. Beside it, the timeout order for the scan:
+//! The entries live in a slab (`slab::Slab`: the last freed slot is reused first) and a map
+//! from message ID to slot number. Beside it, the timeout order for the scan:
 //! a FIFO for deadlines that arrive in order (the common case — a connection's messages all
 //! get its one msg_timeout, so they time out in delivery order: an O(1) push, no heap) and a
 //! min-heap for the rest (a shorter timeout after a longer one, TOUCH). Their items name a
@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use nsq_protocol::MessageId;
 use rustc_hash::FxHashMap;
+use slab::Slab;
 use std::time::Instant;
 
 use crate::backend::RecordPos;
@@ -71,12 +72,10 @@ pub struct InFlightEntry {
 pub struct InFlightQueue {
     /// The slot of each ID in flight.
     index: FxHashMap<MessageId, u32>,
-    /// The entries; `None` for a free slot.
-    slots: Vec<Option<InFlightEntry>>,
+    /// The entries.
+    slots: Slab<InFlightEntry>,
     /// Each slot's generation: moves on when its entry leaves or its deadline changes.
     gens: Vec<u32>,
-    /// Free slots, the last freed on top.
-    free: Vec<u32>,
     /// Timeouts in non-decreasing deadline order, lazily invalidated (see the module comment).
     fifo: VecDeque<Timeout>,
     /// Min-heap of the timeouts that arrived out of order, lazily invalidated.
@@ -147,19 +146,11 @@ impl InFlightQueue {
             deadline,
         };
         self.volatile += volatile(&f);
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot as usize] = Some(f);
-                slot
-            }
-            None => {
-                let slot = u32::try_from(self.slots.len())
-                    .expect("fewer than 2^32 messages in flight on one channel");
-                self.slots.push(Some(f));
-                self.gens.push(0);
-                slot
-            }
-        };
+        let key = self.slots.insert(f);
+        if key == self.gens.len() {
+            self.gens.push(0);
+        }
+        let slot = u32::try_from(key).expect("fewer than 2^32 messages in flight on one channel");
         e.insert(slot);
         self.push_timeout(deadline, slot);
         self.compact();
@@ -174,9 +165,7 @@ impl InFlightQueue {
         let mut owners = 0u64;
         for id in ids {
             if let Some(&slot) = self.index.get(id) {
-                if let Some(f) = &self.slots[slot as usize] {
-                    owners = owners.wrapping_add(f.client_id);
-                }
+                owners = owners.wrapping_add(self.slots[slot as usize].client_id);
             }
         }
         std::hint::black_box(owners);
@@ -193,10 +182,7 @@ impl InFlightQueue {
             Entry::Vacant(_) => Err(FinishError::NotInFlight),
             Entry::Occupied(e) => {
                 let slot = *e.get();
-                if self.slots[slot as usize]
-                    .as_ref()
-                    .is_some_and(|f| f.client_id != client_id)
-                {
+                if self.slots[slot as usize].client_id != client_id {
                     return Err(FinishError::NotOwner);
                 }
                 e.remove();
@@ -215,16 +201,13 @@ impl InFlightQueue {
         max_timeout: Duration,
     ) -> Result<(), FinishError> {
         let slot = *self.index.get(id).ok_or(FinishError::NotInFlight)?;
-        let f = self.slots[slot as usize]
-            .as_mut()
-            .expect("an indexed slot holds its entry");
+        let f = &mut self.slots[slot as usize];
         if f.client_id != client_id {
             return Err(FinishError::NotOwner);
         }
         let deadline = (now + timeout).min(f.delivered_at + max_timeout);
         f.deadline = deadline;
-        let g = &mut self.gens[slot as usize];
-        *g = g.wrapping_add(1);
+        self.bump(slot);
         self.push_timeout(deadline, slot);
         self.compact();
         Ok(())
@@ -260,8 +243,7 @@ impl InFlightQueue {
                 (None, None) => return None,
             };
             if self.is_live(&t) {
-                let id = self.slots[t.slot as usize].as_ref()?.msg.id;
-                self.index.remove(&id);
+                self.index.remove(&self.slots[t.slot as usize].msg.id);
                 return Some(self.take_slot(t.slot));
             }
         }
@@ -269,13 +251,9 @@ impl InFlightQueue {
 
     /// Removes every entry (shutdown, empty), in no particular order.
     pub fn drain(&mut self) -> impl Iterator<Item = InFlightEntry> + '_ {
-        self.by_deadline.clear();
-        self.fifo.clear();
-        self.volatile = 0;
         self.index.clear();
-        self.free.clear();
-        self.gens.clear();
-        self.slots.drain(..).flatten()
+        self.clear_order();
+        self.slots.drain()
     }
 
     /// The IDs in flight, in no particular order.
@@ -286,39 +264,48 @@ impl InFlightQueue {
     /// The entry of `id`, if in flight.
     pub fn get(&self, id: &MessageId) -> Option<&InFlightEntry> {
         let slot = *self.index.get(id)?;
-        self.slots[slot as usize].as_ref()
+        self.slots.get(slot as usize)
     }
 
     /// Iterates over the entries in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &InFlightEntry> + '_ {
-        self.slots.iter().flatten()
+        self.slots.iter().map(|(_, f)| f)
     }
 
     /// Empties `slot` (already removed from the index) and returns its entry. When nothing is
     /// left in flight every timeout item is stale: the order is cleared and the slab reset,
     /// its memory given back if a burst had grown it.
     fn take_slot(&mut self, slot: u32) -> InFlightEntry {
-        let f = self.slots[slot as usize]
-            .take()
-            .expect("an indexed slot holds its entry");
+        let f = self.slots.remove(slot as usize);
         self.volatile -= volatile(&f);
         if self.index.is_empty() {
-            self.slots.clear();
-            self.gens.clear();
-            self.free.clear();
-            self.fifo.clear();
-            self.by_deadline.clear();
-            self.slots.shrink_to(Self::KEPT_SLOTS);
+            if self.slots.capacity() > Self::KEPT_SLOTS {
+                self.slots = Slab::with_capacity(Self::KEPT_SLOTS);
+            } else {
+                self.slots.clear();
+            }
+            self.clear_order();
             self.gens.shrink_to(Self::KEPT_SLOTS);
-            self.free.shrink_to(Self::KEPT_SLOTS);
             self.fifo.shrink_to(Self::KEPT_SLOTS);
             self.by_deadline.shrink_to(Self::KEPT_SLOTS);
         } else {
-            let g = &mut self.gens[slot as usize];
-            *g = g.wrapping_add(1);
-            self.free.push(slot);
+            self.bump(slot);
         }
         f
+    }
+
+    /// Forgets every slot's generation and every timeout item (nothing is in flight).
+    fn clear_order(&mut self) {
+        self.gens.clear();
+        self.fifo.clear();
+        self.by_deadline.clear();
+        self.volatile = 0;
+    }
+
+    /// Makes the timeout items of `slot` stale.
+    fn bump(&mut self, slot: u32) {
+        let g = &mut self.gens[slot as usize];
+        *g = g.wrapping_add(1);
     }
 
     fn push_timeout(&mut self, deadline: Instant, slot: u32) {
@@ -528,7 +515,7 @@ mod tests {
             2 * S,
         )
         .unwrap();
-        assert_eq!(q.slots.len(), 10_000);
+        assert_eq!(q.gens.len(), 10_000, "no slot was added");
         // The reused slot's old timeout item is stale: 5 never comes back, 10000 times out last.
         let expired: Vec<_> = std::iter::from_fn(|| q.pop_expired(t0 + S))
             .map(|f| f.msg.id)
