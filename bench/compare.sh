@@ -91,6 +91,10 @@ emit() {
     awk -v l="$1" -v n="$2" -v r="$3" -v m="$4" -v c="$5" -v k="$CLK" \
         'BEGIN { printf "%s %s %.0f %.3f\n", l, n, r, (m > 0 ? c / k * 1e6 / m : 0) }' | tee -a "$RAW"
 }
+# LABEL ROW RATE TICKS: a row of a RUNFOR-long phase, its messages counted from its rate.
+emit_timed() {
+    emit "$1" "$2" "$3" "$(awk -v r="$3" -v t="$RUNFOR" 'BEGIN { print r * t }')" "$4"
+}
 writer() { # TOPIC
     if [[ -n $WRITER ]]; then
         "$WRITER" -nsqd-tcp-address=127.0.0.1:"$TP" -topic="$1" -runfor="${RUNFOR}s" -size=200 2>&1
@@ -111,9 +115,9 @@ setup() { # LABEL BIN NAME MEMQ
     start "$2" "$4"
     channel sub_bench ch
     c0=$(cpu); r=$(writer sub_bench | rate_of); c1=$(cpu)
-    emit "$label" "$name-publish" "$r" "$(awk -v r="$r" -v t="$RUNFOR" 'BEGIN { print r * t }')" $((c1 - c0))
+    emit_timed "$label" "$name-publish" "$r" $((c1 - c0))
     c0=$(cpu); r=$(reader sub_bench | rate_of); c1=$(cpu)
-    emit "$label" "$name-drain" "$r" "$(awk -v r="$r" -v t="$RUNFOR" 'BEGIN { print r * t }')" $((c1 - c0))
+    emit_timed "$label" "$name-drain" "$r" $((c1 - c0))
     channel both ch
     c0=$(cpu)
     reader both >"$DIR.reader" &
@@ -122,8 +126,8 @@ setup() { # LABEL BIN NAME MEMQ
     wait "$rp"
     c1=$(cpu)
     rr=$(rate_of <"$DIR.reader")
-    emit "$label" "$name-both" "$r" "$(awk -v r="$r" -v t="$RUNFOR" 'BEGIN { print r * t }')" $((c1 - c0))
-    emit "$label" "$name-both-out" "$rr" "$(awk -v r="$rr" -v t="$RUNFOR" 'BEGIN { print r * t }')" $((c1 - c0))
+    emit_timed "$label" "$name-both" "$r" $((c1 - c0))
+    emit_timed "$label" "$name-both-out" "$rr" $((c1 - c0))
     rm -f "$DIR.reader"
     stop
 }
@@ -178,7 +182,6 @@ round() { # LABEL BIN
     if want latency; then
         start "$bin" 10000
         channel lat ch
-        c0=$(cpu)
         "$RB/bench_reader" --nsqd-tcp-address=127.0.0.1:"$TP" --topic=lat --fin-mode=go --latency \
             --runfor="$((LAT_SECS + 2))s" >"$DIR.lat" 2>/dev/null &
         local lp=$!
@@ -186,7 +189,6 @@ round() { # LABEL BIN
         "$RB/bench_writer" --nsqd-tcp-address=127.0.0.1:"$TP" --topic=lat --rate="$RATE" \
             --runfor="${LAT_SECS}s" >/dev/null 2>&1
         wait "$lp"
-        c1=$(cpu)
         local p50 p99
         p50=$(grep -o 'p50_ms=[0-9.]*' "$DIR.lat" | cut -d= -f2)
         p99=$(grep -o 'p99_ms=[0-9.]*' "$DIR.lat" | cut -d= -f2)
