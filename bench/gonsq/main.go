@@ -2,6 +2,9 @@
 //
 //	gonsq -mode pub      -concurrency 8: 8 Producers (8 connections), each publishing one
 //	                     message per round trip (Producer.Publish) for -runfor
+//	gonsq -mode pub -shared: one Producer (one connection) used by -concurrency goroutines,
+//	                     each publishing one message per round trip: go-nsq pipelines their
+//	                     PUBs on the connection (the usual way a web service shares a Producer)
 //	gonsq -mode consumer one Consumer, MaxInFlight -max-in-flight (2500), draining the
 //	                     topic's backlog for -runfor (or until nothing came for -idle)
 //	gonsq -mode fanout   -channels 10 Consumers on channels <channel>0..9 of one topic,
@@ -32,6 +35,7 @@ var (
 	channel  = flag.String("channel", "ch", "channel (fanout: prefix)")
 	size     = flag.Int("size", 200, "message size (pub)")
 	conc     = flag.Int("concurrency", 8, "producers (pub)")
+	shared   = flag.Bool("shared", false, "pub: one Producer shared by the -concurrency goroutines")
 	runfor   = flag.Duration("runfor", 3*time.Second, "how long to run")
 	mif      = flag.Int("max-in-flight", 2500, "consumer MaxInFlight")
 	channels = flag.Int("channels", 10, "channels (fanout)")
@@ -48,12 +52,19 @@ func publish(cfg *nsq.Config, quiet *log.Logger) {
 	var wg sync.WaitGroup
 	start := time.Now()
 	stop := start.Add(*runfor)
+	var one *nsq.Producer
 	for i := 0; i < *conc; i++ {
-		p, err := nsq.NewProducer(*addr, cfg)
-		if err != nil {
-			log.Fatal(err)
+		p := one
+		if p == nil {
+			var err error
+			if p, err = nsq.NewProducer(*addr, cfg); err != nil {
+				log.Fatal(err)
+			}
+			p.SetLogger(quiet, nsq.LogLevelError)
+			if *shared {
+				one = p
+			}
 		}
-		p.SetLogger(quiet, nsq.LogLevelError)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
