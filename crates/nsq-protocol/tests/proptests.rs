@@ -2,7 +2,10 @@
 //! panics on arbitrary input, message/frame round trips.
 
 use bytes::{Bytes, BytesMut};
-use nsq_protocol::command::{encode_command, Command, CommandKind, DecodeError, Decoder, Limits};
+use nsq_protocol::command::{
+    encode_command, Command, CommandKind, DecodeError, DecodeHooks, Decoder, Limits, Verdict,
+};
+use nsq_protocol::error::{ErrorCode, NsqError};
 use nsq_protocol::frame::{put_message, take_frame};
 use nsq_protocol::lookup::{encode_lookup_command, LookupCommand, LookupDecoder, LookupLimits};
 use nsq_protocol::{message, MessageId};
@@ -91,6 +94,99 @@ fn decode_chunked(limits: Limits, input: &[u8], chunks: &[usize]) -> Outcome {
     out
 }
 
+/// What the gate of [`decode_fins_chunked`] does with FIN lines.
+#[derive(Debug, Clone, Copy)]
+enum FinGate {
+    Proceed,
+    Ignore,
+    Refuse,
+}
+
+/// A gate that records its calls, as `decode_chunked`'s does.
+struct Recording {
+    calls: Vec<(Vec<u8>, Option<CommandKind>)>,
+    fin: FinGate,
+}
+
+impl DecodeHooks for Recording {
+    fn gate(&mut self, name: &[u8], kind: Option<CommandKind>) -> Result<Verdict, NsqError> {
+        self.calls.push((name.to_vec(), kind));
+        match (kind, self.fin) {
+            (Some(CommandKind::Fin), FinGate::Ignore) => Ok(Verdict::Ignore),
+            (Some(CommandKind::Fin), FinGate::Refuse) => Err(NsqError::new(
+                ErrorCode::Invalid,
+                "cannot FIN in current state",
+            )),
+            _ => Ok(Verdict::Proceed),
+        }
+    }
+}
+
+/// As [`decode_chunked`], through `decode_with`; with `take_fins`, each decode is preceded by
+/// [`Decoder::take_fins`] (as nsqd's reader does), its FINs recorded as `Command::Fin`.
+fn decode_fins_chunked(input: &[u8], chunks: &[usize], fin: FinGate, take_fins: bool) -> Outcome {
+    let mut d = Decoder::new(small_limits());
+    let mut buf = BytesMut::new();
+    let mut hooks = Recording { calls: vec![], fin };
+    let mut commands = vec![];
+    let mut end = None;
+    let mut pos = 0;
+    let mut sizes = chunks.iter().cycle();
+    'input: while pos < input.len() {
+        let n = (*sizes.next().unwrap()).clamp(1, input.len() - pos);
+        buf.extend_from_slice(&input[pos..pos + n]);
+        pos += n;
+        loop {
+            if take_fins {
+                let r = d.take_fins(&mut buf, &mut hooks, &mut |id| {
+                    commands.push(Command::Fin { id })
+                });
+                if let Err(e) = r {
+                    end = Some(e);
+                    break 'input;
+                }
+            }
+            match d.decode_with(&mut buf, &mut hooks) {
+                Ok(Some(c)) => commands.push(c),
+                Ok(None) => break,
+                Err(e) => {
+                    end = Some(e);
+                    break 'input;
+                }
+            }
+        }
+    }
+    let eof_error = end
+        .is_none()
+        .then(|| d.incomplete_read_error(&buf).map(|e| e.to_frame_data()))
+        .flatten();
+    Outcome {
+        gate_calls: hooks.calls,
+        commands,
+        end,
+        eof_error,
+    }
+}
+
+/// [`protocolish`] with whole FIN lines, well and badly shaped, among its pieces.
+fn finnish() -> impl Strategy<Value = Vec<u8>> {
+    let fin = prop::sample::select(vec![
+        &b"FIN 0123456789abcdef\n"[..],
+        b"FIN 0123456789abcdef\n",
+        b"FIN fedcba9876543210\n",
+        b"FIN 0123456789abcdef\r\n",
+        b"FIN 0123456789abcdef extra\n",
+        b"FIN 0123456789abcde\n",
+        b"FIN 01234567 9abcdef\n",
+        b"FIN 0123456789abcde\r\n",
+        b"FIN  0123456789abcde\n",
+        b"FIN\n",
+    ])
+    .prop_map(|s| s.to_vec());
+    let piece = prop_oneof![3 => fin, 1 => protocolish()];
+    proptest::collection::vec(piece, 0..24).prop_map(|v| v.concat())
+}
+
 fn small_limits() -> Limits {
     Limits {
         max_body_size: 64,
@@ -156,6 +252,21 @@ proptest! {
         let chunked = decode_chunked(small_limits(), &input, &chunks);
         prop_assert_eq!(&whole, &bytewise);
         prop_assert_eq!(&whole, &chunked);
+    }
+
+    /// `take_fins` changes nothing observable: the same gate calls, commands, consumed bytes
+    /// (the end state and EOF error depend on them) and errors, whatever the gate says.
+    #[test]
+    fn taking_fins_first_changes_nothing(
+        input in finnish(),
+        chunks in proptest::collection::vec(1usize..40, 1..6),
+        fin in prop::sample::select(vec![FinGate::Proceed, FinGate::Ignore, FinGate::Refuse]),
+    ) {
+        let general = decode_fins_chunked(&input, &chunks, fin, false);
+        let fast = decode_fins_chunked(&input, &chunks, fin, true);
+        prop_assert_eq!(&general, &fast);
+        let whole = decode_fins_chunked(&input, &[usize::MAX], fin, true);
+        prop_assert_eq!(&general, &whole);
     }
 
     #[test]

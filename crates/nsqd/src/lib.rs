@@ -12,6 +12,7 @@ mod commands;
 pub mod drain;
 pub mod health;
 pub mod http;
+mod input;
 pub mod lookup;
 pub mod metadata;
 pub mod metrics;

@@ -2,7 +2,8 @@
 //! one reader task (`read_loop`: reads, decodes, and runs each command through
 //! `commands.rs`) and one writer task (`write_loop`: responses, message delivery,
 //! heartbeats) per connection, meeting in [`Client`]. The accept loop that spawns [`serve`] is
-//! in `server.rs`; the byte streams and their upgrades are `transport.rs`.
+//! in `server.rs`; the byte streams and their upgrades are `transport.rs`, the read side and its
+//! buffer `input.rs`.
 //!
 //! The writer batches: every wake-up it takes as many messages as the RDY window allows (up to
 //! a flush threshold) from the channel under one lock, encodes them with any queued responses
@@ -15,7 +16,6 @@
 //! the measurements.
 
 use std::collections::VecDeque;
-use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -35,6 +35,7 @@ use tokio::time::{timeout, Instant, Sleep};
 
 use crate::client::{Client, ConnState};
 use crate::commands::{self, send_error, send_response, AckWait, Fins, Gate, Reply};
+use crate::input::Input;
 use crate::nsqd::Nsqd;
 use crate::park::{Load, ParkPolicy};
 use crate::transport::{self, ReadSide, WriteSide};
@@ -43,10 +44,6 @@ use crate::transport::{self, ReadSide, WriteSide};
 const FLUSH_BYTES: usize = 256 * 1024;
 /// Messages taken from the channel per lock acquisition.
 const TAKE_CHUNK: usize = 512;
-/// A connection's first read buffer (allocated when bytes arrive).
-const READ_BUF_MIN: usize = 4 * 1024;
-/// Read buffers grow to this when a read leaves less than 4 KiB free.
-const READ_BUF_MAX: usize = 64 * 1024;
 /// A timer deadline that is never reached in practice (disabled timers).
 const FAR: Duration = Duration::from_secs(86_400 * 365);
 /// Publishes whose acknowledgement may be pending at once on one connection: with this many
@@ -98,97 +95,6 @@ pub(crate) async fn serve(nsqd: Arc<Nsqd>, mut stream: TcpStream, peer: SocketAd
         ch.remove_consumer(client.id);
     }
     nsqd.remove_client(client.id);
-}
-
-/// The connection's read side and its buffer.
-struct Input {
-    rd: ReadSide,
-    /// Allocated when bytes arrive and released whenever it is empty while waiting for more
-    /// on a plain TCP socket (see [`Input::fill`]): an idle connection holds no read buffer.
-    buf: BytesMut,
-    /// The capacity to allocate next time: twice the most this buffer held (between
-    /// [`READ_BUF_MIN`] and [`READ_BUF_MAX`]), so a connection sending large commands reads
-    /// each in one or two calls and one sending small ones keeps a small buffer.
-    next_size: usize,
-    /// The most bytes the current buffer held.
-    peak: usize,
-}
-
-impl Input {
-    fn plain_tcp(&self) -> bool {
-        matches!(self.rd, ReadSide::Tcp(_))
-    }
-
-    fn new(rd: ReadSide) -> Self {
-        Input {
-            rd,
-            buf: BytesMut::new(),
-            next_size: READ_BUF_MIN,
-            peak: 0,
-        }
-    }
-
-    /// Gives the empty buffer back (it is allocated again, at `next_size`, when bytes come).
-    fn release(&mut self) {
-        if self.buf.capacity() > 0 {
-            self.next_size = (self.peak * 2).clamp(READ_BUF_MIN, READ_BUF_MAX);
-            self.peak = 0;
-            self.buf = BytesMut::new();
-        }
-    }
-
-    /// Reads more bytes into the buffer: if `park`, after a parked period (crate::park; a
-    /// period without bytes falls through to waiting as usual), else when they arrive.
-    /// `Ok(0)` at end of stream.
-    async fn fill(&mut self, park: bool) -> io::Result<usize> {
-        let n = self.read(park).await?;
-        self.peak = self.peak.max(self.buf.len());
-        Ok(n)
-    }
-
-    async fn read(&mut self, park: bool) -> io::Result<usize> {
-        // Plain TCP idle (nothing partial buffered): give the buffer back and wait for
-        // readability without one.
-        if self.plain_tcp() && self.buf.is_empty() {
-            self.release();
-        }
-        let ReadSide::Tcp(r) = &mut self.rd else {
-            // Upgraded streams (TLS, snappy, deflate) may hold decoded bytes internally, so
-            // they always read into a buffer.
-            if self.buf.capacity() - self.buf.len() < 4096 {
-                self.buf.reserve(READ_BUF_MAX);
-            }
-            return self.rd.read_buf(&mut self.buf).await;
-        };
-        if park {
-            r.park();
-            tokio::time::sleep(ParkPolicy::POLL).await;
-            if let Some(n) = r.read_parked(&mut self.buf, ParkPolicy::MAX_READ)? {
-                return Ok(n);
-            }
-        }
-        loop {
-            r.readable().await?;
-            let free = self.buf.capacity() - self.buf.len();
-            if self.buf.is_empty() {
-                self.buf.reserve(self.next_size);
-            } else if free < 4096 {
-                self.buf.reserve(READ_BUF_MAX);
-            }
-            // Into the spare capacity as it is (no zeroing, unlike `AsyncRead`'s `ReadBuf`).
-            match r.try_read_buf(&mut self.buf) {
-                Ok(n) => return Ok(n),
-                // Stale readiness (e.g. left by the magic's read): give an empty buffer
-                // back before waiting, or every idle connection would hold one.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if self.buf.is_empty() {
-                        self.buf = BytesMut::new();
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
 }
 
 /// The read deadline of the command being read: set when the previous command completed (or
@@ -279,6 +185,27 @@ impl Reader<'_> {
         let mut completed = false;
         let mut freed = false;
         loop {
+            // A consumer's run of FINs, taken without a `Command` each (the decoder's
+            // `take_fins`); with publishes pending they go the general way, which answers
+            // those first.
+            if self.pending.is_empty() {
+                let fins = &mut self.fins;
+                let taken =
+                    self.decoder
+                        .take_fins(&mut self.input.buf, &mut self.gate, &mut |id| fins.push(id));
+                match taken {
+                    Ok(0) => {}
+                    Ok(_) => {
+                        completed = true;
+                        self.gate.command_done();
+                    }
+                    Err(e) => {
+                        // As the general way: the FINs before the bad line are applied.
+                        self.fins.flush(self.client);
+                        return Err(self.bad_input(e).await);
+                    }
+                }
+            }
             let decoded = self
                 .decoder
                 .decode_with(&mut self.input.buf, &mut self.gate);

@@ -210,6 +210,46 @@ impl Decoder {
         }
     }
 
+    /// Takes the run of plain FINs (`FIN <16-byte ID>\n`, most of what a consumer sends) at
+    /// the front of `buf`, handing each ID to `on_fin`: what as many [`Decoder::decode_with`]
+    /// calls returning [`Command::Fin`] would do (the same gate call per line, the same bytes
+    /// consumed, the same error if the gate refuses) without building a [`Command`] and
+    /// splitting the line for each. It stops at the first line of any other shape — another
+    /// command, a FIN ended by `\r\n` or with more parameters, an incomplete line, a body
+    /// being read — which `decode_with` then takes. Returns how many FINs it took.
+    pub fn take_fins<H: DecodeHooks + ?Sized>(
+        &mut self,
+        buf: &mut BytesMut,
+        hooks: &mut H,
+        on_fin: &mut impl FnMut(MessageId),
+    ) -> Result<usize, DecodeError> {
+        /// `FIN `, the 16 ID bytes, `\n`.
+        const LEN: usize = 21;
+        if self.pending.is_some() {
+            return Ok(0);
+        }
+        let mut taken = 0;
+        while let Some(line) = buf.get(..LEN) {
+            let id = &line[4..LEN - 1];
+            // The line `decode_with` would split into exactly `FIN` and a 16-byte ID.
+            if &line[..4] != b"FIN "
+                || line[LEN - 1] != b'\n'
+                || id.iter().any(|&b| matches!(b, b' ' | b'\n' | b'\r'))
+            {
+                break;
+            }
+            self.line_scanned = 0;
+            let verdict = hooks.gate(b"FIN", Some(CommandKind::Fin))?;
+            let id = MessageId::from_slice(id).expect("16 bytes");
+            buf.advance(LEN);
+            if verdict == Verdict::Proceed {
+                on_fin(id);
+                taken += 1;
+            }
+        }
+        Ok(taken)
+    }
+
     /// At EOF with `buf` holding the unconsumed bytes after the last `Ok(None)`: the error the
     /// reference sends when the socket closes in the middle of a command body (`None` when it
     /// closes silently: between commands or inside a command line).
