@@ -1,5 +1,5 @@
 //! Go's `time.Duration` as text: [`parse`] is `time.ParseDuration` (flags, config files,
-//! query parameters) and [`format`] is `Duration.String()` (usage defaults, `/stats` text,
+//! query parameters) and [`format`](fn@format) is `Duration.String()` (usage defaults, `/stats` text,
 //! request logs).
 
 use std::time::Duration;

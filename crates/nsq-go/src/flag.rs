@@ -20,12 +20,16 @@
 //! call.
 
 use std::collections::HashSet;
-use std::io::Read;
 use std::time::Duration;
 
 use crate::duration::{self, DurationError};
 use crate::quote::go_quote;
 use crate::strconv::{self, IntError};
+
+mod config;
+
+pub use config::format_value;
+use config::load_config_file;
 
 /// Why the command line or config file was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,22 +77,6 @@ pub enum ParseOutcome<O> {
 /// the text shown after `invalid value "<v>" for flag -<name>: ` (boxed, as flags of different
 /// types share one table).
 pub type ValueError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Why a config-file value could not be coerced into its option's type (go-options'
-/// `coerce`); `Display` is the reference's text after `… for <flag> - `.
-#[derive(Debug, thiserror::Error)]
-enum CoerceError {
-    /// A TOML type the option cannot take.
-    #[error("invalid value type")]
-    Type,
-    #[error(transparent)]
-    Num(#[from] strconv::NumError),
-    #[error(transparent)]
-    Duration(#[from] DurationError),
-    /// A [`Slot::Custom`] value refused it.
-    #[error("{0}")]
-    Value(ValueError),
-}
 
 /// What [`FlagSet::parse_all`] found on a command line without `-h`.
 #[derive(Debug, Clone, PartialEq)]
@@ -332,42 +320,6 @@ impl<O: Clone> FlagSet<O> {
         }))
     }
 
-    /// The checks of [`FlagSet::config_checks`], then go-options' `Resolve` for every key
-    /// whose flag was not given.
-    fn apply_config(
-        &self,
-        opts: &mut O,
-        table: &toml::Table,
-        explicit: &HashSet<&'static str>,
-    ) -> Result<(), FlagError> {
-        for key in self.config_checks {
-            let (Some(v), Some(flag)) = (table.get(*key), self.by_config_key(key)) else {
-                continue;
-            };
-            let mut scratch = opts.clone();
-            let text = format_value(v);
-            if let Slot::Custom(c) = (flag.slot)(&mut scratch) {
-                c.set(&text)
-                    .map_err(|_| FlagError::Fatal(format!("failed parsing {key} {text}")))?;
-            }
-        }
-        for flag in self.flags {
-            let Some(key) = flag.config_key else { continue };
-            if explicit.contains(flag.name) {
-                continue;
-            }
-            let Some(v) = table.get(key) else { continue };
-            (flag.slot)(opts).set_config(v).map_err(|e| {
-                FlagError::Fatal(format!(
-                    "option resolution failed to coerce {} for {} - {e}",
-                    format_value(v),
-                    flag.name
-                ))
-            })?;
-        }
-        Ok(())
-    }
-
     /// `FlagSet.PrintDefaults` after `Usage of <program>:`, with the values of `defaults` as
     /// the defaults shown.
     pub fn usage(&self, defaults: &O) -> String {
@@ -549,105 +501,6 @@ impl Slot<'_> {
         }
         Ok(())
     }
-
-    /// go-options' `coerce` of a config-file value into this field's type.
-    fn set_config(self, v: &toml::Value) -> Result<(), CoerceError> {
-        use toml::Value as T;
-        let bad_type = || CoerceError::Type;
-        match self {
-            Slot::Str(s) => {
-                *s = match v {
-                    T::String(x) => x.clone(),
-                    T::Integer(i) => i.to_string(),
-                    T::Float(f) => format!("{f:.6}"),
-                    // Go's `fmt.Sprintf("%s", v)` of a bool.
-                    T::Boolean(b) => format!("%!s(bool={b})"),
-                    other => format_value(other),
-                }
-            }
-            Slot::Bool(b) => {
-                *b = match v {
-                    T::Boolean(x) => *x,
-                    T::Integer(i) => *i != 0,
-                    T::String(x) => strconv::parse_bool(x)
-                        .ok_or_else(|| strconv::NumError::syntax("ParseBool", x))?,
-                    _ => return Err(bad_type()),
-                }
-            }
-            Slot::Int(i) => {
-                *i = match v {
-                    T::Integer(x) => *x,
-                    T::String(x) => x.parse::<i64>().map_err(|e| {
-                        let why = match e.kind() {
-                            std::num::IntErrorKind::PosOverflow
-                            | std::num::IntErrorKind::NegOverflow => "value out of range",
-                            _ => "invalid syntax",
-                        };
-                        strconv::NumError::new("ParseInt", x, why)
-                    })?,
-                    _ => return Err(bad_type()),
-                }
-            }
-            Slot::Dur(d) => {
-                *d = match v {
-                    // Integers (and strings of digits) are milliseconds.
-                    T::Integer(ms) => u64::try_from(*ms)
-                        .map(Duration::from_millis)
-                        .map_err(|_| DurationError::Negative)?,
-                    T::String(x) if !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit()) => {
-                        let ms = x
-                            .parse::<u64>()
-                            .map_err(|_| strconv::NumError::range("Atoi", x))?;
-                        Duration::from_millis(ms)
-                    }
-                    T::String(x) => duration::parse(x)?,
-                    _ => return Err(bad_type()),
-                }
-            }
-            Slot::StrList(l) => {
-                *l = match v {
-                    // The reference splits on ','; an empty string is taken as an empty list
-                    // (the reference would produce one empty address).
-                    T::String(x) if x.is_empty() => Vec::new(),
-                    T::String(x) => x.split(',').map(str::to_string).collect(),
-                    T::Array(items) => items
-                        .iter()
-                        .map(|i| match i {
-                            T::String(s) => Ok(s.clone()),
-                            _ => Err(bad_type()),
-                        })
-                        .collect::<Result<_, _>>()?,
-                    _ => return Err(bad_type()),
-                }
-            }
-            Slot::FloatList(l) => {
-                // Kept in the written order (no sorting), as the reference does.
-                *l = match v {
-                    T::String(x) => x
-                        .split(',')
-                        .map(|p| {
-                            strconv::parse_float(p)
-                                .ok_or_else(|| strconv::NumError::syntax("ParseFloat", p))
-                        })
-                        .collect::<Result<_, _>>()?,
-                    // Integer elements crash the reference; they are accepted here.
-                    T::Array(items) => items
-                        .iter()
-                        .map(|i| match i {
-                            T::Float(f) => Ok(*f),
-                            T::Integer(n) => Ok(*n as f64),
-                            _ => Err(bad_type()),
-                        })
-                        .collect::<Result<_, _>>()?,
-                    T::Float(f) => vec![*f],
-                    _ => return Err(bad_type()),
-                }
-            }
-            // Custom values read Go's `%v` of the decoded value.
-            Slot::Custom(c) => c.set(&format_value(v)).map_err(CoerceError::Value)?,
-        }
-        Ok(())
-    }
 }
 
 /// A float as Go's `encoding/json` writes it: integral values without `.0`.
@@ -658,238 +511,5 @@ fn json_float(v: f64) -> serde_json::Value {
     serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number)
 }
 
-/// Reads and parses the TOML file; errors are `failed to load config file <path> - <err>`.
-fn load_config_file(path: &str) -> Result<toml::Table, FlagError> {
-    let fail = |e: String| FlagError::Fatal(format!("failed to load config file {path} - {e}"));
-    let mut file =
-        std::fs::File::open(path).map_err(|e| fail(crate::os::path_error("open", path, &e)))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .map_err(|e| fail(crate::os::path_error("read", path, &e)))?;
-    let text = String::from_utf8(bytes).map_err(|_| fail("toml: invalid UTF-8".to_string()))?;
-    text.parse::<toml::Table>().map_err(|e| {
-        let line = e
-            .span()
-            .map(|r| text[..r.start.min(text.len())].matches('\n').count() + 1);
-        let msg = e.message().trim_end().to_string();
-        fail(match line {
-            Some(l) => format!("toml: line {l}: {msg}"),
-            None => format!("toml: {msg}"),
-        })
-    })
-}
-
-/// A TOML value as Go's `%v` prints the decoded value (for error messages and for the values
-/// the reference re-parses from their `%v` text).
-pub fn format_value(v: &toml::Value) -> String {
-    use toml::Value as T;
-    match v {
-        T::String(s) => s.clone(),
-        T::Integer(i) => i.to_string(),
-        T::Float(f) => strconv::format_float(*f),
-        T::Boolean(b) => b.to_string(),
-        T::Datetime(d) => d.to_string(),
-        T::Array(a) => format!(
-            "[{}]",
-            a.iter().map(format_value).collect::<Vec<_>>().join(" ")
-        ),
-        T::Table(t) => format!(
-            "map[{}]",
-            t.iter()
-                .map(|(k, v)| format!("{k}:{}", format_value(v)))
-                .collect::<Vec<_>>()
-                .join(" ")
-        ),
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::lg::LogLevel;
-
-    #[derive(Debug, Clone, PartialEq)]
-    struct Opts {
-        config: String,
-        name: String,
-        count: i64,
-        on: bool,
-        wait: Duration,
-        list: Vec<String>,
-        level: LogLevel,
-    }
-
-    fn defaults() -> Opts {
-        Opts {
-            config: String::new(),
-            name: "x".into(),
-            count: 3,
-            on: true,
-            wait: Duration::from_secs(90),
-            list: Vec::new(),
-            level: LogLevel::Info,
-        }
-    }
-
-    const SET: FlagSet<Opts> = FlagSet {
-        program: "demo",
-        flags: crate::flags![Opts;
-            "config" => config: Str, None, "path to config file";
-            "name" => name: Str, Some("name"), "a name";
-            "count" => count: Int, Some("count"), "how many";
-            "on" => on: Bool, Some("on"), "switch";
-            "wait" => wait: Dur, Some("wait"), "how long";
-            "item" => list: StrList, Some("items"), "an item (may be given multiple times)";
-            "log-level" => level: Custom, Some("log_level"), "set log verbosity";
-        ],
-        config_checks: &["log_level"],
-    };
-
-    fn parse(args: &[&str]) -> Result<ParseOutcome<Opts>, FlagError> {
-        let mut v = vec!["demo".to_string()];
-        v.extend(args.iter().map(|s| s.to_string()));
-        SET.parse(v, defaults())
-    }
-
-    fn run(args: &[&str]) -> Opts {
-        match parse(args).unwrap() {
-            ParseOutcome::Run(o) => o,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn usage_names_the_argument_in_back_quotes() {
-        let line = usage_line(
-            "rotate-size",
-            &Slot::Int(&mut 0),
-            "rotate at `rotate-size` bytes",
-        );
-        assert_eq!(
-            line,
-            "  -rotate-size rotate-size\n    \trotate at rotate-size bytes\n"
-        );
-        let line = usage_line("n", &Slot::Int(&mut 0), "no quotes");
-        assert_eq!(line, "  -n int\n    \tno quotes\n");
-    }
-
-    #[test]
-    fn parse_all_keeps_arguments_and_options_with_version() {
-        let all = |a: &[&str]| {
-            let mut v = vec!["demo".to_string()];
-            v.extend(a.iter().map(|s| s.to_string()));
-            SET.parse_all(v, defaults()).unwrap()
-        };
-        let p = all(&["-count=1", "x", "-on"]).unwrap();
-        assert_eq!((p.opts.count, p.version), (1, false));
-        assert_eq!(p.args, ["x", "-on"]);
-        let p = all(&["-on", "--", "-count=1"]).unwrap();
-        assert!(p.opts.on);
-        assert_eq!(p.args, ["-count=1"]);
-        let p = all(&["-version", "-count=2"]).unwrap();
-        assert_eq!((p.opts.count, p.version), (2, true));
-        assert!(p.args.is_empty());
-        assert_eq!(all(&["-h"]), None);
-    }
-
-    #[test]
-    fn go_flag_syntax() {
-        let o = run(&[
-            "-name",
-            "-y",
-            "--count=0x10",
-            "-on=false",
-            "-item",
-            "a",
-            "--item=b",
-        ]);
-        assert_eq!(o.name, "-y");
-        assert_eq!(o.count, 16);
-        assert!(!o.on);
-        assert_eq!(o.list, ["a", "b"]);
-        // Bools never take the next argument; parsing stops at the first non-flag.
-        let o = run(&["-on", "false", "-count=1"]);
-        assert!(o.on);
-        assert_eq!(o.count, 3);
-        let o = run(&["--", "-count=1"]);
-        assert_eq!(o.count, 3);
-        assert_eq!(parse(&["-h"]).unwrap(), ParseOutcome::Help);
-        assert_eq!(parse(&["--version"]).unwrap(), ParseOutcome::Version);
-        let e = |a: &[&str]| parse(a).unwrap_err().to_string();
-        assert_eq!(e(&["-bogus"]), "flag provided but not defined: -bogus");
-        assert_eq!(e(&["---x"]), "bad flag syntax: ---x");
-        assert_eq!(e(&["-count"]), "flag needs an argument: -count");
-        assert_eq!(
-            e(&["-count=9223372036854775808"]),
-            "invalid value \"9223372036854775808\" for flag -count: value out of range"
-        );
-        assert_eq!(
-            e(&["-on=yes"]),
-            "invalid boolean value \"yes\" for -on: parse error"
-        );
-        assert_eq!(
-            e(&["-log-level=loud"]),
-            "invalid value \"loud\" for flag -log-level: invalid log level 'loud' (debug, info, warn, error, fatal)"
-        );
-        assert_eq!(parse(&["-count=x"]).unwrap_err().exit_code(), 2);
-    }
-
-    #[test]
-    fn usage_like_print_defaults() {
-        assert_eq!(
-            SET.usage(&defaults()),
-            "Usage of demo:
-  -config string
-    \tpath to config file
-  -count int
-    \thow many (default 3)
-  -item value
-    \tan item (may be given multiple times)
-  -log-level value
-    \tset log verbosity (default INFO)
-  -name string
-    \ta name (default \"x\")
-  -on
-    \tswitch (default true)
-  -version
-    \tprint version string
-  -wait duration
-    \thow long (default 1m30s)
-"
-        );
-    }
-
-    #[test]
-    fn config_file_coercion_and_precedence() {
-        let dir = std::env::temp_dir().join(format!("nsq-go-flag-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("a.toml");
-        std::fs::write(
-            &p,
-            "name = true\ncount = \"12\"\nwait = 2000\nitems = \"a,b\"\nlog_level = \"debug\"\n",
-        )
-        .unwrap();
-        let cfg = format!("--config={}", p.display());
-        let o = run(&[&cfg, "-count=1"]);
-        assert_eq!(o.name, "%!s(bool=true)");
-        assert_eq!(o.count, 1);
-        assert_eq!(o.wait, Duration::from_secs(2));
-        assert_eq!(o.list, ["a", "b"]);
-        assert_eq!(o.level, LogLevel::Debug);
-        std::fs::write(&p, "log_level = \"nope\"\n").unwrap();
-        let e = parse(&[&cfg, "-log-level=warn"]).unwrap_err();
-        assert_eq!(e, FlagError::Fatal("failed parsing log_level nope".into()));
-        assert_eq!(e.exit_code(), 1);
-        std::fs::write(&p, "wait = 1.5\n").unwrap();
-        assert_eq!(
-            parse(&[&cfg]).unwrap_err().to_string(),
-            "option resolution failed to coerce 1.5 for wait - invalid value type"
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
-        let missing = parse(&["--config=/nonexistent/x.toml"]).unwrap_err();
-        assert_eq!(
-            missing.to_string(),
-            "failed to load config file /nonexistent/x.toml - open /nonexistent/x.toml: no such file or directory"
-        );
-    }
-}
+mod tests;

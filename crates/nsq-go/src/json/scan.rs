@@ -31,7 +31,7 @@ pub enum Op {
     SkipSpace,
     /// The top-level value ended *before* this byte.
     End,
-    /// A syntax error (see [`Scanner::error`]).
+    /// A syntax error (see `Scanner::error`).
     Error,
 }
 
